@@ -1,0 +1,80 @@
+//! Block devices: the storage side of every LUN.
+//!
+//! Every data service (RAID, cache, thin pool, mirror) is a [`BlockDevice`]
+//! that owns its children, so a volume is a tree built from config. The
+//! trait is synchronous and byte-addressed: the SCSI layer converts LBAs,
+//! and transports run calls that may block off their reactor
+//! ([`Capabilities::may_block`]).
+
+use std::io;
+
+/// What a device can do; the SCSI layer reports these to initiators.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Space is allocated on write; discard returns it (LBPME).
+    pub thin: bool,
+    /// Writes may sit in a volatile cache until `flush` (the LUN reports WCE=1).
+    pub volatile_cache: bool,
+    /// Calls may block the thread on real I/O.
+    pub may_block: bool,
+    /// After `discard`, reads return zeros (LBPRZ).
+    pub discard_zeroes: bool,
+    /// `discard` does anything at all.
+    pub discard: bool,
+    /// Read-only media.
+    pub read_only: bool,
+}
+
+/// Allocation state of a byte range, for GET LBA STATUS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allocation {
+    Mapped,
+    Deallocated,
+}
+
+pub trait BlockDevice: Send + Sync {
+    /// Size in bytes.
+    fn size(&self) -> u64;
+
+    /// Read `buf.len()` bytes at `offset`. The range is inside the device.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+
+    /// Write `buf` at `offset`. With `fua`, returns only once the data is on
+    /// stable storage.
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()>;
+
+    /// Make every completed write stable.
+    fn flush(&self) -> io::Result<()>;
+
+    /// Give back the space of a range; content afterwards is zeros when
+    /// `discard_zeroes`, otherwise unspecified.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
+
+    /// Make a range read as zeros.
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        const CHUNK: u64 = 1 << 20;
+        let zeros = vec![0u8; CHUNK.min(len) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = CHUNK.min(len - done);
+            self.write_at(&zeros[..n as usize], offset + done, false)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Allocation state of the extent starting at `offset`, and its length
+    /// in bytes (at most `len`). Fully provisioned devices say Mapped.
+    fn allocation(&self, offset: u64, len: u64) -> io::Result<(Allocation, u64)> {
+        let _ = offset;
+        Ok((Allocation::Mapped, len))
+    }
+
+    fn capabilities(&self) -> Capabilities;
+
+    /// A short human description, e.g. `file:/srv/lun0.img`.
+    fn describe(&self) -> String;
+}

@@ -1,0 +1,1 @@
+//! Configuration model, validation and the registry of live objects.

@@ -1,0 +1,1 @@
+//! iSCSI target transport (RFC 7143).

@@ -1,0 +1,169 @@
+//! The seam between a transport and the SCSI command set.
+//!
+//! A transport (iSCSI today, NBD later) turns its wire format into a
+//! [`ScsiCommand`] and hands it to a [`ScsiTarget`]; it gets back a
+//! [`ScsiResponse`]. The transport knows nothing of CDB meaning beyond the
+//! transfer length and direction it was told on the wire; the command set
+//! knows nothing of PDUs.
+
+use std::sync::Arc;
+
+/// SCSI status byte values (SAM-5).
+pub mod status {
+    pub const GOOD: u8 = 0x00;
+    pub const CHECK_CONDITION: u8 = 0x02;
+    pub const CONDITION_MET: u8 = 0x04;
+    pub const BUSY: u8 = 0x08;
+    pub const RESERVATION_CONFLICT: u8 = 0x18;
+    pub const TASK_SET_FULL: u8 = 0x28;
+    pub const ACA_ACTIVE: u8 = 0x30;
+    pub const TASK_ABORTED: u8 = 0x40;
+}
+
+/// Identifies one I_T nexus: an initiator port talking to a target port.
+///
+/// Persistent reservations, unit attentions and RESERVE/RELEASE are all
+/// tracked per nexus, so two sessions from the same initiator name with
+/// different ISIDs are different nexuses.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Nexus {
+    /// Initiator name, e.g. `iqn.1994-05.com.redhat:abc`.
+    pub initiator_name: Arc<str>,
+    /// Initiator session id (ISID), 6 bytes, as the transport defines it.
+    pub isid: [u8; 6],
+    /// Target name the session logged in to.
+    pub target_name: Arc<str>,
+    /// Relative target port identifier (1-based) of the port the session uses.
+    pub relative_port: u16,
+    /// Target portal group tag of that port.
+    pub portal_group: u16,
+}
+
+impl Nexus {
+    /// SCSI initiator port name as SPC-4 7.6.4.6 spells it for iSCSI:
+    /// `<name>,i,0x<isid hex>`.
+    pub fn initiator_port_name(&self) -> String {
+        let mut s = String::with_capacity(self.initiator_name.len() + 17);
+        s.push_str(&self.initiator_name);
+        s.push_str(",i,0x");
+        for b in self.isid {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    }
+}
+
+/// Task attribute from the transport (SAM-5 8.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TaskAttr {
+    #[default]
+    Simple,
+    Ordered,
+    HeadOfQueue,
+    Aca,
+    /// The transport sent an attribute value that SAM does not define.
+    Untagged,
+}
+
+/// One SCSI command as a transport delivers it.
+#[derive(Debug)]
+pub struct ScsiCommand<'a> {
+    /// LUN as a 64-bit number in SAM flat/peripheral addressing already
+    /// decoded to the plain LUN number (0..16383).
+    pub lun: u64,
+    pub cdb: &'a [u8],
+    /// Data the initiator sent (Data-Out), at most the expected transfer length.
+    pub data_out: &'a [u8],
+    /// Expected data transfer length the initiator announced for Data-In.
+    /// The command set may produce more or less; the transport reports
+    /// the difference as residual.
+    pub data_in_len: u32,
+    /// Expected data transfer length for Data-Out, as announced.
+    pub data_out_len: u32,
+    pub task_attr: TaskAttr,
+    /// Transport task tag, for task management.
+    pub tag: u64,
+}
+
+/// What the command set answers.
+#[derive(Debug, Default)]
+pub struct ScsiResponse {
+    pub status: u8,
+    /// Sense data (fixed or descriptor format), empty if none.
+    pub sense: Vec<u8>,
+    /// Data-In produced by the command. May be longer than the transport's
+    /// expected length: the transport truncates and reports overflow.
+    pub data_in: Vec<u8>,
+    /// For commands with Data-Out: how many bytes the CDB asked for, so the
+    /// transport can report residual over/underflow. `None` when the
+    /// command carries no Data-Out.
+    pub data_out_wanted: Option<u32>,
+}
+
+impl ScsiResponse {
+    pub fn good() -> Self {
+        ScsiResponse::default()
+    }
+
+    pub fn with_data(data_in: Vec<u8>) -> Self {
+        ScsiResponse { data_in, ..Default::default() }
+    }
+
+    pub fn check_condition(sense: Vec<u8>) -> Self {
+        ScsiResponse { status: status::CHECK_CONDITION, sense, ..Default::default() }
+    }
+
+    pub fn status(status: u8) -> Self {
+        ScsiResponse { status, ..Default::default() }
+    }
+}
+
+/// Task management functions (SAM-5 7), as carried by iSCSI TMF requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskManagement {
+    AbortTask { lun: u64, tag: u64 },
+    AbortTaskSet { lun: u64 },
+    ClearAca { lun: u64 },
+    ClearTaskSet { lun: u64 },
+    LogicalUnitReset { lun: u64 },
+    TargetWarmReset,
+    TargetColdReset,
+}
+
+/// Result of a task management function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TmfResult {
+    Complete,
+    TaskDoesNotExist,
+    LunDoesNotExist,
+    NotSupported,
+    Rejected,
+}
+
+/// A SCSI target device as the transport sees it: a set of logical units
+/// behind one target name.
+pub trait ScsiTarget: Send + Sync {
+    /// Execute one command. May block on device I/O; see
+    /// [`ScsiTarget::may_block`].
+    fn execute(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ScsiResponse;
+
+    /// True when executing commands for `lun` may block the calling thread
+    /// (file-backed devices). Transports run such commands off the reactor.
+    fn may_block(&self, lun: u64) -> bool;
+
+    /// Whether a LUN is mapped for this nexus.
+    fn lun_exists(&self, nexus: &Nexus, lun: u64) -> bool;
+
+    /// Task management. The transport has already aborted/cleared its own
+    /// bookkeeping for affected tasks; the target resets its state
+    /// (reservations, unit attentions, mode pages) as SAM/SPC require.
+    fn task_management(&self, nexus: &Nexus, tmf: TaskManagement) -> TmfResult;
+
+    /// A session is gone (logout, connection drop, reinstatement): releases
+    /// RESERVE(6/10) reservations held by it and resets PREVENT state.
+    fn nexus_lost(&self, nexus: &Nexus);
+
+    /// A new I_T nexus was established (login). Targets use this to queue
+    /// the power-on/reset unit attention for it.
+    fn nexus_added(&self, nexus: &Nexus);
+}
