@@ -1,0 +1,166 @@
+//! Shared by the integration tests: run the real `openarray` binary on free
+//! loopback ports and drive real clients against it.
+#![allow(dead_code)] // each test crate uses a different part of this
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running daemon; killed (and reaped) on drop.
+pub struct Daemon {
+    child: Child,
+    ports: Vec<u16>,
+    log: std::path::PathBuf,
+    _logdir: tempfile::TempDir,
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port")
+}
+
+impl Daemon {
+    /// `openarray serve` with the embedded default on one free port.
+    pub fn start() -> Daemon {
+        Daemon::start_portals(None, 1)
+    }
+
+    /// `openarray serve [--config FILE]` listening on `portals` free
+    /// loopback ports.
+    pub fn start_portals(config: Option<&Path>, portals: usize) -> Daemon {
+        let ports: Vec<u16> = (0..portals).map(|_| free_port()).collect();
+        let logdir = tempfile::tempdir().expect("tempdir for daemon log");
+        let log = logdir.path().join("daemon.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
+        cmd.arg("serve");
+        if let Some(config) = config {
+            cmd.arg("--config").arg(config);
+        }
+        for port in &ports {
+            cmd.arg("--listen").arg(format!("127.0.0.1:{port}"));
+        }
+        let logfile = std::fs::File::create(&log).expect("create daemon log");
+        cmd.stdin(Stdio::null())
+            .stdout(logfile.try_clone().expect("dup log"))
+            .stderr(logfile);
+        let child = cmd.spawn().expect("spawn openarray serve");
+        let mut daemon = Daemon { child, ports, log, _logdir: logdir };
+        daemon.wait_listening(Duration::from_secs(20));
+        daemon
+    }
+
+    fn wait_listening(&mut self, limit: Duration) {
+        let start = Instant::now();
+        for port in self.ports.clone() {
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    panic!("daemon exited with {status} before listening:\n{}", self.log());
+                }
+                assert!(start.elapsed() < limit, "daemon not listening on {port}:\n{}", self.log());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.ports[0]
+    }
+
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Still running?
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Everything the daemon logged so far.
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    /// Target names the daemon lists in a SendTargets discovery.
+    pub fn targets(&self) -> Vec<String> {
+        let out = Command::new("iscsi-ls")
+            .arg("-s")
+            .arg(format!("iscsi://127.0.0.1:{}", self.port()))
+            .output()
+            .expect("run iscsi-ls (scripts/install-deps.sh installs it)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .filter_map(|l| l.strip_prefix("Target:"))
+            .filter_map(|l| l.split_whitespace().next())
+            .map(String::from)
+            .collect()
+    }
+
+    pub fn first_target(&self) -> String {
+        self.targets().into_iter().next().unwrap_or_else(|| panic!("no target discovered"))
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "daemon ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Run a client command, killing it if it outlives `limit` (its output so
+/// far is still returned, so a hang shows where it hung).
+pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
+    let dir = tempfile::tempdir().expect("tempdir for client output");
+    let out_path = dir.path().join("stdout");
+    let err_path = dir.path().join("stderr");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).expect("stdout file"))
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for client") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break child.wait().expect("reap client");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    Output {
+        status,
+        stdout: std::fs::read(&out_path).unwrap_or_default(),
+        stderr: std::fs::read(&err_path).unwrap_or_default(),
+    }
+}

@@ -1,0 +1,184 @@
+//! libiscsi's SCSI/iSCSI conformance suite (`iscsi-test-cu`) against the
+//! real daemon.
+//!
+//! Each scenario runs the whole suite and holds two bars, both committed
+//! beside this file:
+//! - `conformance/expected-failures.txt`: the only tests allowed to fail.
+//!   A listed test that passes fails the run too, so the list only shrinks.
+//! - `conformance/floor.txt`: the least number of tests that must really
+//!   pass (skips do not count); it only rises.
+//!
+//! The full per-test report of each scenario lands in
+//! `target/conformance/<scenario>.txt`.
+
+mod common;
+#[path = "conformance/outcome.rs"]
+mod outcome;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::Daemon;
+use outcome::{Outcome, Results};
+
+const SUITE_TIMEOUT: Duration = Duration::from_secs(900);
+
+fn spec_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance")
+}
+
+/// scenario -> tests allowed to fail in it.
+fn expected_failures() -> BTreeMap<String, BTreeSet<String>> {
+    let text = std::fs::read_to_string(spec_dir().join("expected-failures.txt"))
+        .expect("read tests/conformance/expected-failures.txt");
+    let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (scenario, test) = line
+            .split_once(char::is_whitespace)
+            .unwrap_or_else(|| panic!("expected-failures.txt: `{line}` is not `SCENARIO TEST`"));
+        map.entry(scenario.to_string()).or_default().insert(test.trim().to_string());
+    }
+    map
+}
+
+/// scenario -> least number of really passing tests.
+fn floor(scenario: &str) -> usize {
+    let text = std::fs::read_to_string(spec_dir().join("floor.txt"))
+        .expect("read tests/conformance/floor.txt");
+    text.lines()
+        .filter_map(|l| {
+            let l = l.split('#').next()?.trim();
+            let (s, n) = l.split_once(char::is_whitespace)?;
+            (s == scenario).then(|| n.trim().parse::<usize>().expect("floor.txt: bad number"))
+        })
+        .next()
+        .unwrap_or_else(|| panic!("floor.txt has no line for scenario `{scenario}`"))
+}
+
+fn run_suite(scenario: &str, urls: &[String]) -> Results {
+    let mut cmd = Command::new("iscsi-test-cu");
+    cmd.args(["--dataloss", "--allow-sanitize", "--test=ALL"]).args(urls);
+    let output = common::run_with_timeout(cmd, SUITE_TIMEOUT);
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    let results = outcome::parse(&text);
+
+    let report_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance");
+    std::fs::create_dir_all(&report_dir).expect("create target/conformance");
+    let mut report = format!("scenario {scenario}: {}\n\n", results.summary_line());
+    for (name, outcome) in &results.outcomes {
+        report.push_str(&format!("{outcome:8} {name}\n"));
+    }
+    std::fs::write(report_dir.join(format!("{scenario}.txt")), report).expect("write report");
+    std::fs::write(report_dir.join(format!("{scenario}.log")), &text).expect("write log");
+    results
+}
+
+fn check(scenario: &str, results: &Results) {
+    let allowed = expected_failures().remove(scenario).unwrap_or_default();
+    let failed: BTreeSet<String> =
+        results.names(Outcome::Failed).into_iter().map(String::from).collect();
+    let unexpected: Vec<_> = failed.difference(&allowed).collect();
+    let now_passing: Vec<_> = allowed
+        .iter()
+        .filter(|t| results.outcomes.get(*t) == Some(&Outcome::Passed))
+        .collect();
+    let passed = results.count(Outcome::Passed);
+
+    println!("conformance {scenario}: {}", results.summary_line());
+    for name in results.names(Outcome::Skipped) {
+        println!("  skipped {name}");
+    }
+    for name in &failed {
+        println!("  failed  {name}{}", if allowed.contains(name) { " (expected)" } else { "" });
+        for line in results.failure_details.get(name).into_iter().flatten() {
+            println!("          {line}");
+        }
+    }
+
+    let mut problems = Vec::new();
+    if results.outcomes.len() < 230 {
+        problems.push(format!("only {} of 230 tests reported", results.outcomes.len()));
+    }
+    if !unexpected.is_empty() {
+        problems.push(format!("unexpected failures: {unexpected:?}"));
+    }
+    if !now_passing.is_empty() {
+        problems.push(format!(
+            "these now pass; remove them from tests/conformance/expected-failures.txt: {now_passing:?}"
+        ));
+    }
+    let floor = floor(scenario);
+    if passed < floor {
+        problems.push(format!("{passed} tests passed, below the floor of {floor}"));
+    }
+    assert!(problems.is_empty(), "conformance {scenario}: {}", problems.join("; "));
+}
+
+/// The embedded default (1 GiB RAM LUN 0, 512-byte blocks) served on two
+/// portals, so the multipath tests run too.
+#[test]
+fn default_lun_with_multipath() {
+    let daemon = Daemon::start_portals(None, 2);
+    let iqn = daemon.first_target();
+    let urls: Vec<String> =
+        daemon.ports().iter().map(|p| format!("iscsi://127.0.0.1:{p}/{iqn}/0")).collect();
+    let results = run_suite("default", &urls);
+    check("default", &results);
+}
+
+const FILE_AND_HIGH_LUN_CONFIG: &str = r#"
+[[device]]
+name = "file4k"
+kind = "file"
+path = "@DIR@/file4k.img"
+size = "1G"
+block_size = 4096
+
+[[device]]
+name = "ram201"
+kind = "mem"
+size = "1G"
+
+[[target]]
+iqn = "iqn.2026-11.org.openarray:conformance"
+
+[[target.lun]]
+lun = 0
+device = "file4k"
+
+[[target.lun]]
+lun = 201
+device = "ram201"
+"#;
+
+fn file_and_high_lun_daemon() -> (Daemon, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = FILE_AND_HIGH_LUN_CONFIG.replace("@DIR@", dir.path().to_str().expect("utf-8"));
+    let path = dir.path().join("openarray.toml");
+    std::fs::write(&path, config).expect("write config");
+    (Daemon::start_portals(Some(&path), 1), dir)
+}
+
+/// A file-backed LUN with 4096-byte blocks.
+#[test]
+fn file_lun_4k_blocks() {
+    let (daemon, _dir) = file_and_high_lun_daemon();
+    let url = format!("iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:conformance/0", daemon.port());
+    check("file4k", &run_suite("file4k", &[url]));
+}
+
+/// A LUN numbered 201, as ESXi deployments map them.
+#[test]
+fn lun_numbered_201() {
+    let (daemon, _dir) = file_and_high_lun_daemon();
+    let url =
+        format!("iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:conformance/201", daemon.port());
+    check("lun201", &run_suite("lun201", &[url]));
+}
