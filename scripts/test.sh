@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit and property tests of every
+# crate, and the integration tests that drive the real binary with real
+# iSCSI clients (libiscsi's conformance suite, qemu-img, a bad-input flood).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --release --locked -- -D warnings
+# Release build: the integration tests push real I/O through the daemon.
+cargo test --workspace --release --locked "$@"
