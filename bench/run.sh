@@ -1,0 +1,282 @@
+#!/usr/bin/env bash
+# Benchmark openarray against tgt (the Linux SCSI target framework) in one run,
+# on the same machine, with the same backing store (a 1 GiB file on tmpfs) and
+# the same real clients:
+#   - 4K random read, 32 in flight:  iscsi-perf -m 32 -b 8 -r (512-byte blocks)
+#   - 4K sequential write, 32 deep:  qemu-img bench -w -t none -d 32 -s 4k
+# and the target's CPU time per I/O (utime+stime of the target process, all
+# threads, from /proc/PID/stat, before and after each workload).
+#
+# Usage: bench/run.sh
+# Environment (all optional):
+#   READ_SECONDS=10       length of each read run
+#   WRITE_COUNT=250000    writes per write run (250000 x 4 KiB = the whole LUN)
+#   OA_PORT=3260          openarray portal on 127.0.0.1
+#   TGT_PORT=3261         tgtd portal on 127.0.0.1
+#   TGT_CONTROL_PORT=...  tgtd management port (default: TGT_PORT), so that an
+#                         already running tgtd (control port 0) is left alone
+#   SYSTEMS="tgt openarray"  which targets to measure
+#   BENCH_OUT=docs/bench/latest.md  where the report goes
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+READ_SECONDS=${READ_SECONDS:-10}
+WRITE_COUNT=${WRITE_COUNT:-250000}
+OA_PORT=${OA_PORT:-3260}
+TGT_PORT=${TGT_PORT:-3261}
+TGT_CONTROL_PORT=${TGT_CONTROL_PORT:-$TGT_PORT}
+SYSTEMS=${SYSTEMS:-"tgt openarray"}
+BENCH_OUT=${BENCH_OUT:-$ROOT/docs/bench/latest.md}
+LUN_SIZE=1G
+OA_IQN=iqn.2024-01.org.openarray:bench
+TGT_IQN=iqn.2024-01.org.openarray:bench-tgt
+CLK_TCK=$(getconf CLK_TCK)
+
+log() { printf '[bench] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+WORK=""
+TGTD_PID=""
+OA_PID=""
+
+cleanup() {
+    local status=$?
+    set +e
+    if [ -n "$OA_PID" ]; then stop_process "$OA_PID"; fi
+    if [ -n "$TGTD_PID" ]; then
+        stop_process "$TGTD_PID"
+        # tgtd leaves its management socket behind when it is killed.
+        rm -f "/var/run/tgtd/socket.$TGT_CONTROL_PORT" "/var/run/tgtd/socket.$TGT_CONTROL_PORT.lock"
+    fi
+    if [ -n "$WORK" ]; then rm -rf "$WORK"; fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Ask politely, then insist: tgtd ignores SIGTERM while it has targets.
+stop_process() {
+    local pid=$1
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 1 20); do
+        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    return 0
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Wait until 127.0.0.1:PORT accepts, failing early if PID has exited.
+wait_for_port() {
+    local port=$1 pid=$2 name=$3
+    for _ in $(seq 1 300); do
+        port_in_use "$port" && return 0
+        kill -0 "$pid" 2>/dev/null || die "$name exited before listening on port $port (log: $WORK/$name.log)"
+        sleep 0.1
+    done
+    die "$name did not listen on port $port within 30 s"
+}
+
+# utime+stime of a whole process (every thread), in clock ticks. The command
+# name in field 2 may hold spaces, so fields are counted after its ')'.
+cpu_ticks() {
+    sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+}
+
+make_backing_file() {
+    fallocate -l "$LUN_SIZE" "$1" 2>/dev/null || dd if=/dev/zero of="$1" bs=1M count=1024 status=none
+}
+
+start_tgt() {
+    [ -e "/var/run/tgtd/socket.$TGT_CONTROL_PORT.lock" ] && \
+        die "a tgtd with control port $TGT_CONTROL_PORT seems to run already; set TGT_CONTROL_PORT"
+    make_backing_file "$WORK/tgt.img"
+    # -f: foreground; the portal option binds only to loopback instead of the
+    # wildcard address on 3260; -C: a private management socket.
+    tgtd -f -C "$TGT_CONTROL_PORT" --iscsi "portal=127.0.0.1:$TGT_PORT" >"$WORK/tgt.log" 2>&1 &
+    TGTD_PID=$!
+    for _ in $(seq 1 100); do
+        [ -S "/var/run/tgtd/socket.$TGT_CONTROL_PORT" ] && break
+        kill -0 "$TGTD_PID" 2>/dev/null || die "tgtd exited at start (log: $WORK/tgt.log)"
+        sleep 0.1
+    done
+    local adm=(tgtadm -C "$TGT_CONTROL_PORT" --lld iscsi)
+    "${adm[@]}" --op new --mode target --tid 1 -T "$TGT_IQN"
+    # LUN 0 of a tgt target is its controller; the disk is LUN 1.
+    "${adm[@]}" --op new --mode logicalunit --tid 1 --lun 1 -b "$WORK/tgt.img"
+    "${adm[@]}" --op bind --mode target --tid 1 -I ALL
+    wait_for_port "$TGT_PORT" "$TGTD_PID" tgt
+    log "tgtd pid $TGTD_PID on 127.0.0.1:$TGT_PORT"
+}
+
+start_openarray() {
+    make_backing_file "$WORK/openarray.img"
+    cat >"$WORK/openarray.toml" <<EOF
+[[device]]
+name = "bench"
+kind = "file"
+path = "$WORK/openarray.img"
+size = "$LUN_SIZE"
+block_size = 512
+
+[[target]]
+iqn = "$OA_IQN"
+
+[[target.lun]]
+lun = 0
+device = "bench"
+EOF
+    "$OA_BIN" serve --config "$WORK/openarray.toml" --listen "127.0.0.1:$OA_PORT" >"$WORK/openarray.log" 2>&1 &
+    OA_PID=$!
+    wait_for_port "$OA_PORT" "$OA_PID" openarray
+    log "openarray pid $OA_PID on 127.0.0.1:$OA_PORT"
+}
+
+# Results, one line per measurement: workload system iops us_per_io
+RESULTS=()
+FAILED=0
+
+record() { RESULTS+=("$1|$2|$3|$4"); log "$1 $2: $3 IOPS, $4 us/IO"; }
+
+# us of target CPU per I/O from a tick delta and an I/O count.
+us_per_io() { awk -v t="$1" -v hz="$CLK_TCK" -v n="$2" 'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "n/a" }'; }
+
+measure_read() {
+    local system=$1 pid=$2 url=$3 out="$WORK/$1-read.out" before after iops
+    before=$(cpu_ticks "$pid")
+    if ! timeout $((READ_SECONDS + 20)) iscsi-perf -m 32 -b 8 -r -t "$READ_SECONDS" "$url" >"$out" 2>&1; then
+        log "iscsi-perf against $system failed:"; tr '\r' '\n' <"$out" | tail -5 >&2
+        record "4K random read QD32" "$system" failed n/a; FAILED=1; return
+    fi
+    after=$(cpu_ticks "$pid")
+    # Progress lines are separated by '\r'; the final one holds the whole-run average.
+    iops=$(tr '\r' '\n' <"$out" | sed -n 's/^iops average \([0-9]*\) .*/\1/p' | tail -1)
+    [ -n "$iops" ] || { log "no result from iscsi-perf against $system"; record "4K random read QD32" "$system" failed n/a; FAILED=1; return; }
+    record "4K random read QD32" "$system" "$iops" "$(us_per_io $((after - before)) $((iops * READ_SECONDS)))"
+}
+
+measure_write() {
+    local system=$1 pid=$2 url=$3 out="$WORK/$1-write.out" before after seconds iops
+    before=$(cpu_ticks "$pid")
+    if ! timeout 120 qemu-img bench -f raw -w -t none -c "$WRITE_COUNT" -d 32 -s 4k --pattern 0x5a "$url" >"$out" 2>&1; then
+        log "qemu-img bench against $system failed:"; tail -5 "$out" >&2
+        record "4K write QD32" "$system" failed n/a; FAILED=1; return
+    fi
+    after=$(cpu_ticks "$pid")
+    seconds=$(sed -n 's/^Run completed in \([0-9.]*\) seconds.*/\1/p' "$out")
+    [ -n "$seconds" ] || { log "no result from qemu-img bench against $system"; record "4K write QD32" "$system" failed n/a; FAILED=1; return; }
+    iops=$(awk -v n="$WRITE_COUNT" -v s="$seconds" 'BEGIN { printf "%d", n / s }')
+    record "4K write QD32" "$system" "$iops" "$(us_per_io $((after - before)) "$WRITE_COUNT")"
+}
+
+# Look a value up in RESULTS: field (3 = IOPS, 4 = us/IO) of workload+system.
+result_of() {
+    local r
+    for r in "${RESULTS[@]}"; do
+        IFS='|' read -r w s iops us <<<"$r"
+        if [ "$w" = "$1" ] && [ "$s" = "$2" ]; then
+            if [ "$3" = 3 ]; then echo "$iops"; else echo "$us"; fi
+            return
+        fi
+    done
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+report_table() {
+    local r w s iops us
+    echo "| workload | system | IOPS | target CPU µs/IO |"
+    echo "|---|---|---:|---:|"
+    for r in "${RESULTS[@]}"; do
+        IFS='|' read -r w s iops us <<<"$r"
+        echo "| $w | $s | $iops | $us |"
+    done
+    echo
+    echo "| workload | IOPS openarray/tgt | CPU per I/O openarray/tgt |"
+    echo "|---|---:|---:|"
+    for w in "4K random read QD32" "4K write QD32"; do
+        echo "| $w | $(ratio "$(result_of "$w" openarray 3)" "$(result_of "$w" tgt 3)") | $(ratio "$(result_of "$w" openarray 4)" "$(result_of "$w" tgt 4)") |"
+    done
+}
+
+machine_description() {
+    echo "- CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), nproc $(nproc)"
+    echo "- kernel: $(uname -srm)"
+    echo "- memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+    echo "- tgt $(tgtd --version 2>&1 | head -1), $(iscsi-perf 2>&1 | grep -m1 -o 'iscsi-perf version [0-9.]*'), $(qemu-img --version | head -1)"
+}
+
+write_report() {
+    local commit
+    commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    mkdir -p "$(dirname "$BENCH_OUT")"
+    {
+        echo "# openarray vs tgt"
+        echo
+        echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') at commit $commit with:"
+        echo
+        echo '```'
+        echo "READ_SECONDS=$READ_SECONDS WRITE_COUNT=$WRITE_COUNT bench/run.sh"
+        echo '```'
+        echo
+        echo "Machine:"
+        echo
+        machine_description
+        echo
+        report_table
+        echo
+        echo "Setup: each target serves one 1 GiB file on tmpfs (/dev/shm), 512-byte blocks,"
+        echo "over 127.0.0.1 (tgt: rdwr backing store, LUN 1; openarray: file device, LUN 0)."
+        echo "Reads: \`iscsi-perf -m 32 -b 8 -r -t $READ_SECONDS\` (4 KiB at random 512-byte-aligned LBAs)."
+        echo "Writes: \`qemu-img bench -f raw -w -t none -c $WRITE_COUNT -d 32 -s 4k --pattern 0x5a\` (sequential 4 KiB)."
+        echo "CPU per I/O counts only the target process (utime+stime of all its threads);"
+        echo "clients and target share the same cores, so IOPS are bounded by both."
+    } >"$BENCH_OUT"
+}
+
+main() {
+    bash "$ROOT/bench/deps.sh"
+    WORK=$(mktemp -d /dev/shm/openarray-bench.XXXXXX)
+
+    local system
+    for system in $SYSTEMS; do
+        case $system in
+            tgt) port_in_use "$TGT_PORT" && die "port $TGT_PORT is taken; set TGT_PORT" ;;
+            openarray) port_in_use "$OA_PORT" && die "port $OA_PORT is taken; set OA_PORT" ;;
+            *) die "unknown system '$system'" ;;
+        esac
+    done
+
+    case " $SYSTEMS " in
+        *" openarray "*)
+            log "building openarray (release)"
+            (cd "$ROOT" && cargo build --release --quiet -p openarray --bin openarray)
+            OA_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/openarray
+            start_openarray ;;
+    esac
+    case " $SYSTEMS " in *" tgt "*) start_tgt ;; esac
+
+    for system in $SYSTEMS; do
+        case $system in
+            tgt) measure_read tgt "$TGTD_PID" "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/1" ;;
+            openarray) measure_read openarray "$OA_PID" "iscsi://127.0.0.1:$OA_PORT/$OA_IQN/0" ;;
+        esac
+    done
+    for system in $SYSTEMS; do
+        case $system in
+            tgt) measure_write tgt "$TGTD_PID" "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/1" ;;
+            openarray) measure_write openarray "$OA_PID" "iscsi://127.0.0.1:$OA_PORT/$OA_IQN/0" ;;
+        esac
+    done
+
+    echo
+    report_table
+    write_report
+    log "report written to $BENCH_OUT"
+    return "$FAILED"
+}
+
+main "$@"
