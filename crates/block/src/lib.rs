@@ -8,6 +8,19 @@
 
 use std::io;
 
+mod aligned;
+mod faulty;
+mod file;
+mod mem;
+mod null;
+mod overlay;
+mod sys;
+
+pub use faulty::FaultyDevice;
+pub use file::{FileDevice, FileOptions};
+pub use mem::MemDevice;
+pub use null::NullDevice;
+
 /// What a device can do; the SCSI layer reports these to initiators.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Capabilities {
@@ -77,4 +90,23 @@ pub trait BlockDevice: Send + Sync {
 
     /// A short human description, e.g. `file:/srv/lun0.img`.
     fn describe(&self) -> String;
+}
+
+/// Checks that `len` bytes at `offset` lie inside a device of `size` bytes.
+///
+/// Callers are expected to stay in range; this turns a caller bug into an
+/// error instead of a panic or an out-of-bounds access.
+pub(crate) fn check_range(size: u64, offset: u64, len: u64) -> io::Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("range {offset}+{len} is beyond the device size {size}"),
+        )),
+    }
+}
+
+/// The error returned for writes to a read-only device.
+pub(crate) fn read_only_error() -> io::Error {
+    io::Error::from_raw_os_error(libc::EROFS)
 }

@@ -1,0 +1,572 @@
+//! A device backed by a regular file or a block device node.
+//!
+//! I/O is positional (pread/pwrite), so one descriptor serves concurrent
+//! callers. FUA writes go through a second descriptor opened with O_DSYNC,
+//! which makes just that write stable instead of syncing the whole file.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
+
+use crate::aligned::AlignedBuf;
+use crate::{check_range, read_only_error, sys, Allocation, BlockDevice, Capabilities};
+
+/// How to open a [`FileDevice`].
+#[derive(Clone, Debug, Default)]
+pub struct FileOptions {
+    /// Bypass the page cache (O_DIRECT).
+    pub direct: bool,
+    pub read_only: bool,
+    /// For a regular file: create it with this size when missing, extend it
+    /// to this size when shorter. Never shrinks a file.
+    pub create_size: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Media {
+    Regular,
+    Block,
+}
+
+/// O_DIRECT constraints and the lock that serialises read-modify-write of
+/// partially covered alignment units.
+struct Direct {
+    mem_align: usize,
+    offset_align: u64,
+    rmw: Mutex<()>,
+}
+
+impl Direct {
+    fn covers(&self, ptr: *const u8, offset: u64, len: usize) -> bool {
+        self.offset_aligned(offset, len) && (ptr as usize).is_multiple_of(self.mem_align)
+    }
+
+    fn offset_aligned(&self, offset: u64, len: usize) -> bool {
+        offset.is_multiple_of(self.offset_align) && (len as u64).is_multiple_of(self.offset_align)
+    }
+
+    /// The smallest aligned window holding `[offset, offset + len)`.
+    fn window(&self, offset: u64, len: usize) -> (u64, usize) {
+        let start = offset - offset % self.offset_align;
+        let end = (offset + len as u64).div_ceil(self.offset_align) * self.offset_align;
+        (start, (end - start) as usize)
+    }
+
+    fn bounce(&self, len: usize) -> io::Result<AlignedBuf> {
+        AlignedBuf::zeroed(len, self.mem_align)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad O_DIRECT alignment"))
+    }
+}
+
+pub struct FileDevice {
+    path: PathBuf,
+    file: File,
+    /// The same file opened with O_DSYNC, for FUA writes; `None` when
+    /// read-only.
+    sync_file: Option<File>,
+    size: u64,
+    media: Media,
+    direct: Option<Direct>,
+    read_only: bool,
+}
+
+/// Prefixes an error with the path it concerns, so configuration errors
+/// say which file failed.
+fn with_path(path: &Path, what: &str, err: io::Error) -> io::Error {
+    io::Error::new(err.kind(), format!("{what} {}: {err}", path.display()))
+}
+
+impl FileDevice {
+    pub fn open(path: &Path, opts: FileOptions) -> io::Result<FileDevice> {
+        let flags = if opts.direct { libc::O_DIRECT } else { 0 };
+        let mut oo = OpenOptions::new();
+        oo.read(true).write(!opts.read_only).custom_flags(flags);
+        if opts.create_size.is_some() && !opts.read_only {
+            oo.create(true);
+        }
+        let file = oo
+            .open(path)
+            .map_err(|e| with_path(path, "cannot open", e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| with_path(path, "cannot stat", e))?;
+        let media = if meta.file_type().is_block_device() {
+            Media::Block
+        } else if meta.is_file() {
+            Media::Regular
+        } else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is neither a regular file nor a block device",
+                    path.display()
+                ),
+            ));
+        };
+
+        let size = match media {
+            Media::Block => sys::block_device_size(file.as_fd())
+                .map_err(|e| with_path(path, "cannot size", e))?,
+            Media::Regular => match opts.create_size {
+                Some(want) if want > meta.len() && !opts.read_only => {
+                    file.set_len(want)
+                        .map_err(|e| with_path(path, "cannot extend", e))?;
+                    want
+                }
+                _ => meta.len(),
+            },
+        };
+
+        let direct = if opts.direct {
+            let (mem_align, offset_align) =
+                sys::direct_io_alignment(file.as_fd()).unwrap_or_else(|| {
+                    match media {
+                        Media::Block => {
+                            let sector =
+                                sys::block_logical_sector_size(file.as_fd()).unwrap_or(4096);
+                            (sector, sector)
+                        }
+                        // 4 KiB satisfies every common device and file system.
+                        Media::Regular => (4096, 4096),
+                    }
+                });
+            let (mem_align, offset_align) = (mem_align.max(1) as usize, offset_align.max(1) as u64);
+            if !mem_align.is_power_of_two() || size % offset_align != 0 {
+                // An unaligned tail could only be written by growing the file.
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{}: size {size} is not a multiple of the O_DIRECT alignment {offset_align}",
+                        path.display()
+                    ),
+                ));
+            }
+            Some(Direct {
+                mem_align,
+                offset_align,
+                rmw: Mutex::new(()),
+            })
+        } else {
+            None
+        };
+
+        let sync_file = if opts.read_only {
+            None
+        } else {
+            let f = OpenOptions::new()
+                .write(true)
+                .custom_flags(flags | libc::O_DSYNC)
+                .open(path)
+                .map_err(|e| with_path(path, "cannot open (O_DSYNC)", e))?;
+            Some(f)
+        };
+
+        Ok(FileDevice {
+            path: path.to_path_buf(),
+            file,
+            sync_file,
+            size,
+            media,
+            direct,
+            read_only: opts.read_only,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn writer(&self, fua: bool) -> io::Result<&File> {
+        match (&self.sync_file, fua) {
+            (None, _) => Err(read_only_error()),
+            (Some(sync), true) => Ok(sync),
+            (Some(_), false) => Ok(&self.file),
+        }
+    }
+
+    fn direct_read(&self, d: &Direct, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if d.covers(buf.as_ptr(), offset, buf.len()) {
+            return self.file.read_exact_at(buf, offset);
+        }
+        let (start, len) = d.window(offset, buf.len());
+        let mut bounce = d.bounce(len)?;
+        self.file.read_exact_at(&mut bounce, start)?;
+        let skip = (offset - start) as usize;
+        buf.copy_from_slice(&bounce[skip..skip + buf.len()]);
+        Ok(())
+    }
+
+    fn direct_write(&self, d: &Direct, out: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+        if d.covers(buf.as_ptr(), offset, buf.len()) {
+            return out.write_all_at(buf, offset);
+        }
+        if d.offset_aligned(offset, buf.len()) {
+            let mut bounce = d.bounce(buf.len())?;
+            bounce.copy_from_slice(buf);
+            return out.write_all_at(&bounce, offset);
+        }
+        // Partial alignment units: read them, patch, write back. Two such
+        // writes to different bytes of one unit must not undo each other.
+        let _guard = d.rmw.lock();
+        let (start, len) = d.window(offset, buf.len());
+        let mut bounce = d.bounce(len)?;
+        self.file.read_exact_at(&mut bounce, start)?;
+        let skip = (offset - start) as usize;
+        bounce[skip..skip + buf.len()].copy_from_slice(buf);
+        out.write_all_at(&bounce, start)
+    }
+
+    /// Zeros a range by writing zeros, for when the kernel offers no
+    /// cheaper way.
+    fn write_zeroes_by_writing(&self, offset: u64, len: u64) -> io::Result<()> {
+        const STEP: u64 = 1 << 20;
+        let Some(zeros) = AlignedBuf::zeroed(STEP.min(len) as usize, 4096) else {
+            return Ok(());
+        };
+        let mut done = 0;
+        while done < len {
+            let n = STEP.min(len - done);
+            self.write_at(&zeros[..n as usize], offset + done, false)?;
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// Errors meaning "this file or device cannot do that operation".
+fn unsupported(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOTTY) | Some(libc::ENOSYS)
+    )
+}
+
+impl BlockDevice for FileDevice {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        check_range(self.size, offset, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        match &self.direct {
+            Some(d) => self.direct_read(d, buf, offset),
+            None => self.file.read_exact_at(buf, offset),
+        }
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        check_range(self.size, offset, buf.len() as u64)?;
+        let out = self.writer(fua)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        match &self.direct {
+            Some(d) => self.direct_write(d, out, buf, offset),
+            None => out.write_all_at(buf, offset),
+        }
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.file.sync_data()
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        check_range(self.size, offset, len)?;
+        if self.read_only {
+            return Err(read_only_error());
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        match self.media {
+            Media::Regular => match sys::punch_hole(self.file.as_fd(), offset, len) {
+                // We promise zeros after discard; keep it without holes.
+                Err(e) if unsupported(&e) => self.write_zeroes_by_writing(offset, len),
+                r => r,
+            },
+            // Discard is advisory on devices that don't do it.
+            Media::Block => match sys::block_discard(self.file.as_fd(), offset, len) {
+                Err(e) if unsupported(&e) => Ok(()),
+                r => r,
+            },
+        }
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        check_range(self.size, offset, len)?;
+        if self.read_only {
+            return Err(read_only_error());
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let fd = self.file.as_fd();
+        let fast = match self.media {
+            Media::Regular => match sys::punch_hole(fd, offset, len) {
+                Err(e) if unsupported(&e) => sys::zero_range(fd, offset, len),
+                r => r,
+            },
+            Media::Block => sys::block_zero_out(fd, offset, len),
+        };
+        match fast {
+            Err(e) if unsupported(&e) => self.write_zeroes_by_writing(offset, len),
+            r => r,
+        }
+    }
+
+    fn allocation(&self, offset: u64, len: u64) -> io::Result<(Allocation, u64)> {
+        check_range(self.size, offset, len)?;
+        if self.media == Media::Block || len == 0 {
+            return Ok((Allocation::Mapped, len));
+        }
+        let fd = self.file.as_fd();
+        match sys::seek_data(fd, offset)? {
+            None => Ok((Allocation::Deallocated, len)),
+            Some(data) if data > offset => Ok((Allocation::Deallocated, (data - offset).min(len))),
+            Some(_) => {
+                let hole = sys::seek_hole(fd, offset)?.unwrap_or(self.size);
+                Ok((
+                    Allocation::Mapped,
+                    hole.saturating_sub(offset).clamp(1, len),
+                ))
+            }
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let regular = self.media == Media::Regular;
+        Capabilities {
+            thin: regular,
+            // Even with O_DIRECT, allocating writes to a sparse file and
+            // the disk's own cache need fdatasync to become stable, so the
+            // LUN always reports a volatile cache and initiators flush.
+            volatile_cache: true,
+            may_block: true,
+            discard_zeroes: regular,
+            discard: true,
+            read_only: self.read_only,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let direct = if self.direct.is_some() { ",direct" } else { "" };
+        format!("file:{}{direct}", self.path.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn create(dir: &tempfile::TempDir, name: &str, size: u64, direct: bool) -> FileDevice {
+        let opts = FileOptions {
+            direct,
+            read_only: false,
+            create_size: Some(size),
+        };
+        FileDevice::open(&dir.path().join(name), opts).unwrap()
+    }
+
+    #[test]
+    fn creates_a_sparse_file_of_the_requested_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = create(&dir, "a.img", 1 << 30, false);
+        assert_eq!(dev.size(), 1 << 30);
+        let meta = std::fs::metadata(dir.path().join("a.img")).unwrap();
+        assert_eq!(meta.len(), 1 << 30);
+        assert_eq!(
+            dev.allocation(0, 1 << 30).unwrap(),
+            (Allocation::Deallocated, 1 << 30)
+        );
+        let mut buf = vec![1u8; 4096];
+        dev.read_at(&mut buf, 12345).unwrap();
+        assert!(buf.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn write_read_allocation_and_discard() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = create(&dir, "b.img", 1 << 20, false);
+        let data: Vec<u8> = (0..65536).map(|i| (i % 253) as u8).collect();
+        dev.write_at(&data, 65536, false).unwrap();
+        dev.write_at(&data[..512], 0, true).unwrap();
+        dev.flush().unwrap();
+        let mut back = vec![0; data.len()];
+        dev.read_at(&mut back, 65536).unwrap();
+        assert_eq!(back, data);
+
+        let (state, n) = dev.allocation(65536, (1 << 20) - 65536).unwrap();
+        assert_eq!(state, Allocation::Mapped);
+        assert!(n >= 65536);
+        assert_eq!(
+            dev.allocation(1 << 19, 1 << 19).unwrap(),
+            (Allocation::Deallocated, 1 << 19)
+        );
+
+        dev.discard(65536, 65536).unwrap();
+        dev.read_at(&mut back, 65536).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+        assert_eq!(
+            dev.allocation(65536, 65536).unwrap().0,
+            Allocation::Deallocated
+        );
+
+        dev.write_at(&data, 0, false).unwrap();
+        dev.write_zeroes(512, 4096).unwrap();
+        let mut head = vec![0xffu8; 8192];
+        dev.read_at(&mut head, 0).unwrap();
+        assert_eq!(&head[..512], &data[..512]);
+        assert!(head[512..4608].iter().all(|&b| b == 0));
+        assert_eq!(&head[4608..], &data[4608..8192]);
+        assert!(dev.capabilities().thin && dev.capabilities().may_block);
+    }
+
+    #[test]
+    fn existing_files_grow_but_never_shrink() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.img");
+        std::fs::write(&path, vec![9u8; 8192]).unwrap();
+        let dev = FileDevice::open(
+            &path,
+            FileOptions {
+                create_size: Some(4096),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(dev.size(), 8192);
+        drop(dev);
+        let dev = FileDevice::open(
+            &path,
+            FileOptions {
+                create_size: Some(16384),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(dev.size(), 16384);
+        let mut buf = [0u8; 2];
+        dev.read_at(&mut buf, 8191).unwrap();
+        assert_eq!(buf, [9, 0]);
+    }
+
+    #[test]
+    fn missing_file_without_create_size_names_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing.img");
+        let err = FileDevice::open(&path, FileOptions::default())
+            .err()
+            .unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(err.to_string().contains("missing.img"), "{err}");
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn directories_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = FileDevice::open(
+            dir.path(),
+            FileOptions {
+                read_only: true,
+                ..Default::default()
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("neither"), "{err}");
+    }
+
+    #[test]
+    fn read_only_refuses_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ro.img");
+        std::fs::write(&path, vec![5u8; 4096]).unwrap();
+        let dev = FileDevice::open(
+            &path,
+            FileOptions {
+                read_only: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(dev.capabilities().read_only);
+        let mut buf = [0u8; 4];
+        dev.read_at(&mut buf, 0).unwrap();
+        assert_eq!(buf, [5; 4]);
+        assert_eq!(
+            dev.write_at(&[1], 0, false).unwrap_err().raw_os_error(),
+            Some(libc::EROFS)
+        );
+        assert!(dev.discard(0, 512).is_err());
+        assert!(dev.write_zeroes(0, 512).is_err());
+        dev.flush().unwrap();
+    }
+
+    #[test]
+    fn direct_io_handles_unaligned_buffers_and_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = create(&dir, "d.img", 1 << 20, true);
+        assert!(dev.describe().ends_with(",direct"));
+        // Misaligned buffer pointer, aligned offset.
+        let data: Vec<u8> = (0..8193).map(|i| (i % 241) as u8).collect();
+        dev.write_at(&data[1..], 4096, false).unwrap();
+        // Misaligned offset and length: read-modify-write.
+        dev.write_at(&[0xab; 700], 4096 + 100, true).unwrap();
+        let mut back = vec![0u8; 8193];
+        dev.read_at(&mut back[1..], 4096).unwrap();
+        let mut expect = data[1..].to_vec();
+        expect[100..800].fill(0xab);
+        assert_eq!(&back[1..], &expect[..]);
+        // The bytes really are in the file, seen through the page cache.
+        let on_disk = std::fs::read(dir.path().join("d.img")).unwrap();
+        assert_eq!(&on_disk[4096..4096 + 8192], &expect[..]);
+    }
+
+    #[test]
+    fn direct_io_refuses_unaligned_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.img");
+        std::fs::write(&path, vec![0u8; 1000]).unwrap();
+        let opts = FileOptions {
+            direct: true,
+            ..Default::default()
+        };
+        assert!(FileDevice::open(&path, opts).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        #[test]
+        fn direct_file_matches_a_byte_vector(
+            ops in proptest::collection::vec((0u64..60_000, 0usize..9000, any::<u8>(), any::<bool>()), 1..16)
+        ) {
+            const SIZE: u64 = 64 * 1024;
+            let dir = tempfile::tempdir().unwrap();
+            let dev = create(&dir, "p.img", SIZE, true);
+            let mut model = vec![0u8; SIZE as usize];
+            for (offset, len, byte, fua) in ops {
+                let len = len.min((SIZE - offset) as usize);
+                let data = vec![byte; len + 1];
+                // Start one byte in so the pointer is rarely aligned.
+                dev.write_at(&data[1..], offset, fua).unwrap();
+                model[offset as usize..offset as usize + len].fill(byte);
+            }
+            let mut all = vec![0u8; SIZE as usize];
+            dev.read_at(&mut all, 0).unwrap();
+            prop_assert_eq!(all, model);
+        }
+    }
+}
