@@ -1,1 +1,85 @@
-//! Configuration model, validation and the registry of live objects.
+//! Configuration model, validation and the building of live objects.
+//!
+//! The TOML file is the source of truth at start. [`parse_config`] reads
+//! and validates it completely, reporting every problem with the file,
+//! line:column, field path and reason; [`build`] then opens the devices
+//! and creates the logical units and targets the transports serve.
+
+mod error;
+mod locate;
+mod model;
+mod names;
+mod raw;
+// mod runtime;
+mod size;
+mod validate;
+
+use std::path::Path;
+
+pub use error::{ConfigError, Issue, Location};
+pub use model::{
+    Config, Daemon, Device, DeviceKind, Lun, Portal, Target, DEFAULT_DEVICE_SIZE,
+    DEFAULT_ISCSI_PORT,
+};
+pub use names::check_iscsi_name;
+// pub use runtime::{build, Runtime};
+pub use size::parse_size;
+pub use validate::{parse_listen, MAX_LUN};
+
+/// The configuration used when none is given: one 1 GiB RAM LUN, offered
+/// on loopback only.
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("default.toml");
+
+/// Where [`default_config`] says it comes from.
+pub const DEFAULT_ORIGIN: &str = "<built-in default>";
+
+pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::single(
+            &origin,
+            None,
+            "",
+            format!("cannot read the configuration: {e}"),
+        )
+    })?;
+    parse_config(&text, &origin)
+}
+
+/// Parses and validates configuration text; `origin` names it in errors.
+pub fn parse_config(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    let raw: raw::RawConfig = toml::from_str(text).map_err(|e| serde_error(text, origin, &e))?;
+    validate::validate(raw, text, origin)
+}
+
+pub fn default_config() -> Config {
+    // The embedded text is fixed at build time and checked by a unit test.
+    parse_config(DEFAULT_CONFIG_TOML, DEFAULT_ORIGIN)
+        .expect("the built-in default configuration is valid")
+}
+
+/// Turns a TOML or serde error into an issue with the field path at its
+/// position.
+fn serde_error(text: &str, origin: &str, err: &toml::de::Error) -> ConfigError {
+    let span = err.span();
+    let location = span.as_ref().map(|s| Location::of_span(text, s));
+    let mut field = span
+        .map(|s| locate::field_at(text, s.start))
+        .unwrap_or_default();
+    let message = err.message().trim().replace('\n', "; ");
+    // A missing field is reported at its table; name the field itself.
+    if let Some(missing) = message
+        .strip_prefix("missing field `")
+        .and_then(|m| m.split('`').next())
+    {
+        field = if field.is_empty() {
+            missing.to_string()
+        } else {
+            format!("{field}.{missing}")
+        };
+    }
+    ConfigError::single(origin, location, &field, message)
+}
+
+#[cfg(test)]
+mod tests;

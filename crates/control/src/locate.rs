@@ -1,0 +1,119 @@
+//! Maps a byte offset in a TOML document to the field path there, e.g.
+//! `target[0].lun[2].device`, so that errors serde reports by position
+//! also say which field they are about.
+
+use std::ops::Range;
+
+use toml_edit::{ImDocument, Item, Table, Value};
+
+#[derive(Default)]
+struct Finder {
+    offset: usize,
+    /// Smallest span seen so far that contains `offset`, and its path.
+    best: Option<(usize, String)>,
+}
+
+impl Finder {
+    fn consider(&mut self, span: Option<Range<usize>>, path: &str) {
+        let Some(span) = span else { return };
+        let contains = span.start <= self.offset
+            && (self.offset < span.end || span.is_empty() && self.offset == span.start);
+        if !contains {
+            return;
+        }
+        let len = span.len();
+        if self.best.as_ref().is_none_or(|(best, _)| len <= *best) {
+            self.best = Some((len, path.to_string()));
+        }
+    }
+
+    fn table(&mut self, table: &Table, path: &str) {
+        for (key, item) in table.iter() {
+            let here = join(path, key);
+            self.consider(table.key(key).and_then(|k| k.span()), &here);
+            self.item(item, &here);
+        }
+    }
+
+    fn item(&mut self, item: &Item, path: &str) {
+        match item {
+            Item::Table(t) => {
+                self.consider(t.span(), path);
+                self.table(t, path);
+            }
+            Item::ArrayOfTables(tables) => {
+                for (i, t) in tables.iter().enumerate() {
+                    let here = format!("{path}[{i}]");
+                    self.consider(t.span(), &here);
+                    self.table(t, &here);
+                }
+            }
+            Item::Value(v) => self.value(v, path),
+            Item::None => {}
+        }
+    }
+
+    fn value(&mut self, value: &Value, path: &str) {
+        self.consider(value.span(), path);
+        match value {
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    self.value(v, &format!("{path}[{i}]"));
+                }
+            }
+            Value::InlineTable(t) => {
+                for (key, v) in t.iter() {
+                    let here = join(path, key);
+                    self.consider(t.key(key).and_then(|k| k.span()), &here);
+                    self.value(v, &here);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// The path of the innermost key, value or table at `offset`; empty when
+/// the text does not parse or nothing is there.
+pub fn field_at(text: &str, offset: usize) -> String {
+    let Ok(doc) = ImDocument::parse(text) else {
+        return String::new();
+    };
+    let mut finder = Finder { offset, best: None };
+    finder.table(doc.as_table(), "");
+    finder.best.map(|(_, path)| path).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "[daemon]\nstate_dir = \"/x\"\n\n[[device]]\nname = \"a\"\n[[device]]\nsize = 512\n\n[[target]]\nname = \"t\"\nlun = [{lun = 1, device = \"x\"}]\n";
+
+    fn at(needle: &str) -> String {
+        field_at(TEXT, TEXT.find(needle).unwrap())
+    }
+
+    #[test]
+    fn finds_keys_values_and_tables() {
+        assert_eq!(at("state_dir"), "daemon.state_dir");
+        assert_eq!(at("\"/x\""), "daemon.state_dir");
+        assert_eq!(at("size"), "device[1].size");
+        assert_eq!(at("[[device]]\nsize"), "device[1]");
+        assert_eq!(at("device = \"x\""), "target[0].lun[0].device");
+        assert_eq!(at("1, device"), "target[0].lun[0].lun");
+    }
+
+    #[test]
+    fn unparsable_text_has_no_path() {
+        assert_eq!(field_at("[[device]\n", 3), "");
+    }
+}

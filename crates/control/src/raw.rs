@@ -1,0 +1,71 @@
+//! The file format as serde reads it, with the span of every value so that
+//! validation can point at the line of a bad one.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub daemon: Option<RawDaemon>,
+    #[serde(default)]
+    pub portal: Vec<Spanned<RawPortal>>,
+    #[serde(default)]
+    pub device: Vec<Spanned<RawDevice>>,
+    #[serde(default)]
+    pub target: Vec<Spanned<RawTarget>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDaemon {
+    pub state_dir: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPortal {
+    pub listen: Spanned<String>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RawKind {
+    File,
+    Mem,
+    Null,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDevice {
+    pub name: Spanned<String>,
+    pub kind: Spanned<RawKind>,
+    pub path: Option<Spanned<String>>,
+    /// An integer (bytes) or a string such as "1G".
+    pub size: Option<Spanned<toml::Value>>,
+    pub direct: Option<Spanned<bool>>,
+    pub product_id: Option<Spanned<String>>,
+    pub serial: Option<Spanned<String>>,
+    pub naa: Option<Spanned<String>>,
+    pub block_size: Option<Spanned<i64>>,
+    pub read_only: Option<bool>,
+    pub write_cache: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTarget {
+    pub name: Spanned<String>,
+    pub alias: Option<Spanned<String>>,
+    pub portals: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    pub lun: Vec<Spanned<RawLun>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLun {
+    pub lun: Spanned<i64>,
+    pub device: Spanned<String>,
+}

@@ -1,0 +1,322 @@
+//! Parsing and validation of whole configuration files.
+
+use super::*;
+
+fn errors(text: &str) -> String {
+    parse_config(text, "test.toml").unwrap_err().to_string()
+}
+
+fn assert_error(text: &str, expect: &[&str]) {
+    let msg = errors(text);
+    for part in expect {
+        assert!(msg.contains(part), "expected `{part}` in:\n{msg}");
+    }
+}
+
+const MINIMAL: &str = r#"
+[[portal]]
+listen = "127.0.0.1:3260"
+
+[[device]]
+name = "d0"
+kind = "mem"
+
+[[target]]
+name = "iqn.2026-11.org.example:t0"
+[[target.lun]]
+lun = 0
+device = "d0"
+"#;
+
+#[test]
+fn default_config_is_one_gib_mem_lun_on_loopback() {
+    let c = default_config();
+    assert_eq!(c.origin, DEFAULT_ORIGIN);
+    assert_eq!(c.portals.len(), 1);
+    assert_eq!(c.portals[0].listen, "127.0.0.1:3260".parse().unwrap());
+    assert_eq!(c.targets.len(), 1);
+    let t = &c.targets[0];
+    assert_eq!(t.name, "iqn.2026-11.org.openarray:default");
+    assert_eq!(t.luns.len(), 1);
+    assert_eq!(t.luns[0].lun, 0);
+    let dev = c.device(&t.luns[0].device).unwrap();
+    assert_eq!(dev.kind, DeviceKind::Mem);
+    assert_eq!(dev.size, Some(1 << 30));
+    assert_eq!(dev.block_size, 512);
+}
+
+#[test]
+fn example_config_parses() {
+    let text = include_str!("../../../examples/openarray.toml");
+    let c = parse_config(text, "examples/openarray.toml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.portals.len(), 2);
+    assert!(c.portals.iter().any(|p| p.listen.is_ipv6()));
+    assert!(c
+        .devices
+        .iter()
+        .any(|d| d.kind == DeviceKind::File && d.block_size == 4096 && d.direct));
+    let db = &c.targets[0];
+    assert!(db.luns.iter().any(|l| l.lun == 201));
+    assert_eq!(c.target_portals(db).len(), 2);
+    assert_eq!(
+        c.target_portals(&c.targets[1]),
+        vec!["127.0.0.1:3260".parse().unwrap()]
+    );
+    assert_eq!(
+        c.daemon.state_dir.as_deref(),
+        Some(Path::new("/var/lib/openarray"))
+    );
+}
+
+#[test]
+fn minimal_config_gets_defaults() {
+    let c = parse_config(MINIMAL, "m.toml").unwrap();
+    let d = &c.devices[0];
+    assert_eq!(
+        (d.size, d.block_size, d.read_only, d.write_cache, d.direct),
+        (Some(1 << 30), 512, false, true, false)
+    );
+    assert_eq!(d.naa, None);
+    assert_eq!(d.at.map(|l| l.line), Some(5));
+    assert_eq!(c.targets[0].portals, None);
+    assert_eq!(c.daemon, Daemon::default());
+}
+
+#[test]
+fn unknown_field_names_file_line_and_field() {
+    let text = MINIMAL.replace("kind = \"mem\"", "kind = \"mem\"\nsise = \"1G\"");
+    assert_error(
+        &text,
+        &["test.toml:8:1: device[0].sise: unknown field `sise`"],
+    );
+}
+
+#[test]
+fn unknown_section_is_an_error() {
+    assert_error(
+        "[deamon]\nstate_dir = \"/x\"\n",
+        &["test.toml:1:2: deamon: unknown field `deamon`"],
+    );
+}
+
+#[test]
+fn missing_field_names_the_field() {
+    let text = MINIMAL.replace("device = \"d0\"", "");
+    assert_error(&text, &["target[0].lun[0].device: missing field `device`"]);
+    assert_error(
+        "[[device]]\nkind = \"mem\"\n",
+        &["test.toml:1:1: device[0].name: missing field `name`"],
+    );
+}
+
+#[test]
+fn wrong_types_point_at_the_value() {
+    let text = MINIMAL.replace("lun = 0", "lun = \"zero\"");
+    assert_error(
+        &text,
+        &["test.toml:12:7: target[0].lun[0].lun: invalid type: string \"zero\""],
+    );
+    let text = MINIMAL.replace("kind = \"mem\"", "kind = \"disk\"");
+    assert_error(&text, &["device[0].kind: unknown variant `disk`"]);
+}
+
+#[test]
+fn syntax_errors_have_a_position() {
+    let msg = errors("[[device]\nname = 1\n");
+    assert!(msg.starts_with("test.toml:1:"), "{msg}");
+    assert!(!msg.contains('\n'), "one line: {msg}");
+}
+
+#[test]
+fn bad_sizes() {
+    let text = MINIMAL.replace("kind = \"mem\"", "kind = \"mem\"\nsize = \"12X\"");
+    assert_error(
+        &text,
+        &["test.toml:8:8: device[0].size: unknown size unit `X`"],
+    );
+    let text = MINIMAL.replace("kind = \"mem\"", "kind = \"mem\"\nsize = 1000");
+    assert_error(
+        &text,
+        &["device[0].size: 1000 bytes is not a whole number of 512-byte blocks"],
+    );
+    let text = MINIMAL.replace(
+        "kind = \"mem\"",
+        "kind = \"mem\"\nsize = \"1M\"\nblock_size = 4096",
+    );
+    assert!(parse_config(&text, "t").is_ok());
+    let text = MINIMAL.replace("kind = \"mem\"", "kind = \"mem\"\nsize = 0");
+    assert_error(&text, &["device[0].size: must be more than zero"]);
+    let text = MINIMAL.replace("kind = \"mem\"", "kind = \"mem\"\nsize = true");
+    assert_error(&text, &["device[0].size: expected bytes"]);
+    let text = MINIMAL.replace("kind = \"mem\"", "kind = \"mem\"\nblock_size = 1024");
+    assert_error(
+        &text,
+        &["device[0].block_size: 1024 is not a supported block size"],
+    );
+}
+
+#[test]
+fn duplicates_are_errors() {
+    let text = format!("{MINIMAL}\n[[device]]\nname = \"d0\"\nkind = \"null\"\n");
+    assert_error(
+        &text,
+        &["device[1].name: device `d0` is already defined (line 5)"],
+    );
+    let text = format!("{MINIMAL}\n[[target.lun]]\nlun = 0\ndevice = \"d0\"\n");
+    assert_error(&text, &["target[0].lun[1].lun: LUN 0 is already mapped"]);
+    let text = format!("{MINIMAL}\n[[portal]]\nlisten = \"127.0.0.1:3260\"\n");
+    assert_error(
+        &text,
+        &["portal[1].listen: 127.0.0.1:3260 is already a portal"],
+    );
+    let text = format!("{MINIMAL}\n[[target]]\nname = \"iqn.2026-11.org.example:t0\"\n");
+    assert_error(
+        &text,
+        &["target[1].name: target `iqn.2026-11.org.example:t0` is already defined"],
+    );
+}
+
+#[test]
+fn dangling_and_out_of_range_luns() {
+    let text = MINIMAL.replace("device = \"d0\"", "device = \"d9\"");
+    assert_error(
+        &text,
+        &["test.toml:13:10: target[0].lun[0].device: no [[device]] is named `d9`"],
+    );
+    let text = MINIMAL.replace("lun = 0", "lun = 16384");
+    assert_error(
+        &text,
+        &["target[0].lun[0].lun: LUN 16384 is outside 0..=16383"],
+    );
+    let text = MINIMAL.replace("lun = 0", "lun = 16383");
+    assert_eq!(
+        parse_config(&text, "t").unwrap().targets[0].luns[0].lun,
+        16383
+    );
+}
+
+#[test]
+fn a_bad_device_does_not_also_fail_its_luns() {
+    let text = MINIMAL.replace("kind = \"mem\"", "kind = \"mem\"\nsize = \"x\"");
+    let err = parse_config(&text, "t").unwrap_err();
+    assert_eq!(err.issues.len(), 1, "{err}");
+}
+
+#[test]
+fn every_issue_is_reported_in_file_order() {
+    let text = MINIMAL
+        .replace(
+            "name = \"iqn.2026-11.org.example:t0\"",
+            "name = \"target0\"",
+        )
+        .replace("listen = \"127.0.0.1:3260\"", "listen = \"localhost\"");
+    let err = parse_config(&text, "t.toml").unwrap_err();
+    assert_eq!(err.issues.len(), 2, "{err}");
+    assert_eq!(err.issues[0].field, "portal[0].listen");
+    assert_eq!(err.issues[1].field, "target[0].name");
+    assert!(err
+        .to_string()
+        .contains("t.toml:10:8: target[0].name: an iSCSI name starts with"));
+}
+
+#[test]
+fn file_devices_need_a_path_and_others_must_not_have_one() {
+    let text = MINIMAL.replace("kind = \"mem\"", "kind = \"file\"");
+    assert_error(
+        &text,
+        &["test.toml:5:1: device[0].path: a `file` device needs `path`"],
+    );
+    let text = MINIMAL.replace(
+        "kind = \"mem\"",
+        "kind = \"mem\"\npath = \"/tmp/x\"\ndirect = true",
+    );
+    assert_error(
+        &text,
+        &[
+            "device[0].path: only `file` devices have a path",
+            "device[0].direct: only `file` devices",
+        ],
+    );
+}
+
+#[test]
+fn identifiers_are_checked() {
+    let text = MINIMAL.replace(
+        "kind = \"mem\"",
+        "kind = \"mem\"\nnaa = \"1234\"\nproduct_id = \"THIS-NAME-IS-TOO-LONG\"",
+    );
+    assert_error(
+        &text,
+        &[
+            "device[0].naa: an NAA designator is 32 hex digits",
+            "device[0].product_id: must have 1 to 16",
+        ],
+    );
+    let text = MINIMAL
+        .replace("name = \"d0\"", "name = \"d/0\"")
+        .replace("device = \"d0\"", "device = \"d/0\"");
+    assert_error(&text, &["device[0].name: a device name uses letters"]);
+    let naa = "naa = \"6001405a1b2c3d4e5f60718293a4b5c6\"";
+    let text = format!(
+        "{}\n[[device]]\nname = \"d1\"\nkind = \"mem\"\n{naa}\n",
+        MINIMAL.replace("kind = \"mem\"", &format!("kind = \"mem\"\n{naa}"))
+    );
+    assert_error(
+        &text,
+        &["device[1].naa: device `d0` has the same NAA designator"],
+    );
+}
+
+#[test]
+fn target_portals_must_be_configured_portals() {
+    let text = MINIMAL.replace(
+        "name = \"iqn.2026-11.org.example:t0\"",
+        "name = \"iqn.2026-11.org.example:t0\"\nportals = [\"127.0.0.1:3261\"]",
+    );
+    assert_error(
+        &text,
+        &["target[0].portals[0]: 127.0.0.1:3261 is not the `listen` of any [[portal]]"],
+    );
+    let text = MINIMAL.replace(
+        "name = \"iqn.2026-11.org.example:t0\"",
+        "name = \"iqn.2026-11.org.example:t0\"\nportals = []",
+    );
+    assert_error(&text, &["target[0].portals: lists no portal"]);
+}
+
+#[test]
+fn listen_addresses() {
+    assert_eq!(
+        parse_listen("[::1]:3260").unwrap(),
+        "[::1]:3260".parse().unwrap()
+    );
+    assert_eq!(
+        parse_listen("10.0.0.1").unwrap(),
+        "10.0.0.1:3260".parse().unwrap()
+    );
+    assert_eq!(parse_listen("[fe80::1]").unwrap().port(), 3260);
+    assert_eq!(parse_listen("::").unwrap(), "[::]:3260".parse().unwrap());
+    assert!(parse_listen("127.0.0.1:0").unwrap_err().contains("port 0"));
+    assert!(parse_listen("example.com:3260").is_err());
+}
+
+#[test]
+fn override_listen_replaces_portals_for_every_target() {
+    let mut c = parse_config(include_str!("../../../examples/openarray.toml"), "e").unwrap();
+    let addr: std::net::SocketAddr = "[::1]:13260".parse().unwrap();
+    c.override_listen(&[addr]);
+    assert_eq!(c.portals.len(), 1);
+    for t in &c.targets {
+        assert_eq!(c.target_portals(t), vec![addr]);
+    }
+}
+
+#[test]
+fn load_config_names_unreadable_files() {
+    let err = load_config(Path::new("/nonexistent/openarray.toml")).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("/nonexistent/openarray.toml: cannot read the configuration"),
+        "{err}"
+    );
+}

@@ -1,0 +1,453 @@
+//! Turns the file as read into the validated [`Config`], collecting every
+//! problem with its position rather than stopping at the first.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+use std::path::PathBuf;
+
+use toml::Spanned;
+
+use crate::error::{ConfigError, Issue, Location};
+use crate::model::{
+    Config, Daemon, Device, DeviceKind, Lun, Portal, Target, DEFAULT_DEVICE_SIZE,
+    DEFAULT_ISCSI_PORT,
+};
+use crate::names::{check_ascii_field, check_device_name, check_iscsi_name, parse_naa};
+use crate::raw::{RawConfig, RawDevice, RawKind, RawTarget};
+use crate::size::parse_size;
+
+/// Highest LUN the flat addressing of SAM can carry.
+pub const MAX_LUN: u64 = 16383;
+
+/// Parses a portal address: `ip:port`, `[ipv6]:port`, or an address
+/// alone for the default port.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    let addr = text
+        .parse::<SocketAddr>()
+        .ok()
+        .or_else(|| {
+            let bare = text
+                .strip_prefix('[')
+                .and_then(|t| t.strip_suffix(']'))
+                .unwrap_or(text);
+            bare.parse::<IpAddr>()
+                .ok()
+                .map(|ip| SocketAddr::new(ip, DEFAULT_ISCSI_PORT))
+        })
+        .ok_or_else(|| {
+            format!("`{text}` is not an address with port, e.g. 0.0.0.0:3260 or [::1]:3260")
+        })?;
+    if addr.port() == 0 {
+        return Err("port 0 is not a listening port".into());
+    }
+    Ok(addr)
+}
+
+struct Checker<'a> {
+    text: &'a str,
+    issues: Vec<Issue>,
+}
+
+impl Checker<'_> {
+    fn at(&self, span: &Range<usize>) -> Option<Location> {
+        Some(Location::of_span(self.text, span))
+    }
+
+    fn fail(&mut self, span: &Range<usize>, field: String, reason: impl Into<String>) {
+        let location = self.at(span);
+        self.issues.push(Issue {
+            location,
+            field,
+            reason: reason.into(),
+        });
+    }
+
+    /// Reports `Err` against the spanned value and turns it into `None`.
+    fn check<T>(
+        &mut self,
+        span: &Range<usize>,
+        field: impl FnOnce() -> String,
+        r: Result<T, String>,
+    ) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(reason) => {
+                self.fail(span, field(), reason);
+                None
+            }
+        }
+    }
+
+    fn daemon(&mut self, raw: Option<crate::raw::RawDaemon>) -> Daemon {
+        let state_dir = raw.and_then(|d| d.state_dir).and_then(|dir| {
+            if dir.get_ref().trim().is_empty() {
+                self.fail(&dir.span(), "daemon.state_dir".into(), "must not be empty");
+                None
+            } else {
+                Some(PathBuf::from(dir.into_inner()))
+            }
+        });
+        Daemon { state_dir }
+    }
+
+    fn portals(&mut self, raw: Vec<Spanned<crate::raw::RawPortal>>) -> Vec<Portal> {
+        let mut out: Vec<Portal> = Vec::new();
+        for (i, entry) in raw.into_iter().enumerate() {
+            let at = self.at(&entry.span());
+            let listen = entry.into_inner().listen;
+            let field = || format!("portal[{i}].listen");
+            let Some(addr) = self.check(&listen.span(), field, parse_listen(listen.get_ref()))
+            else {
+                continue;
+            };
+            if let Some(first) = out.iter().find(|p| p.listen == addr) {
+                let line = first.at.map_or(0, |l| l.line);
+                self.fail(
+                    &listen.span(),
+                    field(),
+                    format!("{addr} is already a portal (line {line})"),
+                );
+                continue;
+            }
+            out.push(Portal { listen: addr, at });
+        }
+        out
+    }
+
+    /// The valid devices, and the name of every device declared (valid or
+    /// not) so a bad device doesn't also make each LUN using it an error.
+    fn devices(&mut self, raw: Vec<Spanned<RawDevice>>) -> (Vec<Device>, Vec<String>) {
+        let declared = raw
+            .iter()
+            .map(|d| d.get_ref().name.get_ref().clone())
+            .collect();
+        let mut out: Vec<Device> = Vec::new();
+        let mut naa_seen: HashMap<[u8; 16], String> = HashMap::new();
+        for (i, entry) in raw.into_iter().enumerate() {
+            let table = entry.span();
+            let Some(dev) = self.device(i, &table, entry.into_inner()) else {
+                continue;
+            };
+            if let Some(first) = out.iter().find(|d| d.name == dev.name) {
+                let line = first.at.map_or(0, |l| l.line);
+                self.fail(
+                    &table,
+                    format!("device[{i}].name"),
+                    format!("device `{}` is already defined (line {line})", dev.name),
+                );
+                continue;
+            }
+            if let Some(naa) = dev.naa {
+                if let Some(other) = naa_seen.insert(naa, dev.name.clone()) {
+                    self.fail(
+                        &table,
+                        format!("device[{i}].naa"),
+                        format!("device `{other}` has the same NAA designator"),
+                    );
+                    continue;
+                }
+            }
+            out.push(dev);
+        }
+        (out, declared)
+    }
+
+    fn device(&mut self, i: usize, table: &Range<usize>, raw: RawDevice) -> Option<Device> {
+        let before = self.issues.len();
+        let field = |name: &str| format!("device[{i}].{name}");
+        let name = raw.name.get_ref().clone();
+        self.check(&raw.name.span(), || field("name"), check_device_name(&name));
+
+        let kind = match raw.kind.get_ref() {
+            RawKind::File => DeviceKind::File,
+            RawKind::Mem => DeviceKind::Mem,
+            RawKind::Null => DeviceKind::Null,
+        };
+        let path = match (&raw.path, kind) {
+            (None, DeviceKind::File) => {
+                self.fail(
+                    table,
+                    field("path"),
+                    "a `file` device needs `path` (a file or block device)",
+                );
+                None
+            }
+            (Some(p), DeviceKind::File) if p.get_ref().is_empty() => {
+                self.fail(&p.span(), field("path"), "must not be empty");
+                None
+            }
+            (Some(p), DeviceKind::File) => Some(PathBuf::from(p.get_ref())),
+            (Some(p), _) => {
+                self.fail(&p.span(), field("path"), "only `file` devices have a path");
+                None
+            }
+            (None, _) => None,
+        };
+        if let Some(direct) = &raw.direct {
+            if *direct.get_ref() && kind != DeviceKind::File {
+                self.fail(
+                    &direct.span(),
+                    field("direct"),
+                    "only `file` devices do direct I/O",
+                );
+            }
+        }
+
+        let block_size = match &raw.block_size {
+            None => 512,
+            Some(bs) if matches!(*bs.get_ref(), 512 | 4096) => *bs.get_ref() as u32,
+            Some(bs) => {
+                self.fail(
+                    &bs.span(),
+                    field("block_size"),
+                    format!(
+                        "{} is not a supported block size: use 512 or 4096",
+                        bs.get_ref()
+                    ),
+                );
+                512
+            }
+        };
+
+        let size = match &raw.size {
+            None if kind == DeviceKind::File => None,
+            None => Some(DEFAULT_DEVICE_SIZE),
+            Some(v) => {
+                let parsed = match v.get_ref() {
+                    toml::Value::Integer(n) if *n > 0 => Ok(*n as u64),
+                    toml::Value::Integer(_) => Err("must be more than zero".to_string()),
+                    toml::Value::String(s) => parse_size(s).and_then(|n| {
+                        if n == 0 {
+                            Err("must be more than zero".to_string())
+                        } else {
+                            Ok(n)
+                        }
+                    }),
+                    other => Err(format!(
+                        "expected bytes as an integer or a string such as \"1G\", found {}",
+                        other.type_str()
+                    )),
+                };
+                let parsed = parsed.and_then(|n| {
+                    if n % block_size as u64 == 0 {
+                        Ok(n)
+                    } else {
+                        Err(format!(
+                            "{n} bytes is not a whole number of {block_size}-byte blocks"
+                        ))
+                    }
+                });
+                self.check(&v.span(), || field("size"), parsed)
+            }
+        };
+
+        let product_id = raw.product_id.as_ref().and_then(|p| {
+            self.check(
+                &p.span(),
+                || field("product_id"),
+                check_ascii_field(p.get_ref(), 16),
+            )
+            .map(|_| p.get_ref().clone())
+        });
+        let serial = raw.serial.as_ref().and_then(|s| {
+            self.check(
+                &s.span(),
+                || field("serial"),
+                check_ascii_field(s.get_ref(), 64),
+            )
+            .map(|_| s.get_ref().clone())
+        });
+        let naa = raw
+            .naa
+            .as_ref()
+            .and_then(|n| self.check(&n.span(), || field("naa"), parse_naa(n.get_ref())));
+
+        if self.issues.len() != before {
+            return None;
+        }
+        Some(Device {
+            name,
+            kind,
+            path,
+            size,
+            direct: raw.direct.is_some_and(|d| d.into_inner()),
+            product_id,
+            serial,
+            naa,
+            block_size,
+            read_only: raw.read_only.unwrap_or(false),
+            write_cache: raw.write_cache.unwrap_or(true),
+            at: self.at(table),
+        })
+    }
+
+    fn targets(
+        &mut self,
+        raw: Vec<Spanned<RawTarget>>,
+        devices: &[String],
+        portals: &[Portal],
+    ) -> Vec<Target> {
+        let mut out: Vec<Target> = Vec::new();
+        for (i, entry) in raw.into_iter().enumerate() {
+            let table = entry.span();
+            let Some(target) = self.target(i, &table, entry.into_inner(), devices, portals) else {
+                continue;
+            };
+            if let Some(first) = out
+                .iter()
+                .find(|t| t.name.eq_ignore_ascii_case(&target.name))
+            {
+                let line = first.at.map_or(0, |l| l.line);
+                self.fail(
+                    &table,
+                    format!("target[{i}].name"),
+                    format!("target `{}` is already defined (line {line})", target.name),
+                );
+                continue;
+            }
+            out.push(target);
+        }
+        out
+    }
+
+    fn target(
+        &mut self,
+        i: usize,
+        table: &Range<usize>,
+        raw: RawTarget,
+        devices: &[String],
+        portals: &[Portal],
+    ) -> Option<Target> {
+        let before = self.issues.len();
+        let field = |name: &str| format!("target[{i}].{name}");
+        self.check(
+            &raw.name.span(),
+            || field("name"),
+            check_iscsi_name(raw.name.get_ref()),
+        );
+
+        let alias = raw.alias.as_ref().and_then(|a| {
+            let text = a.get_ref();
+            let ok = if text.len() > 255 {
+                Err("an alias has at most 255 bytes".to_string())
+            } else if text.chars().any(char::is_control) {
+                Err("an alias has no control characters".to_string())
+            } else {
+                Ok(text.clone())
+            };
+            self.check(&a.span(), || field("alias"), ok)
+        });
+
+        let target_portals = raw.portals.as_ref().map(|list| {
+            if list.get_ref().is_empty() {
+                self.fail(
+                    &list.span(),
+                    field("portals"),
+                    "lists no portal; leave `portals` out to use every portal",
+                );
+            }
+            let mut addrs = Vec::new();
+            for (j, entry) in list.get_ref().iter().enumerate() {
+                let pfield = || format!("target[{i}].portals[{j}]");
+                let Some(addr) = self.check(&entry.span(), pfield, parse_listen(entry.get_ref()))
+                else {
+                    continue;
+                };
+                if !portals.iter().any(|p| p.listen == addr) {
+                    self.fail(
+                        &entry.span(),
+                        pfield(),
+                        format!("{addr} is not the `listen` of any [[portal]]"),
+                    );
+                } else if addrs.contains(&addr) {
+                    self.fail(&entry.span(), pfield(), format!("{addr} is listed twice"));
+                } else {
+                    addrs.push(addr);
+                }
+            }
+            addrs
+        });
+
+        let mut luns: Vec<Lun> = Vec::new();
+        for (j, entry) in raw.lun.into_iter().enumerate() {
+            let at = self.at(&entry.span());
+            let lun = entry.into_inner();
+            let lfield = |name: &str| format!("target[{i}].lun[{j}].{name}");
+            let number = *lun.lun.get_ref();
+            let Ok(number) = u64::try_from(number).map_err(drop).and_then(|n| {
+                if n <= MAX_LUN {
+                    Ok(n)
+                } else {
+                    Err(())
+                }
+            }) else {
+                self.fail(
+                    &lun.lun.span(),
+                    lfield("lun"),
+                    format!("LUN {number} is outside 0..={MAX_LUN}"),
+                );
+                continue;
+            };
+            if luns.iter().any(|l| l.lun == number) {
+                self.fail(
+                    &lun.lun.span(),
+                    lfield("lun"),
+                    format!("LUN {number} is already mapped in this target"),
+                );
+                continue;
+            }
+            let device = lun.device.get_ref();
+            if !devices.contains(device) {
+                self.fail(
+                    &lun.device.span(),
+                    lfield("device"),
+                    format!("no [[device]] is named `{device}`"),
+                );
+                continue;
+            }
+            luns.push(Lun {
+                lun: number,
+                device: device.clone(),
+                at,
+            });
+        }
+        luns.sort_by_key(|l| l.lun);
+
+        if self.issues.len() != before {
+            return None;
+        }
+        Some(Target {
+            name: raw.name.into_inner(),
+            alias,
+            portals: target_portals,
+            luns,
+            at: self.at(table),
+        })
+    }
+}
+
+pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, ConfigError> {
+    let mut c = Checker {
+        text,
+        issues: Vec::new(),
+    };
+    let daemon = c.daemon(raw.daemon);
+    let portals = c.portals(raw.portal);
+    let (devices, declared) = c.devices(raw.device);
+    let targets = c.targets(raw.target, &declared, &portals);
+    if !c.issues.is_empty() {
+        // Report in file order.
+        c.issues
+            .sort_by_key(|i| i.location.map(|l| (l.line, l.column)));
+        return Err(ConfigError::new(origin, c.issues));
+    }
+    Ok(Config {
+        origin: origin.to_string(),
+        daemon,
+        portals,
+        devices,
+        targets,
+    })
+}
