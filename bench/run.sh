@@ -121,9 +121,11 @@ kind = "file"
 path = "$WORK/openarray.img"
 size = "$LUN_SIZE"
 block_size = 512
+# tgt's file backing store also reports a volatile write cache.
+write_cache = true
 
 [[target]]
-iqn = "$OA_IQN"
+name = "$OA_IQN"
 
 [[target.lun]]
 lun = 0
@@ -229,7 +231,8 @@ write_report() {
         report_table
         echo
         echo "Setup: each target serves one 1 GiB file on tmpfs (/dev/shm), 512-byte blocks,"
-        echo "over 127.0.0.1 (tgt: rdwr backing store, LUN 1; openarray: file device, LUN 0)."
+        echo "over 127.0.0.1 (tgt: rdwr backing store, LUN 1; openarray: file device with"
+        echo "write_cache = true, LUN 0; both report WCE=1 and neither syncs per write)."
         echo "Reads: \`iscsi-perf -m 32 -b 8 -r -t $READ_SECONDS\` (4 KiB at random 512-byte-aligned LBAs)."
         echo "Writes: \`qemu-img bench -f raw -w -t none -c $WRITE_COUNT -d 32 -s 4k --pattern 0x5a\` (sequential 4 KiB)."
         echo "CPU per I/O counts only the target process (utime+stime of all its threads);"

@@ -1,6 +1,16 @@
 //! Shared by the integration tests: run the real `openarray` binary on free
 //! loopback ports and drive real clients against it.
+//!
+//! - `Daemon`: `openarray serve [--config FILE] --listen 127.0.0.1:<free port>`,
+//!   waits until the port accepts, discovers target names with `iscsi-ls -s`,
+//!   reports pid/RSS/log, and is killed on drop.
+//! - `iscsi`: a minimal initiator of our own (login, READ/WRITE(10), PDU
+//!   framing) for verified I/O and for building malformed PDUs.
+//! - `rng`: a seeded PRNG for reproducible test data.
 #![allow(dead_code)] // each test crate uses a different part of this
+
+pub mod iscsi;
+pub mod rng;
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -14,6 +24,7 @@ pub struct Daemon {
     ports: Vec<u16>,
     log: std::path::PathBuf,
     _logdir: tempfile::TempDir,
+    _config_dir: Option<tempfile::TempDir>,
 }
 
 /// A loopback port nobody listens on right now.
@@ -49,8 +60,25 @@ impl Daemon {
             .stdout(logfile.try_clone().expect("dup log"))
             .stderr(logfile);
         let child = cmd.spawn().expect("spawn openarray serve");
-        let mut daemon = Daemon { child, ports, log, _logdir: logdir };
+        let mut daemon = Daemon {
+            child,
+            ports,
+            log,
+            _logdir: logdir,
+            _config_dir: None,
+        };
         daemon.wait_listening(Duration::from_secs(20));
+        daemon
+    }
+
+    /// `openarray serve --config` with `toml` as the config file (kept in
+    /// the daemon's log directory for as long as the daemon lives).
+    pub fn start_with_config(toml: &str) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir for config");
+        let path = dir.path().join("openarray.toml");
+        std::fs::write(&path, toml).expect("write config");
+        let mut daemon = Daemon::start_portals(Some(&path), 1);
+        daemon._config_dir = Some(dir);
         daemon
     }
 
@@ -60,9 +88,16 @@ impl Daemon {
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
                 if let Ok(Some(status)) = self.child.try_wait() {
-                    panic!("daemon exited with {status} before listening:\n{}", self.log());
+                    panic!(
+                        "daemon exited with {status} before listening:\n{}",
+                        self.log()
+                    );
                 }
-                assert!(start.elapsed() < limit, "daemon not listening on {port}:\n{}", self.log());
+                assert!(
+                    start.elapsed() < limit,
+                    "daemon not listening on {port}:\n{}",
+                    self.log()
+                );
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -78,6 +113,22 @@ impl Daemon {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port()))
+    }
+
+    /// `iscsi://127.0.0.1:PORT/IQN/LUN`, as libiscsi tools and qemu take it.
+    pub fn url(&self, iqn: &str, lun: u64) -> String {
+        format!("iscsi://127.0.0.1:{}/{iqn}/{lun}", self.port())
+    }
+
+    /// Resident set size in KiB (VmRSS of /proc/PID/status), if running.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
     }
 
     /// Still running?
@@ -110,7 +161,10 @@ impl Daemon {
     }
 
     pub fn first_target(&self) -> String {
-        self.targets().into_iter().next().unwrap_or_else(|| panic!("no target discovered"))
+        self.targets()
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no target discovered"))
     }
 
     /// SIGTERM, then wait for a clean exit.
@@ -122,7 +176,10 @@ impl Daemon {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return status;
             }
-            assert!(start.elapsed() < Duration::from_secs(30), "daemon ignored SIGTERM");
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "daemon ignored SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -133,6 +190,18 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Panic with a clear message unless `tool` is on PATH: the suite drives
+/// real clients and must not silently skip them.
+pub fn require_tool(tool: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
+        .unwrap_or(false);
+    assert!(
+        found,
+        "`{tool}` is not installed; run scripts/install-deps.sh (or bench/deps.sh)"
+    );
 }
 
 /// Run a client command, killing it if it outlives `limit` (its output so
