@@ -83,12 +83,17 @@ pub struct Lun {
 
 impl Config {
     /// Replaces the configured portals, e.g. from `--listen`; every target
-    /// is then offered on all of them.
+    /// is then offered on all of them. Repeated addresses count once.
     pub fn override_listen(&mut self, listen: &[SocketAddr]) {
-        self.portals = listen
-            .iter()
-            .map(|&listen| Portal { listen, at: None })
-            .collect();
+        self.portals.clear();
+        for &addr in listen {
+            if !self.portals.iter().any(|p| p.listen == addr) {
+                self.portals.push(Portal {
+                    listen: addr,
+                    at: None,
+                });
+            }
+        }
         for target in &mut self.targets {
             target.portals = None;
         }

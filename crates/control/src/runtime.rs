@@ -46,11 +46,22 @@ impl Runtime {
 
 fn open_device(dev: &Device) -> io::Result<Arc<dyn BlockDevice>> {
     Ok(match dev.kind {
-        DeviceKind::Mem => Arc::new(MemDevice::new(dev.size.unwrap_or(crate::DEFAULT_DEVICE_SIZE))),
-        DeviceKind::Null => Arc::new(NullDevice::new(dev.size.unwrap_or(crate::DEFAULT_DEVICE_SIZE))),
+        DeviceKind::Mem => Arc::new(MemDevice::new(
+            dev.size.unwrap_or(crate::DEFAULT_DEVICE_SIZE),
+        )),
+        DeviceKind::Null => Arc::new(NullDevice::new(
+            dev.size.unwrap_or(crate::DEFAULT_DEVICE_SIZE),
+        )),
         DeviceKind::File => {
-            let path = dev.path.as_deref().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no path"))?;
-            let opts = FileOptions { direct: dev.direct, read_only: dev.read_only, create_size: dev.size };
+            let path = dev
+                .path
+                .as_deref()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no path"))?;
+            let opts = FileOptions {
+                direct: dev.direct,
+                read_only: dev.read_only,
+                create_size: dev.size,
+            };
             Arc::new(FileDevice::open(path, opts)?)
         }
     })
@@ -60,7 +71,10 @@ fn open_device(dev: &Device) -> io::Result<Arc<dyn BlockDevice>> {
 /// device name, so they stay the same across restarts.
 fn lu_config(config: &Config, dev: &Device) -> LuConfig {
     let naa = dev.naa.unwrap_or_else(|| scsi::naa_from_seed(&dev.name));
-    let serial = dev.serial.clone().unwrap_or_else(|| naa[8..].iter().map(|b| format!("{b:02x}")).collect());
+    let serial = dev
+        .serial
+        .clone()
+        .unwrap_or_else(|| naa[8..].iter().map(|b| format!("{b:02x}")).collect());
     let defaults = LuConfig::default();
     LuConfig {
         product: dev.product_id.clone().unwrap_or(defaults.product.clone()),
@@ -69,7 +83,11 @@ fn lu_config(config: &Config, dev: &Device) -> LuConfig {
         block_size: dev.block_size,
         read_only: dev.read_only,
         write_cache: dev.write_cache,
-        pr_state_file: config.daemon.state_dir.as_ref().map(|dir| dir.join(format!("{}.pr", dev.name))),
+        pr_state_file: config
+            .daemon
+            .state_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{}.pr", dev.name))),
         ..defaults
     }
 }
@@ -79,25 +97,47 @@ fn lu_config(config: &Config, dev: &Device) -> LuConfig {
 pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
     let origin = config.origin.as_str();
     let mut issues = Vec::new();
-    let mut fail = |location, field: String, reason: String| issues.push(Issue { location, field, reason });
+    let mut fail = |location, field: String, reason: String| {
+        issues.push(Issue {
+            location,
+            field,
+            reason,
+        })
+    };
 
     if config.portals.is_empty() {
-        fail(None, "portal".into(), "no [[portal]] to listen on (add one, or pass --listen)".into());
+        fail(
+            None,
+            "portal".into(),
+            "no [[portal]] to listen on (add one, or pass --listen)".into(),
+        );
     }
     if let Some(dir) = &config.daemon.state_dir {
         if let Err(e) = std::fs::create_dir_all(dir) {
-            fail(None, "daemon.state_dir".into(), format!("cannot create {}: {e}", dir.display()));
+            fail(
+                None,
+                "daemon.state_dir".into(),
+                format!("cannot create {}: {e}", dir.display()),
+            );
         }
     }
 
-    let used: BTreeSet<&str> = config.targets.iter().flat_map(|t| t.luns.iter().map(|l| l.device.as_str())).collect();
+    let used: BTreeSet<&str> = config
+        .targets
+        .iter()
+        .flat_map(|t| t.luns.iter().map(|l| l.device.as_str()))
+        .collect();
     let mut units: HashMap<&str, Arc<LogicalUnit>> = HashMap::new();
     for (i, dev) in config.devices.iter().enumerate() {
         if !used.contains(dev.name.as_str()) {
             tracing::warn!(device = %dev.name, "device is not mapped to any target; not opened");
             continue;
         }
-        let field = if dev.kind == DeviceKind::File { format!("device[{i}].path") } else { format!("device[{i}]") };
+        let field = if dev.kind == DeviceKind::File {
+            format!("device[{i}].path")
+        } else {
+            format!("device[{i}]")
+        };
         let device = match open_device(dev) {
             Ok(d) => d,
             Err(e) => {
@@ -107,7 +147,14 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
         };
         let size = device.size();
         if size < dev.block_size as u64 {
-            fail(dev.at, field, format!("{size} bytes is less than one {}-byte block", dev.block_size));
+            fail(
+                dev.at,
+                field,
+                format!(
+                    "{size} bytes is less than one {}-byte block",
+                    dev.block_size
+                ),
+            );
             continue;
         }
         if size % dev.block_size as u64 != 0 {
@@ -118,7 +165,11 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
             Ok(lu) => {
                 units.insert(dev.name.as_str(), lu);
             }
-            Err(e) => fail(dev.at, format!("device[{i}]"), format!("cannot create the logical unit: {e}")),
+            Err(e) => fail(
+                dev.at,
+                format!("device[{i}]"),
+                format!("cannot create the logical unit: {e}"),
+            ),
         }
     }
     if !issues.is_empty() {
@@ -143,7 +194,10 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
         });
     }
 
-    let mut units: Vec<(String, Arc<LogicalUnit>)> = units.into_iter().map(|(n, lu)| (n.to_string(), lu)).collect();
+    let mut units: Vec<(String, Arc<LogicalUnit>)> = units
+        .into_iter()
+        .map(|(n, lu)| (n.to_string(), lu))
+        .collect();
     units.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Runtime {
         targets,

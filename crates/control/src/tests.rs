@@ -304,7 +304,7 @@ fn listen_addresses() {
 fn override_listen_replaces_portals_for_every_target() {
     let mut c = parse_config(include_str!("../../../examples/openarray.toml"), "e").unwrap();
     let addr: std::net::SocketAddr = "[::1]:13260".parse().unwrap();
-    c.override_listen(&[addr]);
+    c.override_listen(&[addr, addr]);
     assert_eq!(c.portals.len(), 1);
     for t in &c.targets {
         assert_eq!(c.target_portals(t), vec![addr]);
