@@ -1,0 +1,324 @@
+//! One SCSI command on a connection: its state while data arrives and
+//! while it runs, and how its result becomes Data-In / SCSI Response PDUs.
+
+use std::sync::atomic::AtomicU8;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use scsi_api::{status, ScsiResponse, TaskAttr};
+use tokio::sync::watch;
+
+use super::io::{OutPdu, StatSn};
+use crate::datain;
+use crate::dataout::WriteState;
+use crate::pdu::target::{self, DataInStatus, Residual};
+
+/// Execution state shared between the connection loop and the worker
+/// running the command. Exactly one side wins the race between a response
+/// going out and an abort.
+pub(crate) const RUNNING: u8 = 0;
+pub(crate) const ABORTED: u8 = 1;
+pub(crate) const RESPONDING: u8 = 2;
+
+/// iSCSI Response codes of the SCSI Response PDU.
+pub(crate) const RESPONSE_COMPLETED: u8 = 0x00;
+pub(crate) const RESPONSE_TARGET_FAILURE: u8 = 0x01;
+
+pub(crate) enum Phase {
+    /// Waiting for write data.
+    Collecting,
+    /// Data complete, waiting for an ORDERED task ahead of it.
+    Blocked,
+    /// Running on a worker.
+    Executing {
+        state: Arc<AtomicU8>,
+        done: watch::Receiver<bool>,
+    },
+}
+
+pub(crate) struct Task {
+    /// Distinguishes reuses of one ITT.
+    pub serial: u64,
+    pub itt: u32,
+    pub lun_raw: [u8; 8],
+    pub lun: u64,
+    /// Holds a CmdSN window slot (not immediate).
+    pub tracked: bool,
+    pub attr: TaskAttr,
+    pub cdb: Vec<u8>,
+    pub read: bool,
+    pub write: bool,
+    pub edtl: u32,
+    /// Immediate data, kept as received while it is all there is.
+    pub immediate: Bytes,
+    /// Write data assembled from immediate data and Data-Out.
+    pub data: Vec<u8>,
+    pub write_state: Option<WriteState>,
+    /// Bytes of the connection's write budget this task holds.
+    pub reserved: u64,
+    pub phase: Phase,
+}
+
+/// Task attribute of the SCSI Command ATTR field (RFC 7143 11.3.1.2).
+pub(crate) fn task_attr(raw: u8) -> TaskAttr {
+    match raw {
+        // Untagged is treated as SIMPLE (SAM-5).
+        0 | 1 => TaskAttr::Simple,
+        2 => TaskAttr::Ordered,
+        3 => TaskAttr::HeadOfQueue,
+        4 => TaskAttr::Aca,
+        _ => TaskAttr::Untagged,
+    }
+}
+
+/// What shapes a command's response PDUs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ResponseShape {
+    pub itt: u32,
+    pub read: bool,
+    pub write: bool,
+    pub edtl: u32,
+    /// R2Ts sent for the command (counted in ExpDataSN).
+    pub r2ts: u32,
+    /// Initiator's MaxRecvDataSegmentLength.
+    pub initiator_mrdsl: u32,
+    pub max_burst_length: u32,
+    /// The final PDU frees a CmdSN window slot.
+    pub tracked: bool,
+}
+
+/// Residual for a finished command (RFC 7143 11.4.5).
+///
+/// Reads compare the expected length with what the command produced;
+/// writes compare it with what the CDB asked for.
+pub(crate) fn residual(shape: &ResponseShape, resp: &ScsiResponse) -> Residual {
+    if shape.read {
+        Residual::between(shape.edtl, resp.data_in.len() as u64)
+    } else if let Some(wanted) = resp.data_out_wanted {
+        Residual::between(shape.edtl, u64::from(wanted))
+    } else if shape.write {
+        // Data was sent but the command used none of it.
+        Residual::between(shape.edtl, 0)
+    } else if !resp.data_in.is_empty() {
+        Residual::between(0, resp.data_in.len() as u64)
+    } else {
+        Residual::None
+    }
+}
+
+/// Turn a command's result into PDUs: Data-In segmented by the initiator's
+/// MaxRecvDataSegmentLength and MaxBurstLength, status in the last Data-In
+/// when there is no sense, a separate SCSI Response otherwise.
+pub(crate) fn response_pdus(shape: &ResponseShape, resp: ScsiResponse) -> Vec<OutPdu> {
+    let residual = residual(shape, &resp);
+    let mut data_in = Bytes::from(resp.data_in);
+    if shape.read {
+        data_in.truncate(shape.edtl as usize);
+    } else {
+        data_in.clear();
+    }
+    let collapse = !data_in.is_empty()
+        && resp.sense.is_empty()
+        && matches!(resp.status, status::GOOD | status::CONDITION_MET);
+    let mut out = Vec::new();
+    let mut datasn = 0u32;
+    for seg in datain::segments(
+        data_in.len() as u32,
+        shape.initiator_mrdsl,
+        shape.max_burst_length,
+    ) {
+        let with_status = (collapse && seg.last).then_some(DataInStatus {
+            status: resp.status,
+            residual,
+        });
+        let bhs = target::data_in(shape.itt, seg.datasn, seg.offset, seg.final_, with_status);
+        let data = data_in.slice(seg.offset as usize..(seg.offset + seg.len) as usize);
+        let statsn = if with_status.is_some() {
+            StatSn::Advance
+        } else {
+            StatSn::Reserved
+        };
+        let mut pdu = OutPdu::new(bhs, data, statsn);
+        pdu.frees_window_slot = with_status.is_some() && shape.tracked;
+        out.push(pdu);
+        datasn = seg.datasn.wrapping_add(1);
+    }
+    if !collapse {
+        let exp_datasn = datasn.wrapping_add(shape.r2ts);
+        let bhs = target::scsi_response(
+            shape.itt,
+            RESPONSE_COMPLETED,
+            resp.status,
+            residual,
+            exp_datasn,
+        );
+        let data = sense_segment(&resp.sense, shape.initiator_mrdsl);
+        let mut pdu = OutPdu::new(bhs, data, StatSn::Advance);
+        pdu.frees_window_slot = shape.tracked;
+        out.push(pdu);
+    }
+    out
+}
+
+/// A SCSI Response for a command the target could not run at all.
+pub(crate) fn failure_pdu(shape: &ResponseShape) -> OutPdu {
+    let bhs = target::scsi_response(
+        shape.itt,
+        RESPONSE_TARGET_FAILURE,
+        0,
+        Residual::None,
+        shape.r2ts,
+    );
+    let mut pdu = OutPdu::new(bhs, Bytes::new(), StatSn::Advance);
+    pdu.frees_window_slot = shape.tracked;
+    pdu
+}
+
+/// SenseLength + sense data, cut to what the initiator can receive.
+fn sense_segment(sense: &[u8], mrdsl: u32) -> Bytes {
+    if sense.is_empty() {
+        return Bytes::new();
+    }
+    let len = sense.len().min(mrdsl as usize - 2).min(u16::MAX as usize);
+    let mut v = Vec::with_capacity(len + 2);
+    v.extend_from_slice(&(len as u16).to_be_bytes());
+    v.extend_from_slice(&sense[..len]);
+    Bytes::from(v)
+}
+
+/// Fixed-format sense: ILLEGAL REQUEST, INVALID FIELD IN CDB. Used when the
+/// transport refuses a command before the SCSI layer sees it.
+pub(crate) fn invalid_field_in_cdb_sense() -> Vec<u8> {
+    let mut s = vec![0u8; 18];
+    s[0] = 0x70;
+    s[2] = 0x05;
+    s[7] = 10;
+    s[12] = 0x24;
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(read: bool, write: bool, edtl: u32) -> ResponseShape {
+        ResponseShape {
+            itt: 9,
+            read,
+            write,
+            edtl,
+            r2ts: 0,
+            initiator_mrdsl: 8192,
+            max_burst_length: 262144,
+            tracked: true,
+        }
+    }
+
+    #[test]
+    fn read_with_status_collapsed() {
+        let pdus = response_pdus(
+            &shape(true, false, 20000),
+            ScsiResponse::with_data(vec![1; 20000]),
+        );
+        assert_eq!(pdus.len(), 3);
+        assert!(pdus[..2]
+            .iter()
+            .all(|p| p.statsn == StatSn::Reserved && !p.frees_window_slot));
+        let last = &pdus[2];
+        assert_eq!(last.bhs.flags(), 0x81, "F and S, no residual");
+        assert_eq!(last.statsn, StatSn::Advance);
+        assert!(last.frees_window_slot);
+        assert_eq!(last.data.len(), 20000 - 16384);
+        assert_eq!(last.bhs.u32_at(36), 2, "DataSN");
+    }
+
+    #[test]
+    fn read_underflow_and_overflow() {
+        let pdus = response_pdus(
+            &shape(true, false, 10000),
+            ScsiResponse::with_data(vec![0; 512]),
+        );
+        assert_eq!(pdus.len(), 1);
+        assert_eq!(pdus[0].bhs.flags(), 0x80 | 0x02 | 0x01);
+        assert_eq!(pdus[0].bhs.u32_at(44), 9488);
+        let pdus = response_pdus(
+            &shape(true, false, 200),
+            ScsiResponse::with_data(vec![0; 512]),
+        );
+        assert_eq!(pdus[0].data.len(), 200);
+        assert_eq!(pdus[0].bhs.flags(), 0x80 | 0x04 | 0x01);
+        assert_eq!(pdus[0].bhs.u32_at(44), 312);
+    }
+
+    #[test]
+    fn read_of_zero_expected_length_reports_overflow_in_response() {
+        let pdus = response_pdus(
+            &shape(true, false, 0),
+            ScsiResponse::with_data(vec![0; 512]),
+        );
+        assert_eq!(pdus.len(), 1);
+        assert_eq!(pdus[0].bhs.opcode_raw(), 0x21);
+        assert_eq!(pdus[0].bhs.flags(), 0x80 | 0x04);
+        assert_eq!(pdus[0].bhs.u32_at(44), 512);
+    }
+
+    #[test]
+    fn check_condition_goes_in_a_separate_response() {
+        let mut resp = ScsiResponse::check_condition(vec![
+            0x70, 0, 5, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x24, 0, 0, 0, 0, 0,
+        ]);
+        resp.data_in = vec![7; 100];
+        let pdus = response_pdus(&shape(true, false, 4096), resp);
+        assert_eq!(pdus.len(), 2);
+        assert_eq!(pdus[0].bhs.flags(), 0x80, "Data-In without status");
+        let r = &pdus[1];
+        assert_eq!(r.bhs.opcode_raw(), 0x21);
+        assert_eq!(r.bhs.byte(3), status::CHECK_CONDITION);
+        assert_eq!(r.bhs.u32_at(36), 1, "ExpDataSN counts the Data-In");
+        assert_eq!(&r.data[..2], &[0, 18]);
+        assert_eq!(r.data.len(), 20);
+        assert_eq!(r.bhs.flags(), 0x80 | 0x02);
+        assert_eq!(r.bhs.u32_at(44), 3996);
+    }
+
+    #[test]
+    fn write_residuals_follow_what_the_cdb_wanted() {
+        let mut resp = ScsiResponse::good();
+        resp.data_out_wanted = Some(512);
+        let pdus = response_pdus(&shape(false, true, 10000), resp);
+        assert_eq!(pdus.len(), 1);
+        assert_eq!((pdus[0].bhs.flags(), pdus[0].bhs.u32_at(44)), (0x82, 9488));
+        let mut resp = ScsiResponse::good();
+        resp.data_out_wanted = Some(512);
+        let pdus = response_pdus(&shape(false, true, 0), resp);
+        assert_eq!((pdus[0].bhs.flags(), pdus[0].bhs.u32_at(44)), (0x84, 512));
+        let pdus = response_pdus(&shape(false, true, 512), ScsiResponse::good());
+        assert_eq!((pdus[0].bhs.flags(), pdus[0].bhs.u32_at(44)), (0x82, 512));
+    }
+
+    #[test]
+    fn no_data_no_residual() {
+        let pdus = response_pdus(&shape(false, false, 0), ScsiResponse::good());
+        assert_eq!(pdus.len(), 1);
+        assert_eq!(pdus[0].bhs.flags(), 0x80);
+        assert!(pdus[0].data.is_empty());
+    }
+
+    #[test]
+    fn exp_datasn_counts_r2ts() {
+        let mut s = shape(false, true, 1 << 20);
+        s.r2ts = 4;
+        let mut resp = ScsiResponse::good();
+        resp.data_out_wanted = Some(1 << 20);
+        let pdus = response_pdus(&s, resp);
+        assert_eq!(pdus[0].bhs.u32_at(36), 4);
+    }
+
+    #[test]
+    fn task_attributes() {
+        assert_eq!(task_attr(0), TaskAttr::Simple);
+        assert_eq!(task_attr(2), TaskAttr::Ordered);
+        assert_eq!(task_attr(3), TaskAttr::HeadOfQueue);
+        assert_eq!(task_attr(7), TaskAttr::Untagged);
+    }
+}

@@ -1,0 +1,406 @@
+//! Moving PDUs between a socket and the connection loop.
+//!
+//! The reader frames PDUs from the socket with the connection's limits and
+//! hands them over a small channel (so the connection loop can wait on
+//! several things without losing partial reads). The writer owns the write
+//! half: it stamps StatSN, ExpCmdSN and MaxCmdSN as PDUs leave, gathers
+//! whatever is queued and sends it with vectored writes.
+
+use std::io::{self, IoSlice};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::cmdsn::CmdWindow;
+use crate::pdu::target::stamp_sequence_numbers;
+use crate::pdu::{self, Bhs, Framing, Pdu, PduError, BHS_LEN, DIGEST_LEN};
+
+/// Why reading a PDU failed.
+#[derive(Debug)]
+pub(crate) enum ReadError {
+    Io(io::Error),
+    /// A framing error. `header` is the offending BHS when it was read;
+    /// `in_sync` says whether the stream is still at a PDU boundary.
+    Pdu {
+        error: PduError,
+        header: Option<Bhs>,
+        in_sync: bool,
+    },
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::Pdu { error, .. } => write!(f, "{error}"),
+        }
+    }
+}
+
+/// Read one PDU. `Ok(None)` is a clean end of stream between PDUs.
+pub(crate) async fn read_pdu<R: AsyncRead + Unpin>(
+    r: &mut R,
+    framing: &Framing,
+) -> Result<Option<Pdu>, ReadError> {
+    let mut head = [0u8; BHS_LEN];
+    // Distinguish EOF before a PDU from EOF inside one.
+    let n = r.read(&mut head).await.map_err(ReadError::Io)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    r.read_exact(&mut head[n..]).await.map_err(ReadError::Io)?;
+    let bhs = Bhs(head);
+    let lens = pdu::frame_lengths(&bhs, framing).map_err(|error| ReadError::Pdu {
+        error,
+        header: Some(bhs),
+        in_sync: false,
+    })?;
+    let mut ahs = vec![0u8; lens.ahs];
+    r.read_exact(&mut ahs).await.map_err(ReadError::Io)?;
+    if lens.header_digest > 0 {
+        let mut digest = [0u8; DIGEST_LEN];
+        r.read_exact(&mut digest).await.map_err(ReadError::Io)?;
+        pdu::verify_header_digest(&bhs, &ahs, &digest).map_err(|error| ReadError::Pdu {
+            error,
+            header: Some(bhs),
+            in_sync: false,
+        })?;
+    }
+    let mut data = BytesMut::zeroed(lens.data + lens.padding);
+    r.read_exact(&mut data).await.map_err(ReadError::Io)?;
+    if lens.data_digest > 0 {
+        let mut digest = [0u8; DIGEST_LEN];
+        r.read_exact(&mut digest).await.map_err(ReadError::Io)?;
+        pdu::verify_data_digest(&data, &digest).map_err(|error| ReadError::Pdu {
+            error,
+            header: Some(bhs),
+            in_sync: true,
+        })?;
+    }
+    data.truncate(lens.data);
+    Ok(Some(Pdu {
+        bhs,
+        ahs,
+        data: data.freeze(),
+    }))
+}
+
+/// Read PDUs until the stream ends or fails, passing them on. Ends when the
+/// receiver is gone.
+pub(crate) async fn reader_task<R: AsyncRead + Unpin>(
+    mut r: R,
+    framing: Framing,
+    tx: mpsc::Sender<Result<Pdu, ReadError>>,
+) {
+    loop {
+        match read_pdu(&mut r, &framing).await {
+            Ok(Some(pdu)) => {
+                if tx.send(Ok(pdu)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                let fatal = !matches!(e, ReadError::Pdu { in_sync: true, .. });
+                if tx.send(Err(e)).await.is_err() || fatal {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// How a PDU uses the connection's StatSN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StatSn {
+    /// Carries a status: takes the next StatSN.
+    Advance,
+    /// Carries the next StatSN without consuming it (R2T, NOP-In ping).
+    Peek,
+    /// StatSN field is reserved (Data-In without status).
+    Reserved,
+}
+
+/// A PDU waiting to be written.
+#[derive(Debug)]
+pub(crate) struct OutPdu {
+    pub bhs: Bhs,
+    pub data: Bytes,
+    pub statsn: StatSn,
+    /// The final response of a command holding a CmdSN window slot.
+    pub frees_window_slot: bool,
+}
+
+impl OutPdu {
+    pub fn new(bhs: Bhs, data: Bytes, statsn: StatSn) -> OutPdu {
+        OutPdu {
+            bhs,
+            data,
+            statsn,
+            frees_window_slot: false,
+        }
+    }
+}
+
+/// What the writer is asked to do.
+#[derive(Debug)]
+pub(crate) enum Outgoing {
+    Pdu(OutPdu),
+    /// Write everything queued before this, then shut the socket down.
+    Close(Option<oneshot::Sender<()>>),
+}
+
+/// Largest batch gathered into one vectored write.
+const MAX_BATCH_PDUS: usize = 64;
+const MAX_BATCH_BYTES: usize = 4 << 20;
+
+/// A piece of a batch: owned header bytes, shared data, or a short trailer.
+enum Piece {
+    Header(Vec<u8>),
+    Data(Bytes),
+    Trailer([u8; 8], usize),
+}
+
+impl Piece {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Piece::Header(v) => v,
+            Piece::Data(b) => b,
+            Piece::Trailer(t, n) => &t[..*n],
+        }
+    }
+}
+
+/// Write-side state of a connection.
+pub(crate) struct Writer<W> {
+    w: W,
+    framing: Framing,
+    statsn: u32,
+    window: Arc<Mutex<CmdWindow>>,
+}
+
+impl<W: AsyncWrite + Unpin> Writer<W> {
+    pub fn new(w: W, framing: Framing, first_statsn: u32, window: Arc<Mutex<CmdWindow>>) -> Self {
+        Writer {
+            w,
+            framing,
+            statsn: first_statsn,
+            window,
+        }
+    }
+
+    fn stamp(&mut self, pdu: &mut OutPdu) {
+        let (exp, max) = {
+            let mut w = self.window.lock();
+            if pdu.frees_window_slot {
+                w.finished();
+            }
+            (w.exp_cmdsn(), w.max_cmdsn())
+        };
+        let statsn = match pdu.statsn {
+            StatSn::Advance => {
+                let sn = self.statsn;
+                self.statsn = self.statsn.wrapping_add(1);
+                Some(sn)
+            }
+            StatSn::Peek => Some(self.statsn),
+            StatSn::Reserved => None,
+        };
+        stamp_sequence_numbers(&mut pdu.bhs, statsn, exp, max);
+    }
+
+    fn append(&mut self, mut pdu: OutPdu, pieces: &mut Vec<Piece>) -> usize {
+        self.stamp(&mut pdu);
+        let header = pdu::encode_header(&pdu.bhs, &[], pdu.data.len(), self.framing.header_digest);
+        let (trailer, n) = pdu::encode_trailer(&pdu.data, self.framing.data_digest);
+        let size = header.len() + pdu.data.len() + n;
+        pieces.push(Piece::Header(header));
+        if !pdu.data.is_empty() {
+            pieces.push(Piece::Data(pdu.data));
+        }
+        if n > 0 {
+            pieces.push(Piece::Trailer(trailer, n));
+        }
+        size
+    }
+
+    async fn write_pieces(&mut self, pieces: &[Piece]) -> io::Result<()> {
+        // Position of the first unwritten byte: piece index and offset in it.
+        let mut idx = 0;
+        let mut off = 0;
+        while idx < pieces.len() {
+            let first = &pieces[idx].as_slice()[off..];
+            let slices: Vec<IoSlice<'_>> = std::iter::once(first)
+                .chain(pieces[idx + 1..].iter().map(Piece::as_slice))
+                .map(IoSlice::new)
+                .collect();
+            let mut n = self.w.write_vectored(&slices).await?;
+            if n == 0 && slices.iter().any(|s| !s.is_empty()) {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            while idx < pieces.len() {
+                let rest = pieces[idx].as_slice().len() - off;
+                if n < rest {
+                    off += n;
+                    break;
+                }
+                n -= rest;
+                idx += 1;
+                off = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Run until told to close or the channel ends.
+    pub async fn run(mut self, mut rx: mpsc::Receiver<Outgoing>) {
+        let mut pieces = Vec::new();
+        while let Some(first) = rx.recv().await {
+            let mut close = None;
+            let mut bytes = 0;
+            match first {
+                Outgoing::Pdu(p) => bytes += self.append(p, &mut pieces),
+                Outgoing::Close(ack) => close = Some(ack),
+            }
+            let mut count = 1;
+            while close.is_none() && count < MAX_BATCH_PDUS && bytes < MAX_BATCH_BYTES {
+                match rx.try_recv() {
+                    Ok(Outgoing::Pdu(p)) => bytes += self.append(p, &mut pieces),
+                    Ok(Outgoing::Close(ack)) => close = Some(ack),
+                    Err(_) => break,
+                }
+                count += 1;
+            }
+            let result = self.write_pieces(&pieces).await;
+            pieces.clear();
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "connection write failed");
+                return;
+            }
+            if let Some(ack) = close {
+                let _ = self.w.flush().await;
+                let _ = self.w.shutdown().await;
+                if let Some(ack) = ack {
+                    let _ = ack.send(());
+                }
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pdu::{Decoded, Opcode};
+
+    #[tokio::test]
+    async fn read_pdu_from_stream() {
+        let framing = Framing {
+            header_digest: true,
+            data_digest: true,
+            max_data_segment: 1024,
+        };
+        let mut bhs = Bhs::new(Opcode::NopOut, 0x80);
+        bhs.set_itt(5);
+        let pdu = Pdu::new(bhs, Bytes::from_static(b"ping!"));
+        let mut wire = pdu::encode(&pdu, &framing);
+        wire.extend(pdu::encode(&pdu, &framing));
+        let mut r = &wire[..];
+        assert_eq!(read_pdu(&mut r, &framing).await.unwrap(), Some(pdu.clone()));
+        assert_eq!(read_pdu(&mut r, &framing).await.unwrap(), Some(pdu));
+        assert!(read_pdu(&mut r, &framing).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn oversized_segment_is_refused_unread() {
+        let framing = Framing {
+            header_digest: false,
+            data_digest: false,
+            max_data_segment: 16,
+        };
+        let pdu = Pdu::new(Bhs::new(Opcode::NopOut, 0x80), Bytes::from(vec![0u8; 32]));
+        let wire = pdu::encode(
+            &pdu,
+            &Framing {
+                max_data_segment: 64,
+                ..framing
+            },
+        );
+        let mut r = &wire[..];
+        match read_pdu(&mut r, &framing).await {
+            Err(ReadError::Pdu {
+                error: PduError::DataSegmentTooLong { len: 32, max: 16 },
+                in_sync: false,
+                ..
+            }) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(r.len(), 32, "data left unread");
+    }
+
+    #[tokio::test]
+    async fn data_digest_error_keeps_stream_in_sync() {
+        let framing = Framing {
+            header_digest: false,
+            data_digest: true,
+            max_data_segment: 64,
+        };
+        let pdu = Pdu::new(Bhs::new(Opcode::NopOut, 0x80), Bytes::from_static(b"abcd"));
+        let mut wire = pdu::encode(&pdu, &framing);
+        let last = wire.len() - 1;
+        wire[last] ^= 0xff;
+        wire.extend(pdu::encode(&pdu, &framing));
+        let mut r = &wire[..];
+        assert!(matches!(
+            read_pdu(&mut r, &framing).await,
+            Err(ReadError::Pdu { in_sync: true, .. })
+        ));
+        assert_eq!(read_pdu(&mut r, &framing).await.unwrap(), Some(pdu));
+    }
+
+    #[tokio::test]
+    async fn writer_stamps_and_batches() {
+        let window = Arc::new(Mutex::new(CmdWindow::new(10, 4)));
+        window.lock().accept(true);
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let writer = Writer::new(server, Framing::LOGIN, 100, window.clone());
+        let (tx, rx) = mpsc::channel(8);
+        let mut first = OutPdu::new(
+            crate::pdu::target::nop_in([0; 8], 1, 0xffff_ffff),
+            Bytes::from_static(b"xyz"),
+            StatSn::Advance,
+        );
+        first.frees_window_slot = true;
+        tx.send(Outgoing::Pdu(first)).await.unwrap();
+        tx.send(Outgoing::Pdu(OutPdu::new(
+            crate::pdu::target::r2t([0; 8], 2, 3, 0, 0, 512),
+            Bytes::new(),
+            StatSn::Peek,
+        )))
+        .await
+        .unwrap();
+        tx.send(Outgoing::Close(None)).await.unwrap();
+        writer.run(rx).await;
+        let mut buf = Vec::new();
+        let mut client = client;
+        client.read_to_end(&mut buf).await.unwrap();
+        let Ok(Decoded::Complete { pdu: a, consumed }) = pdu::decode(&buf, &Framing::LOGIN) else {
+            panic!()
+        };
+        assert_eq!(&a.data[..], b"xyz");
+        assert_eq!(
+            (a.bhs.u32_at(24), a.bhs.u32_at(28), a.bhs.u32_at(32)),
+            (100, 11, 14)
+        );
+        let Ok(Decoded::Complete { pdu: b, .. }) = pdu::decode(&buf[consumed..], &Framing::LOGIN)
+        else {
+            panic!()
+        };
+        assert_eq!(b.bhs.u32_at(24), 101, "R2T carries the next StatSN");
+        assert_eq!(window.lock().inflight(), 0);
+    }
+}

@@ -1,0 +1,270 @@
+//! Driving the login state machine over a socket and turning a successful
+//! login into a registered session.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use scsi_api::Nexus;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::io::read_pdu;
+use super::SessionCtx;
+use crate::login::{LoginMachine, LoginResult, LoginStatus, LoginStep, Reply};
+use crate::negotiation::SessionType;
+use crate::pdu::initiator::Request;
+use crate::pdu::{self, Framing, Pdu};
+use crate::server::Server;
+use crate::session::{CloseReason, Control, RegisterError, SessionHandle, SessionKey};
+
+/// How long a reinstating login waits for the old session to go away.
+const REINSTATE_WAIT: Duration = Duration::from_secs(10);
+
+/// A session ready for the full feature phase.
+pub(crate) struct Established {
+    pub ctx: Arc<SessionCtx>,
+    pub handle: SessionHandle,
+    pub control_rx: mpsc::UnboundedReceiver<Control>,
+    pub closed_tx: watch::Sender<bool>,
+    pub exp_cmdsn: u32,
+    pub next_statsn: u32,
+}
+
+async fn send_reply<S: AsyncWrite + Unpin>(stream: &mut S, reply: &Reply) -> std::io::Result<()> {
+    let pdu = Pdu::new(reply.response.to_bhs(), Bytes::copy_from_slice(&reply.text));
+    stream
+        .write_all(&pdu::encode(&pdu, &Framing::LOGIN))
+        .await?;
+    stream.flush().await
+}
+
+/// Run the login phase. Returns the new session, or None when the login
+/// failed or the connection ended (the reason is logged).
+pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
+    server: &Arc<Server>,
+    stream: &mut S,
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Option<Established> {
+    let deadline = Instant::now() + server.options.login_timeout;
+    let first_statsn: u32 = rand::random();
+    let mut machine = LoginMachine::new(
+        server.limits.clone(),
+        server.options.authenticator.clone(),
+        first_statsn,
+        server.options.cmdsn_window,
+    );
+    let directory = server.directory();
+    let mut shutdown = server.shutdown_signal();
+    loop {
+        let read = tokio::select! {
+            r = tokio::time::timeout_at(deadline, read_pdu(stream, &Framing::LOGIN)) => r,
+            _ = shutdown.wait_for(|s| *s) => return None,
+        };
+        let pdu = match read {
+            Err(_) => {
+                tracing::info!(%peer, portal = %local, "login timed out");
+                return None;
+            }
+            Ok(Ok(Some(pdu))) => pdu,
+            Ok(Ok(None)) => {
+                tracing::debug!(%peer, "connection closed during login");
+                return None;
+            }
+            Ok(Err(e)) => {
+                tracing::info!(%peer, portal = %local, error = %e, "bad PDU during login");
+                return None;
+            }
+        };
+        let req = match Request::parse(pdu) {
+            Ok(Request::Login(req)) => req,
+            Ok(_) | Err(_) => {
+                tracing::info!(%peer, portal = %local, "non-login PDU during login, closing");
+                return None;
+            }
+        };
+        match machine.step(&req, &directory) {
+            LoginStep::Reply(reply) => {
+                if send_reply(stream, &reply).await.is_err() {
+                    return None;
+                }
+            }
+            LoginStep::Fail(reply, status) => {
+                log_refused(&machine, peer, local, status);
+                let _ = send_reply(stream, &reply).await;
+                return None;
+            }
+            LoginStep::Complete(mut reply, result) => {
+                let established = match establish(server, &directory, *result, peer, local).await {
+                    Ok(e) => e,
+                    Err(status) => {
+                        log_refused(&machine, peer, local, status);
+                        let reply = machine.failure(&req, status);
+                        let _ = send_reply(stream, &reply).await;
+                        return None;
+                    }
+                };
+                reply.response.tsih = established.handle.tsih;
+                if send_reply(stream, &reply).await.is_err() {
+                    established.abandon(server).await;
+                    return None;
+                }
+                log_accepted(&established.ctx);
+                return Some(established);
+            }
+        }
+    }
+}
+
+fn log_refused(machine: &LoginMachine, peer: SocketAddr, local: SocketAddr, status: LoginStatus) {
+    tracing::info!(
+        initiator = machine.initiator_name().unwrap_or("?"),
+        target = machine.target_name().unwrap_or("-"),
+        %peer,
+        portal = %local,
+        status = format_args!("{:#06x}", status.code()),
+        "login refused"
+    );
+}
+
+fn log_accepted(ctx: &SessionCtx) {
+    tracing::info!(
+        initiator = %ctx.initiator_name,
+        isid = %hex(&ctx.isid),
+        target = ctx.target.as_ref().map(|t| t.name.as_str()).unwrap_or("(discovery)"),
+        tsih = ctx.tsih,
+        peer = %ctx.peer,
+        portal = %ctx.local,
+        "login accepted"
+    );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Established {
+    /// Undo registration when the final Login Response could not be sent.
+    pub(crate) async fn abandon(self, server: &Arc<Server>) {
+        if let (Some(target), Some(nexus)) = (&self.ctx.target, &self.ctx.nexus) {
+            target.scsi.nexus_lost(nexus);
+        }
+        server.registry.lock().remove(self.ctx.id);
+        let _ = self.closed_tx.send(true);
+    }
+}
+
+/// Register the session: reinstate an older one with the same key, pick a
+/// TSIH, tell the SCSI target about the new nexus.
+async fn establish(
+    server: &Arc<Server>,
+    directory: &crate::server::Directory,
+    result: LoginResult,
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Result<Established, LoginStatus> {
+    let initiator_name: Arc<str> = result.initiator_name.as_str().into();
+    let (target, key) = match result.session_type {
+        SessionType::Discovery => (None, None),
+        SessionType::Normal => {
+            let name = result
+                .target_name
+                .as_deref()
+                .ok_or(LoginStatus::MISSING_PARAMETER)?;
+            // The target may have been removed by a live config change mid-login.
+            let target = directory.get(name).ok_or(LoginStatus::TARGET_REMOVED)?;
+            let key = SessionKey {
+                initiator_name: initiator_name.clone(),
+                isid: result.isid,
+                target_name: name.into(),
+            };
+            (Some(target), Some(key))
+        }
+    };
+
+    // Session (TSIH 0) or connection (TSIH set) reinstatement: the old
+    // session must be gone, and its nexus_lost called, before the new
+    // nexus is added.
+    let old = {
+        let reg = server.registry.lock();
+        if result.tsih != 0 {
+            match reg.find_tsih(result.tsih) {
+                Some(h) if h.key == key && key.is_some() => Some(h),
+                _ => return Err(LoginStatus::SESSION_DOES_NOT_EXIST),
+            }
+        } else {
+            key.as_ref().and_then(|k| reg.find_key(k))
+        }
+    };
+    if let Some(old) = old {
+        tracing::info!(initiator = %initiator_name, tsih = old.tsih, "reinstating session");
+        let _ = old.control.send(Control::Close(CloseReason::Reinstated));
+        if tokio::time::timeout(REINSTATE_WAIT, old.wait_closed())
+            .await
+            .is_err()
+        {
+            return Err(LoginStatus::SERVICE_UNAVAILABLE);
+        }
+    }
+
+    let id = server.next_session_id();
+    let (control_tx, control_rx) = mpsc::unbounded_channel();
+    let (closed_tx, closed_rx) = watch::channel(false);
+    let handle = {
+        let mut reg = server.registry.lock();
+        if key.as_ref().is_some_and(|k| reg.find_key(k).is_some()) {
+            // Another login with the same key won the race.
+            return Err(LoginStatus::SERVICE_UNAVAILABLE);
+        }
+        reg.register(
+            id,
+            result.tsih,
+            key,
+            control_tx,
+            closed_rx,
+            server.options.max_sessions,
+        )
+        .map_err(|e| match e {
+            RegisterError::TooManySessions | RegisterError::NoFreeTsih => {
+                LoginStatus::OUT_OF_RESOURCES
+            }
+        })?
+    };
+    if server.is_shutting_down() {
+        server.registry.lock().remove(id);
+        return Err(LoginStatus::SERVICE_UNAVAILABLE);
+    }
+    let nexus = target.as_ref().map(|t| Nexus {
+        initiator_name: initiator_name.clone(),
+        isid: result.isid,
+        target_name: t.name.as_str().into(),
+        relative_port: t.portal_group.max(1),
+        portal_group: t.portal_group,
+    });
+    if let (Some(t), Some(n)) = (&target, &nexus) {
+        t.scsi.nexus_added(n);
+    }
+    let ctx = Arc::new(SessionCtx {
+        id,
+        tsih: handle.tsih,
+        cid: result.cid,
+        initiator_name,
+        isid: result.isid,
+        target,
+        nexus,
+        params: result.params,
+        peer,
+        local,
+    });
+    Ok(Established {
+        ctx,
+        handle,
+        control_rx,
+        closed_tx,
+        exp_cmdsn: result.exp_cmdsn,
+        next_statsn: result.next_statsn,
+    })
+}

@@ -1,0 +1,49 @@
+//! One TCP connection: login, then the full feature phase.
+
+mod command;
+mod ffp;
+mod gate;
+mod io;
+mod login_phase;
+mod tmf;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use scsi_api::Nexus;
+use tokio::net::TcpStream;
+
+use crate::negotiation::SessionParams;
+use crate::server::{Server, Target};
+
+/// What a logged-in connection knows about its session.
+pub(crate) struct SessionCtx {
+    pub id: u64,
+    pub tsih: u16,
+    pub cid: u16,
+    pub initiator_name: Arc<str>,
+    pub isid: [u8; 6],
+    /// `None` for a discovery session.
+    pub target: Option<Arc<Target>>,
+    pub nexus: Option<Nexus>,
+    pub params: SessionParams,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+}
+
+/// Serve one accepted connection until it ends.
+pub(crate) async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
+    let local = match stream.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "connection without local address");
+            return;
+        }
+    };
+    // Responses are small and latency-bound.
+    let _ = stream.set_nodelay(true);
+    let Some(established) = login_phase::login(&server, &mut stream, peer, local).await else {
+        return;
+    };
+    ffp::run(server, stream, established).await;
+}

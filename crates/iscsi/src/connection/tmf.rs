@@ -1,0 +1,260 @@
+//! Task management functions (RFC 7143 11.5, 11.6).
+//!
+//! Transport state goes first: tasks of this session (and, for LU and
+//! target resets and CLEAR TASK SET, of other sessions on the same target)
+//! are aborted and the running ones are waited for. Then the SCSI target
+//! resets its own state, and the response goes out. All waiting happens off
+//! the connection loop.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use scsi_api::{TaskManagement, TmfResult};
+use tokio::sync::oneshot;
+
+use super::ffp::{Conn, Flow, HeldScope};
+use super::io::{OutPdu, Outgoing, StatSn};
+use crate::cmdsn::{sn_le, sn_lt};
+use crate::lun;
+use crate::pdu::initiator::TaskMgmtRequest;
+use crate::pdu::target;
+use crate::pdu::Bhs;
+use crate::session::{CloseReason, Control};
+
+/// TMF request function codes.
+pub(super) mod function {
+    pub const ABORT_TASK: u8 = 1;
+    pub const ABORT_TASK_SET: u8 = 2;
+    pub const CLEAR_ACA: u8 = 3;
+    pub const CLEAR_TASK_SET: u8 = 4;
+    pub const LOGICAL_UNIT_RESET: u8 = 5;
+    pub const TARGET_WARM_RESET: u8 = 6;
+    pub const TARGET_COLD_RESET: u8 = 7;
+    pub const TASK_REASSIGN: u8 = 8;
+}
+
+/// TMF response codes.
+pub(super) mod response {
+    pub const FUNCTION_COMPLETE: u8 = 0;
+    pub const TASK_DOES_NOT_EXIST: u8 = 1;
+    pub const LUN_DOES_NOT_EXIST: u8 = 2;
+    pub const REASSIGNMENT_NOT_SUPPORTED: u8 = 4;
+    pub const NOT_SUPPORTED: u8 = 5;
+    pub const REJECTED: u8 = 255;
+}
+
+/// How long a reset waits for other sessions to abort their tasks.
+const CROSS_SESSION_WAIT: Duration = Duration::from_secs(30);
+
+fn response_code(result: TmfResult) -> u8 {
+    match result {
+        TmfResult::Complete => response::FUNCTION_COMPLETE,
+        TmfResult::TaskDoesNotExist => response::TASK_DOES_NOT_EXIST,
+        TmfResult::LunDoesNotExist => response::LUN_DOES_NOT_EXIST,
+        TmfResult::NotSupported => response::NOT_SUPPORTED,
+        TmfResult::Rejected => response::REJECTED,
+    }
+}
+
+/// Which sessions besides this one a function reaches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    ThisSession,
+    /// Every session on the target; `None` LUN means all LUNs.
+    AllSessions(Option<u64>),
+}
+
+impl Conn {
+    pub(super) async fn on_task_management(&mut self, _bhs: Bhs, t: TaskMgmtRequest) -> Flow {
+        let (Some(target), Some(nexus)) = (self.ctx.target.clone(), self.ctx.nexus.clone()) else {
+            return Flow::Continue;
+        };
+        let lun = lun::decode(t.lun);
+        let lun_exists = || target.scsi.lun_exists(&nexus, lun);
+        let (tmf, reach) = match t.function {
+            function::ABORT_TASK => return self.abort_task(t).await,
+            function::ABORT_TASK_SET
+            | function::CLEAR_ACA
+            | function::CLEAR_TASK_SET
+            | function::LOGICAL_UNIT_RESET
+                if !lun_exists() =>
+            {
+                return self.tmf_respond(t.itt, response::LUN_DOES_NOT_EXIST).await;
+            }
+            function::ABORT_TASK_SET => (TaskManagement::AbortTaskSet { lun }, Reach::ThisSession),
+            function::CLEAR_ACA => (TaskManagement::ClearAca { lun }, Reach::ThisSession),
+            function::CLEAR_TASK_SET => (
+                TaskManagement::ClearTaskSet { lun },
+                Reach::AllSessions(Some(lun)),
+            ),
+            function::LOGICAL_UNIT_RESET => (
+                TaskManagement::LogicalUnitReset { lun },
+                Reach::AllSessions(Some(lun)),
+            ),
+            function::TARGET_WARM_RESET => {
+                (TaskManagement::TargetWarmReset, Reach::AllSessions(None))
+            }
+            function::TARGET_COLD_RESET => {
+                (TaskManagement::TargetColdReset, Reach::AllSessions(None))
+            }
+            function::TASK_REASSIGN => {
+                return self
+                    .tmf_respond(t.itt, response::REASSIGNMENT_NOT_SUPPORTED)
+                    .await
+            }
+            _ => return self.tmf_respond(t.itt, response::NOT_SUPPORTED).await,
+        };
+        let waiters = match tmf {
+            TaskManagement::ClearAca { .. } => Vec::new(),
+            TaskManagement::TargetWarmReset | TaskManagement::TargetColdReset => {
+                self.abort_matching(HeldScope::All, |_| true).waiters
+            }
+            _ => {
+                self.abort_matching(HeldScope::Lun(lun), |task| task.lun == lun)
+                    .waiters
+            }
+        };
+        let others: Vec<oneshot::Receiver<()>> = match reach {
+            Reach::ThisSession => Vec::new(),
+            Reach::AllSessions(lun) => {
+                let sessions = self.server.registry.lock().for_target(&target.name);
+                sessions
+                    .into_iter()
+                    .filter(|s| s.id != self.ctx.id)
+                    .filter_map(|s| {
+                        let (tx, rx) = oneshot::channel();
+                        s.control
+                            .send(Control::AbortTasks { lun, done: tx })
+                            .ok()
+                            .map(|_| rx)
+                    })
+                    .collect()
+            }
+        };
+        let cold = tmf == TaskManagement::TargetColdReset;
+        let out = self.out.clone();
+        let server = self.server.clone();
+        let itt = t.itt;
+        tokio::spawn(async move {
+            for mut w in waiters {
+                let _ = w.wait_for(|d| *d).await;
+            }
+            let _ = tokio::time::timeout(CROSS_SESSION_WAIT, async {
+                for rx in others {
+                    let _ = rx.await;
+                }
+            })
+            .await;
+            let scsi = target.scsi.clone();
+            let result = tokio::task::spawn_blocking(move || scsi.task_management(&nexus, tmf))
+                .await
+                .unwrap_or(TmfResult::Rejected);
+            let bhs = target::task_mgmt_response(itt, response_code(result));
+            let _ = out
+                .send(Outgoing::Pdu(OutPdu::new(
+                    bhs,
+                    Bytes::new(),
+                    StatSn::Advance,
+                )))
+                .await;
+            if cold {
+                // A cold reset ends every connection to the target, after
+                // the response has been queued on this one.
+                for s in server.registry.lock().for_target(&target.name) {
+                    let _ = s.control.send(Control::Close(CloseReason::ColdReset));
+                }
+            }
+        });
+        Flow::Continue
+    }
+
+    async fn tmf_respond(&self, itt: u32, code: u8) -> Flow {
+        let bhs = target::task_mgmt_response(itt, code);
+        if self
+            .send(OutPdu::new(bhs, Bytes::new(), StatSn::Advance))
+            .await
+        {
+            Flow::Continue
+        } else {
+            Flow::Close("connection lost")
+        }
+    }
+
+    /// ABORT TASK: find the task by its ITT, including one still waiting
+    /// for Data-Out or held back by CmdSN order.
+    async fn abort_task(&mut self, t: TaskMgmtRequest) -> Flow {
+        let rtt = t.referenced_tag;
+        let Some(target) = self.ctx.target.clone() else {
+            return Flow::Continue;
+        };
+        let Some(nexus) = self.ctx.nexus.clone() else {
+            return Flow::Continue;
+        };
+        if let Some(task_lun) = self.tasks.get(&rtt).map(|task| task.lun) {
+            let aborted = self.abort_matching(HeldScope::Keep, |task| task.itt == rtt);
+            let took_effect = aborted.aborted.contains(&rtt);
+            let out = self.out.clone();
+            let itt = t.itt;
+            tokio::spawn(async move {
+                for mut w in aborted.waiters {
+                    let _ = w.wait_for(|d| *d).await;
+                }
+                let code = if took_effect {
+                    let scsi = target.scsi.clone();
+                    let tmf = TaskManagement::AbortTask {
+                        lun: task_lun,
+                        tag: u64::from(rtt),
+                    };
+                    match tokio::task::spawn_blocking(move || scsi.task_management(&nexus, tmf))
+                        .await
+                    {
+                        Ok(TmfResult::NotSupported) => response::NOT_SUPPORTED,
+                        Ok(TmfResult::Rejected) | Err(_) => response::REJECTED,
+                        // The transport stopped the task; the SCSI layer may not
+                        // have known it at all.
+                        Ok(_) => response::FUNCTION_COMPLETE,
+                    }
+                } else {
+                    // Its response was already on the way.
+                    response::TASK_DOES_NOT_EXIST
+                };
+                let bhs = target::task_mgmt_response(itt, code);
+                let _ = out
+                    .send(Outgoing::Pdu(OutPdu::new(
+                        bhs,
+                        Bytes::new(),
+                        StatSn::Advance,
+                    )))
+                    .await;
+            });
+            return Flow::Continue;
+        }
+        if let Some(pos) = self
+            .held
+            .iter()
+            .position(|h| h.itt == rtt && h.lun.is_some())
+        {
+            let h = self.held.swap_remove(pos);
+            self.consumed.push(h.cmdsn);
+            return self.tmf_respond(t.itt, response::FUNCTION_COMPLETE).await;
+        }
+        // Not received yet (RFC 7143 11.5.1): a RefCmdSN inside the window
+        // and before this request counts as received and aborted.
+        let (exp, max) = {
+            let w = self.window.lock();
+            (w.exp_cmdsn(), w.max_cmdsn())
+        };
+        if sn_le(exp, t.ref_cmdsn) && sn_le(t.ref_cmdsn, max) && sn_lt(t.ref_cmdsn, t.cmdsn) {
+            if !self.consumed.contains(&t.ref_cmdsn) {
+                self.consumed.push(t.ref_cmdsn);
+            }
+            let flow = self.tmf_respond(t.itt, response::FUNCTION_COMPLETE).await;
+            if let Flow::Close(c) = flow {
+                return Flow::Close(c);
+            }
+            // Boxed: releasing held commands may run another TMF.
+            return Box::pin(self.release_held()).await;
+        }
+        self.tmf_respond(t.itt, response::TASK_DOES_NOT_EXIST).await
+    }
+}

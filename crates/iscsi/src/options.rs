@@ -1,0 +1,139 @@
+//! Target-side negotiation limits and timers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::auth::{Authenticator, NoAuthentication};
+use crate::negotiation::{Digest, TargetLimits};
+
+/// Limits the target negotiates with and the timers it runs.
+#[derive(Clone)]
+pub struct ServerOptions {
+    /// Largest data segment the target accepts (declared to initiators).
+    pub max_recv_data_segment_length: u32,
+    /// Upper bound for MaxBurstLength.
+    pub max_burst_length: u32,
+    /// Upper bound for FirstBurstLength.
+    pub first_burst_length: u32,
+    /// Upper bound for MaxOutstandingR2T.
+    pub max_outstanding_r2t: u16,
+    /// Whether the target insists on InitialR2T=Yes.
+    pub initial_r2t: bool,
+    /// Whether the target allows ImmediateData.
+    pub immediate_data: bool,
+    /// Header digests the target accepts.
+    pub header_digests: Vec<Digest>,
+    /// Data digests the target accepts.
+    pub data_digests: Vec<Digest>,
+    pub default_time2wait: u16,
+    pub default_time2retain: u16,
+    /// Commands a session may have outstanding (CmdSN window).
+    pub cmdsn_window: u32,
+    /// Largest expected data transfer length accepted for one write command.
+    pub max_command_data: u32,
+    /// Write data one connection may have buffered or solicited at once.
+    pub max_write_buffer: u64,
+    /// Ping an initiator that has sent nothing for this long.
+    pub nop_interval: Option<Duration>,
+    /// Drop the connection when a ping is not answered within this time.
+    pub nop_timeout: Duration,
+    /// Time allowed for a whole login.
+    pub login_timeout: Duration,
+    /// On shutdown, time initiators get to log out after being asked to.
+    pub logout_timeout: Duration,
+    /// Most sessions (normal and discovery) served at once.
+    pub max_sessions: usize,
+    /// The login authentication step.
+    pub authenticator: Arc<dyn Authenticator>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        let limits = TargetLimits::default();
+        ServerOptions {
+            max_recv_data_segment_length: limits.max_recv_data_segment_length,
+            max_burst_length: limits.max_burst_length,
+            first_burst_length: limits.first_burst_length,
+            max_outstanding_r2t: limits.max_outstanding_r2t,
+            initial_r2t: limits.initial_r2t,
+            immediate_data: limits.immediate_data,
+            header_digests: limits.header_digests,
+            data_digests: limits.data_digests,
+            default_time2wait: limits.default_time2wait,
+            default_time2retain: limits.default_time2retain,
+            cmdsn_window: 128,
+            max_command_data: 64 << 20,
+            max_write_buffer: 256 << 20,
+            nop_interval: Some(Duration::from_secs(15)),
+            nop_timeout: Duration::from_secs(30),
+            login_timeout: Duration::from_secs(15),
+            logout_timeout: Duration::from_secs(5),
+            max_sessions: 4096,
+            authenticator: Arc::new(NoAuthentication),
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field(
+                "max_recv_data_segment_length",
+                &self.max_recv_data_segment_length,
+            )
+            .field("max_burst_length", &self.max_burst_length)
+            .field("first_burst_length", &self.first_burst_length)
+            .field("max_outstanding_r2t", &self.max_outstanding_r2t)
+            .field("initial_r2t", &self.initial_r2t)
+            .field("immediate_data", &self.immediate_data)
+            .field("header_digests", &self.header_digests)
+            .field("data_digests", &self.data_digests)
+            .field("cmdsn_window", &self.cmdsn_window)
+            .field("max_command_data", &self.max_command_data)
+            .field("nop_interval", &self.nop_interval)
+            .field("nop_timeout", &self.nop_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerOptions {
+    /// The negotiation limits these options describe, clamped to what the
+    /// protocol allows.
+    pub fn limits(&self) -> TargetLimits {
+        let clamp = |v: u32| v.clamp(512, crate::pdu::MAX_DATA_SEGMENT_LIMIT);
+        let max_burst = clamp(self.max_burst_length);
+        TargetLimits {
+            header_digests: self.header_digests.clone(),
+            data_digests: self.data_digests.clone(),
+            max_recv_data_segment_length: clamp(self.max_recv_data_segment_length),
+            max_burst_length: max_burst,
+            first_burst_length: clamp(self.first_burst_length).min(max_burst),
+            max_outstanding_r2t: self.max_outstanding_r2t.max(1),
+            initial_r2t: self.initial_r2t,
+            immediate_data: self.immediate_data,
+            default_time2wait: self.default_time2wait.min(3600),
+            default_time2retain: self.default_time2retain.min(3600),
+            max_connections: 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_clamped() {
+        let o = ServerOptions {
+            max_burst_length: 100,
+            first_burst_length: 1 << 30,
+            max_outstanding_r2t: 0,
+            ..Default::default()
+        };
+        let l = o.limits();
+        assert_eq!(l.max_burst_length, 512);
+        assert_eq!(l.first_burst_length, 512);
+        assert_eq!(l.max_outstanding_r2t, 1);
+        assert_eq!(l.max_connections, 1);
+    }
+}

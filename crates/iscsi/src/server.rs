@@ -1,0 +1,204 @@
+//! The listening side: targets, accepting connections, shutdown.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::connection;
+use crate::discovery::Listing;
+use crate::login::{TargetDirectory, TargetInfo};
+use crate::negotiation::TargetLimits;
+use crate::options::ServerOptions;
+use crate::session::{Control, Registry};
+
+/// One iSCSI target: a name, where it is reachable and the SCSI device
+/// server behind it.
+pub struct Target {
+    /// IQN.
+    pub name: String,
+    /// TargetAlias.
+    pub alias: Option<String>,
+    /// TPGT.
+    pub portal_group: u16,
+    /// Addresses listed in SendTargets for this target (every portal).
+    pub portals: Vec<SocketAddr>,
+    pub scsi: Arc<dyn scsi_api::ScsiTarget>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("name", &self.name)
+            .field("alias", &self.alias)
+            .field("portal_group", &self.portal_group)
+            .field("portals", &self.portals)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counts live connections so shutdown can wait for them.
+#[derive(Debug)]
+pub(crate) struct ConnectionCount(watch::Sender<usize>);
+
+/// Held by each connection task; dropping it counts the connection out.
+pub(crate) struct ConnectionGuard(Arc<Server>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0
+            .connections
+            .0
+            .send_modify(|c| *c = c.saturating_sub(1));
+    }
+}
+
+/// The iSCSI target server.
+pub struct Server {
+    pub(crate) options: ServerOptions,
+    pub(crate) limits: TargetLimits,
+    targets: RwLock<Arc<Vec<Arc<Target>>>>,
+    pub(crate) registry: Mutex<Registry>,
+    shutdown: watch::Sender<bool>,
+    connections: ConnectionCount,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Snapshot of the targets, used to look them up during login.
+pub(crate) struct Directory(pub Arc<Vec<Arc<Target>>>);
+
+impl Directory {
+    pub fn get(&self, name: &str) -> Option<Arc<Target>> {
+        self.0.iter().find(|t| t.name == name).cloned()
+    }
+}
+
+impl TargetDirectory for Directory {
+    fn target_info(&self, name: &str) -> Option<TargetInfo> {
+        self.get(name).map(|t| TargetInfo {
+            portal_group: t.portal_group,
+            alias: t.alias.clone(),
+        })
+    }
+}
+
+impl Server {
+    pub fn new(options: ServerOptions, targets: Vec<Target>) -> Arc<Server> {
+        let limits = options.limits();
+        Arc::new(Server {
+            options,
+            limits,
+            targets: RwLock::new(Arc::new(targets.into_iter().map(Arc::new).collect())),
+            registry: Mutex::new(Registry::default()),
+            shutdown: watch::channel(false).0,
+            connections: ConnectionCount(watch::channel(0).0),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// Live config change; existing sessions keep their target handle.
+    pub fn replace_targets(&self, targets: Vec<Target>) {
+        *self.targets.write() = Arc::new(targets.into_iter().map(Arc::new).collect());
+    }
+
+    pub(crate) fn directory(&self) -> Directory {
+        Directory(self.targets.read().clone())
+    }
+
+    /// Every target as SendTargets reports it.
+    pub(crate) fn listings(&self) -> Vec<Listing> {
+        self.targets
+            .read()
+            .iter()
+            .map(|t| Listing {
+                name: t.name.clone(),
+                portal_group: t.portal_group,
+                portals: t.portals.clone(),
+            })
+            .collect()
+    }
+
+    pub(crate) fn next_session_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    fn track_connection(self: &Arc<Self>) -> ConnectionGuard {
+        self.connections.0.send_modify(|c| *c += 1);
+        ConnectionGuard(self.clone())
+    }
+
+    /// Accept connections on `listener` until [`Server::shutdown`] is called.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+        let local = listener.local_addr()?;
+        tracing::info!(portal = %local, "iSCSI portal listening");
+        let mut shutdown = self.shutdown_signal();
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            tokio::select! {
+                _ = shutdown.changed() => continue,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let guard = self.track_connection();
+                        let server = self.clone();
+                        tokio::spawn(async move {
+                            connection::run(server, stream, peer).await;
+                            drop(guard);
+                        });
+                    }
+                    Err(e) => {
+                        // Out of descriptors and similar: back off, keep serving.
+                        tracing::warn!(portal = %local, error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+            }
+        }
+        tracing::info!(portal = %local, "iSCSI portal closed");
+        Ok(())
+    }
+
+    /// Stop accepting, end every session (async logout request, then
+    /// drop), and wait for in-flight commands.
+    pub async fn shutdown(&self) {
+        let _ = self.shutdown.send(true);
+        let sessions = self.registry.lock().all();
+        for s in &sessions {
+            let _ = s.control.send(Control::RequestLogout);
+        }
+        let mut count = self.connections.0.subscribe();
+        let grace = self.options.logout_timeout + Duration::from_secs(5);
+        if tokio::time::timeout(grace, count.wait_for(|c| *c == 0))
+            .await
+            .is_err()
+        {
+            for s in self.registry.lock().all() {
+                let _ = s
+                    .control
+                    .send(Control::Close(crate::session::CloseReason::Shutdown));
+            }
+            let _ = count.wait_for(|c| *c == 0).await;
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The table of live sessions: TSIH allocation, lookup by
+//! (InitiatorName, ISID, target) for reinstatement, and the control
+//! channel through which one session (or the server) acts on another.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Identifies a normal session for reinstatement (RFC 7143 6.3.5).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SessionKey {
+    pub initiator_name: Arc<str>,
+    pub isid: [u8; 6],
+    pub target_name: Arc<str>,
+}
+
+/// Why a session is told to end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CloseReason {
+    /// A new login with the same key replaced it.
+    Reinstated,
+    /// TARGET COLD RESET.
+    ColdReset,
+    /// Server shutdown after the logout grace time.
+    Shutdown,
+}
+
+/// Requests delivered to a session's connection loop.
+#[derive(Debug)]
+pub(crate) enum Control {
+    /// End the session now.
+    Close(CloseReason),
+    /// Ask the initiator to log out (Async Message), close if it does not.
+    RequestLogout,
+    /// Abort this session's tasks (all, or those of one LUN) on behalf of
+    /// another session's task management; answer once they have ended.
+    AbortTasks {
+        lun: Option<u64>,
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// A live session as other parts of the server see it.
+#[derive(Clone, Debug)]
+pub(crate) struct SessionHandle {
+    pub id: u64,
+    pub tsih: u16,
+    pub key: Option<SessionKey>,
+    pub control: mpsc::UnboundedSender<Control>,
+    /// Becomes true once the session is fully torn down (tasks ended,
+    /// `nexus_lost` called).
+    pub closed: watch::Receiver<bool>,
+}
+
+impl SessionHandle {
+    /// Wait until the session has been torn down.
+    pub async fn wait_closed(&self) {
+        let mut rx = self.closed.clone();
+        // An error means the sender is gone, which also means closed.
+        let _ = rx.wait_for(|c| *c).await;
+    }
+
+    pub fn target_name(&self) -> Option<&str> {
+        self.key.as_ref().map(|k| &*k.target_name)
+    }
+}
+
+/// Errors while registering a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RegisterError {
+    TooManySessions,
+    NoFreeTsih,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    sessions: HashMap<u64, SessionHandle>,
+    by_key: HashMap<SessionKey, u64>,
+    tsihs: HashSet<u16>,
+    next_tsih: u16,
+}
+
+impl Registry {
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// The normal session with this key, if any.
+    pub fn find_key(&self, key: &SessionKey) -> Option<SessionHandle> {
+        self.by_key
+            .get(key)
+            .and_then(|id| self.sessions.get(id))
+            .cloned()
+    }
+
+    /// The session holding this TSIH, if any.
+    pub fn find_tsih(&self, tsih: u16) -> Option<SessionHandle> {
+        self.sessions.values().find(|s| s.tsih == tsih).cloned()
+    }
+
+    /// Every session logged in to `target`.
+    pub fn for_target(&self, target: &str) -> Vec<SessionHandle> {
+        self.sessions
+            .values()
+            .filter(|s| s.target_name() == Some(target))
+            .cloned()
+            .collect()
+    }
+
+    pub fn all(&self) -> Vec<SessionHandle> {
+        self.sessions.values().cloned().collect()
+    }
+
+    /// Pick an unused non-zero TSIH.
+    fn allocate_tsih(&mut self) -> Option<u16> {
+        for _ in 0..=u16::MAX {
+            self.next_tsih = self.next_tsih.wrapping_add(1);
+            if self.next_tsih != 0 && !self.tsihs.contains(&self.next_tsih) {
+                return Some(self.next_tsih);
+            }
+        }
+        None
+    }
+
+    /// Add a session. `tsih` reuses a TSIH (connection reinstatement); 0
+    /// allocates a new one. A previous session with the same key must have
+    /// been removed first.
+    pub fn register(
+        &mut self,
+        id: u64,
+        tsih: u16,
+        key: Option<SessionKey>,
+        control: mpsc::UnboundedSender<Control>,
+        closed: watch::Receiver<bool>,
+        max_sessions: usize,
+    ) -> Result<SessionHandle, RegisterError> {
+        if self.sessions.len() >= max_sessions {
+            return Err(RegisterError::TooManySessions);
+        }
+        let tsih = if tsih != 0 && !self.tsihs.contains(&tsih) {
+            tsih
+        } else {
+            self.allocate_tsih().ok_or(RegisterError::NoFreeTsih)?
+        };
+        let handle = SessionHandle {
+            id,
+            tsih,
+            key: key.clone(),
+            control,
+            closed,
+        };
+        self.tsihs.insert(tsih);
+        if let Some(k) = key {
+            self.by_key.insert(k, id);
+        }
+        self.sessions.insert(id, handle.clone());
+        Ok(handle)
+    }
+
+    /// Remove session `id`; its key mapping goes only if it still points
+    /// at this session (a reinstating login may already own the key).
+    pub fn remove(&mut self, id: u64) {
+        if let Some(h) = self.sessions.remove(&id) {
+            self.tsihs.remove(&h.tsih);
+            if let Some(k) = h.key {
+                if self.by_key.get(&k) == Some(&id) {
+                    self.by_key.remove(&k);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(isid: u8) -> SessionKey {
+        SessionKey {
+            initiator_name: "iqn.i".into(),
+            isid: [isid; 6],
+            target_name: "iqn.t".into(),
+        }
+    }
+
+    fn channels() -> (mpsc::UnboundedSender<Control>, watch::Receiver<bool>) {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let (_wtx, wrx) = watch::channel(false);
+        (tx, wrx)
+    }
+
+    #[test]
+    fn tsihs_are_unique_and_nonzero() {
+        let mut r = Registry::default();
+        let mut seen = HashSet::new();
+        for id in 0..1000 {
+            let (c, w) = channels();
+            let h = r.register(id, 0, None, c, w, usize::MAX).unwrap();
+            assert_ne!(h.tsih, 0);
+            assert!(seen.insert(h.tsih));
+        }
+        assert_eq!(r.len(), 1000);
+    }
+
+    #[test]
+    fn lookup_and_removal() {
+        let mut r = Registry::default();
+        let (c, w) = channels();
+        let a = r.register(1, 0, Some(key(1)), c, w, 10).unwrap();
+        assert_eq!(r.find_key(&key(1)).map(|h| h.id), Some(1));
+        assert_eq!(r.find_tsih(a.tsih).map(|h| h.id), Some(1));
+        assert_eq!(r.for_target("iqn.t").len(), 1);
+        assert!(r.find_key(&key(2)).is_none());
+        // A reinstating session takes over the key before the old one is gone.
+        let (c, w) = channels();
+        r.register(2, 0, Some(key(1)), c, w, 10).unwrap();
+        r.remove(1);
+        assert_eq!(r.find_key(&key(1)).map(|h| h.id), Some(2));
+        r.remove(2);
+        assert!(r.find_key(&key(1)).is_none());
+        assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn reuses_requested_tsih_when_free() {
+        let mut r = Registry::default();
+        let (c, w) = channels();
+        assert_eq!(r.register(1, 77, None, c, w, 10).unwrap().tsih, 77);
+        let (c, w) = channels();
+        assert_ne!(r.register(2, 77, None, c, w, 10).unwrap().tsih, 77);
+    }
+
+    #[test]
+    fn session_limit() {
+        let mut r = Registry::default();
+        let (c, w) = channels();
+        r.register(1, 0, None, c, w, 1).unwrap();
+        let (c, w) = channels();
+        assert_eq!(
+            r.register(2, 0, None, c, w, 1).unwrap_err(),
+            RegisterError::TooManySessions
+        );
+    }
+}
