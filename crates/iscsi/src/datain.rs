@@ -122,16 +122,14 @@ mod tests {
         fn plan_covers_data_exactly(total in 0u32..2_000_000, mrdsl in 512u32..300_000, burst in 512u32..1_100_000) {
             let mut next = 0u32;
             let mut in_burst = 0u32;
-            let mut count = 0u32;
-            for seg in segments(total, mrdsl, burst) {
+            for (count, seg) in segments(total, mrdsl, burst).enumerate() {
                 prop_assert_eq!(seg.offset, next);
                 prop_assert!(seg.len > 0 && seg.len <= mrdsl);
-                prop_assert_eq!(seg.datasn, count);
+                prop_assert_eq!(seg.datasn as usize, count);
                 in_burst += seg.len;
                 prop_assert!(in_burst <= burst);
                 if seg.final_ { in_burst = 0; }
                 next += seg.len;
-                count += 1;
                 prop_assert_eq!(seg.last, next == total);
                 if seg.last { prop_assert!(seg.final_); }
             }

@@ -511,7 +511,7 @@ impl Conn {
         };
         let serial = self.next_serial;
         self.next_serial += 1;
-        let complete = write_state.as_ref().map_or(true, |w| w.complete());
+        let complete = write_state.as_ref().is_none_or(|w| w.complete());
         let task = Task {
             serial,
             itt: c.itt,
@@ -1043,7 +1043,7 @@ impl Conn {
             }
             Control::AbortTasks { lun, done } => {
                 let scope = lun.map_or(HeldScope::All, HeldScope::Lun);
-                let aborted = self.abort_matching(scope, |t| lun.map_or(true, |l| t.lun == l));
+                let aborted = self.abort_matching(scope, |t| lun.is_none_or(|l| t.lun == l));
                 tokio::spawn(async move {
                     for mut w in aborted.waiters {
                         let _ = w.wait_for(|d| *d).await;
