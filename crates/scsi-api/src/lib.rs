@@ -106,15 +106,25 @@ impl ScsiResponse {
     }
 
     pub fn with_data(data_in: Vec<u8>) -> Self {
-        ScsiResponse { data_in, ..Default::default() }
+        ScsiResponse {
+            data_in,
+            ..Default::default()
+        }
     }
 
     pub fn check_condition(sense: Vec<u8>) -> Self {
-        ScsiResponse { status: status::CHECK_CONDITION, sense, ..Default::default() }
+        ScsiResponse {
+            status: status::CHECK_CONDITION,
+            sense,
+            ..Default::default()
+        }
     }
 
     pub fn status(status: u8) -> Self {
-        ScsiResponse { status, ..Default::default() }
+        ScsiResponse {
+            status,
+            ..Default::default()
+        }
     }
 }
 
@@ -150,6 +160,15 @@ pub trait ScsiTarget: Send + Sync {
     /// True when executing commands for `lun` may block the calling thread
     /// (file-backed devices). Transports run such commands off the reactor.
     fn may_block(&self, lun: u64) -> bool;
+
+    /// Like [`ScsiTarget::may_block`], for one command: some commands
+    /// (SANITIZE, EXTENDED COPY, ...) can run for a long time even on a
+    /// LUN whose device never blocks. Transports that can choose per
+    /// command should ask this instead.
+    fn command_may_block(&self, lun: u64, cdb: &[u8]) -> bool {
+        let _ = cdb;
+        self.may_block(lun)
+    }
 
     /// Whether a LUN is mapped for this nexus.
     fn lun_exists(&self, nexus: &Nexus, lun: u64) -> bool;

@@ -1,0 +1,656 @@
+//! The logical unit: one block device seen through SBC-3.
+//!
+//! Every command passes the same gate, in this order: a pending unit
+//! attention of its I_T nexus, the operation code and CDB fields, a running
+//! sanitize, reservations. Then the handler of its module runs.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use block::{BlockDevice, Capabilities};
+use parking_lot::Mutex;
+use scsi_api::{status, Nexus, ScsiCommand, ScsiResponse};
+
+use crate::commands::{self, op, sa, Access, Command, Lookup, Needs};
+use crate::config::{naa_from_seed, LuConfig};
+use crate::mode::ModeParams;
+use crate::nexus::NexusState;
+use crate::range_lock::RangeLock;
+use crate::registry::LuRegistry;
+use crate::reservations::{PortPair, PrState};
+use crate::sanitize::SanitizeState;
+use crate::sense::{asc, Failure, Sense};
+use crate::{pr_file, transfer};
+
+/// Largest data transfer of one command (MAXIMUM TRANSFER LENGTH).
+pub const MAX_TRANSFER_BYTES: u64 = 32 << 20;
+/// Largest COMPARE AND WRITE in logical blocks (the field is one byte).
+pub const MAX_COMPARE_AND_WRITE_BLOCKS: u64 = 255;
+/// Preferred transfer size (OPTIMAL TRANSFER LENGTH).
+pub const OPTIMAL_TRANSFER_BYTES: u64 = 1 << 20;
+/// Most block descriptors one UNMAP may carry.
+pub const MAX_UNMAP_DESCRIPTORS: u32 = 256;
+
+pub(crate) type Outcome = Result<ScsiResponse, Failure>;
+
+/// What a command needs besides the LU: who sent it and how to reach the
+/// other LUs of the daemon.
+pub(crate) struct Ctx<'a> {
+    pub nexus: &'a Nexus,
+    pub cmd: &'a ScsiCommand<'a>,
+    pub registry: &'a LuRegistry,
+}
+
+impl Ctx<'_> {
+    pub fn cdb(&self) -> &[u8] {
+        self.cmd.cdb
+    }
+
+    /// The first `len` bytes of Data-Out as a parameter list; a shorter
+    /// transfer than the CDB announced is a parameter list length error.
+    pub fn param(&self, len: usize) -> Result<&[u8], Sense> {
+        self.cmd
+            .data_out
+            .get(..len)
+            .ok_or_else(Sense::param_list_length)
+    }
+}
+
+pub(crate) struct LuState {
+    pub nexuses: HashMap<Nexus, NexusState>,
+    pub pr: PrState,
+    /// Holder of a RESERVE(6)/RESERVE(10) reservation.
+    pub spc2: Option<Nexus>,
+    pub sanitize: SanitizeState,
+    /// (target port group, relative target port) of every nexus seen.
+    pub ports: BTreeSet<(u16, u16)>,
+}
+
+impl LuState {
+    pub fn nexus(&mut self, n: &Nexus) -> &mut NexusState {
+        if !self.nexuses.contains_key(n) {
+            self.ports.insert((n.portal_group, n.relative_port));
+        }
+        self.nexuses
+            .entry(n.clone())
+            .or_insert_with(NexusState::fresh)
+    }
+
+    /// Establishes a unit attention for every known nexus except `except`.
+    pub fn notify_all(&mut self, code: (u8, u8), except: Option<&Nexus>) {
+        for (n, s) in self.nexuses.iter_mut() {
+            if Some(n) != except {
+                s.add_unit_attention(code);
+            }
+        }
+    }
+
+    /// Establishes a unit attention for the nexuses a registration covers.
+    pub fn notify_port(&mut self, port: &PortPair, code: (u8, u8)) {
+        for (n, s) in self.nexuses.iter_mut() {
+            if *n.initiator_name == *port.initiator
+                && n.isid == port.isid
+                && *n.target_name == *port.target
+                && n.relative_port == port.relative_port
+            {
+                s.add_unit_attention(code);
+            }
+        }
+    }
+}
+
+pub struct LogicalUnit {
+    pub(crate) me: Weak<LogicalUnit>,
+    pub(crate) device: Arc<dyn BlockDevice>,
+    config: LuConfig,
+    pub(crate) naa: [u8; 16],
+    pub(crate) serial: String,
+    pub(crate) block_size: u32,
+    pub(crate) caps: Capabilities,
+    pub(crate) mode: Mutex<ModeParams>,
+    pub(crate) default_mode: ModeParams,
+    pub(crate) state: Mutex<LuState>,
+    pub(crate) locks: RangeLock,
+    /// Capacity in blocks as last reported, to notice resizes.
+    capacity_seen: AtomicU64,
+}
+
+/// Makes designators of LUs configured without identity unique within the
+/// process.
+static ANONYMOUS_LUS: AtomicU64 = AtomicU64::new(0);
+
+impl LogicalUnit {
+    /// Creates a logical unit over `device`. Loads the persistent
+    /// reservation state file when the configuration names one.
+    pub fn new(device: Arc<dyn BlockDevice>, config: LuConfig) -> io::Result<Arc<LogicalUnit>> {
+        let bs = config.block_size;
+        if !bs.is_power_of_two() || !(512..=65536).contains(&bs) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("block size {bs} is not a power of two between 512 and 65536"),
+            ));
+        }
+        if device.size() < u64::from(bs) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is smaller than one {bs}-byte block", device.describe()),
+            ));
+        }
+        let naa = if config.naa != [0; 16] {
+            config.naa
+        } else if !config.serial.is_empty() {
+            naa_from_seed(&format!("serial/{}", config.serial))
+        } else {
+            let n = ANONYMOUS_LUS.fetch_add(1, Ordering::Relaxed);
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            naa_from_seed(&format!(
+                "{}/{}/{n}/{t}",
+                device.describe(),
+                std::process::id()
+            ))
+        };
+        let serial = if config.serial.is_empty() {
+            naa.iter().map(|b| format!("{b:02X}")).collect()
+        } else {
+            config.serial.clone()
+        };
+        let pr = match &config.pr_state_file {
+            Some(path) => pr_file::load(path)?.unwrap_or_default(),
+            None => PrState::default(),
+        };
+        let caps = device.capabilities();
+        let default_mode = ModeParams::defaults(config.write_cache);
+        let capacity = device.size() / u64::from(bs);
+        Ok(Arc::new_cyclic(|me| LogicalUnit {
+            me: me.clone(),
+            device,
+            naa,
+            serial,
+            block_size: bs,
+            caps,
+            mode: Mutex::new(default_mode),
+            default_mode,
+            state: Mutex::new(LuState {
+                nexuses: HashMap::new(),
+                pr,
+                spc2: None,
+                sanitize: SanitizeState::Idle,
+                ports: BTreeSet::new(),
+            }),
+            locks: RangeLock::default(),
+            capacity_seen: AtomicU64::new(capacity),
+            config,
+        }))
+    }
+
+    /// Makes every completed write stable.
+    pub fn flush(&self) -> io::Result<()> {
+        self.device.flush()
+    }
+
+    pub fn config(&self) -> &LuConfig {
+        &self.config
+    }
+
+    /// The NAA designator this LU reports (VPD page 0x83).
+    pub fn naa(&self) -> [u8; 16] {
+        self.naa
+    }
+
+    /// Capacity in logical blocks.
+    pub fn blocks(&self) -> u64 {
+        self.device.size() / u64::from(self.block_size)
+    }
+
+    /// Whether commands for this LU may block the calling thread.
+    pub fn may_block(&self) -> bool {
+        self.caps.may_block
+    }
+
+    pub(crate) fn read_only(&self) -> bool {
+        self.config.read_only || self.caps.read_only
+    }
+
+    /// Logical block provisioning management enabled (LBPME).
+    pub(crate) fn thin(&self) -> bool {
+        self.caps.thin && self.caps.discard
+    }
+
+    /// Unmapped blocks read as zeros (LBPRZ).
+    pub(crate) fn unmapped_reads_zero(&self) -> bool {
+        self.thin() && self.caps.discard_zeroes
+    }
+
+    /// WRITE ATOMIC is offered where a write cannot be torn: nothing of a
+    /// device that keeps no data across a crash survives one, and within a
+    /// run the exclusive range lock keeps every other access out.
+    pub(crate) fn atomic_writes(&self) -> bool {
+        !self.caps.may_block && !self.caps.volatile_cache
+    }
+
+    pub(crate) fn max_transfer_blocks(&self) -> u64 {
+        MAX_TRANSFER_BYTES / u64::from(self.block_size)
+    }
+
+    pub(crate) fn mode_params(&self) -> ModeParams {
+        *self.mode.lock()
+    }
+
+    /// Whether this LU offers `c` at all.
+    pub(crate) fn supports(&self, c: &Command) -> bool {
+        match c.needs {
+            Needs::Nothing => true,
+            Needs::Provisioning => self.thin(),
+            Needs::Atomic => self.atomic_writes(),
+            Needs::Sanitize | Needs::SanitizeOverwrite => true,
+            Needs::SanitizeBlockErase => self.thin(),
+        }
+    }
+
+    /// Runs one command for `ctx.nexus`.
+    pub(crate) fn execute(&self, ctx: &Ctx<'_>) -> ScsiResponse {
+        let cdb = ctx.cdb();
+        let mut resp = match self.run(ctx) {
+            Ok(r) => r,
+            Err(f) => self.failure(f),
+        };
+        resp.data_out_wanted = transfer::data_out_wanted(cdb, self.block_size);
+        resp
+    }
+
+    pub(crate) fn failure(&self, f: Failure) -> ScsiResponse {
+        match f {
+            Failure::Check(sense) => {
+                ScsiResponse::check_condition(sense.encode(self.mode_params().d_sense))
+            }
+            Failure::Status(s) => ScsiResponse::status(s),
+        }
+    }
+
+    fn run(&self, ctx: &Ctx<'_>) -> Outcome {
+        let cdb = ctx.cdb();
+        let Some(&opcode) = cdb.first() else {
+            return Err(Sense::invalid_cdb(0, None).into());
+        };
+        self.notice_capacity_change();
+        let checked = match commands::lookup(cdb, |c| self.supports(c)) {
+            Lookup::Found(c) => c.check_cdb(cdb).map(|()| c),
+            Lookup::UnknownOpcode => Err(Sense::invalid_opcode()),
+            Lookup::UnknownServiceAction => Err(Sense::invalid_cdb(1, Some(4))),
+        };
+        let exempt = matches!(opcode, op::INQUIRY | op::REPORT_LUNS | op::REQUEST_SENSE);
+        let command = {
+            let mut st = self.state.lock();
+            let ns = st.nexus(ctx.nexus);
+            if !exempt {
+                if let Some(code) = ns.take_unit_attention() {
+                    return Err(Sense::unit_attention(code).into());
+                }
+            }
+            let command = checked?;
+            self.admit(&st, ctx, command)?;
+            command
+        };
+        self.dispatch(ctx, command)
+    }
+
+    /// Sanitize and reservation checks, under the state lock.
+    fn admit(&self, st: &LuState, ctx: &Ctx<'_>, c: &Command) -> Result<(), Failure> {
+        if let Some(sense) = st.sanitize.blocks(c) {
+            return Err(sense.into());
+        }
+        let cdb = ctx.cdb();
+        // Commands whose effect depends on their fields (SBC-3 table 13).
+        let access = match c.opcode {
+            op::PREVENT_ALLOW if cdb[4] & 0x03 == 0 => Access::Always,
+            op::START_STOP_UNIT if cdb[4] & 0xF1 == 0x01 => Access::Always,
+            _ => c.access,
+        };
+        if let Some(holder) = &st.spc2 {
+            if holder != ctx.nexus {
+                let allowed = match access {
+                    Access::Always => true,
+                    Access::Own => matches!(
+                        c.opcode,
+                        op::RELEASE_6 | op::RELEASE_10 | op::RESERVE_6 | op::RESERVE_10
+                    ),
+                    _ => false,
+                };
+                if !allowed {
+                    return Err(Failure::Status(status::RESERVATION_CONFLICT));
+                }
+            }
+        }
+        if st.pr.conflicts(ctx.nexus, access) {
+            return Err(Failure::Status(status::RESERVATION_CONFLICT));
+        }
+        Ok(())
+    }
+
+    fn dispatch(&self, ctx: &Ctx<'_>, c: &Command) -> Outcome {
+        use op::*;
+        match (c.opcode, c.service_action) {
+            (TEST_UNIT_READY, _) => Ok(ScsiResponse::good()),
+            (REQUEST_SENSE, _) => self.request_sense(ctx),
+            (INQUIRY, _) => self.inquiry(ctx),
+            (MODE_SENSE_6 | MODE_SENSE_10, _) => self.mode_sense(ctx),
+            (MODE_SELECT_6 | MODE_SELECT_10, _) => self.mode_select(ctx),
+            (READ_CAPACITY_10, _) => self.read_capacity_10(ctx),
+            (SERVICE_ACTION_IN_16, Some(sa::READ_CAPACITY_16)) => self.read_capacity_16(ctx),
+            (SERVICE_ACTION_IN_16, _) => self.get_lba_status(ctx),
+            (READ_6 | READ_10 | READ_12 | READ_16, _) => self.read(ctx),
+            (WRITE_6 | WRITE_10 | WRITE_12 | WRITE_16, _) => self.write(ctx),
+            (VERIFY_10 | VERIFY_12 | VERIFY_16, _) => self.verify(ctx),
+            (WRITE_VERIFY_10 | WRITE_VERIFY_12 | WRITE_VERIFY_16, _) => self.write_and_verify(ctx),
+            (ORWRITE_16, _) => self.orwrite(ctx),
+            (COMPARE_AND_WRITE, _) => self.compare_and_write(ctx),
+            (WRITE_ATOMIC_16, _) => self.write_atomic(ctx),
+            (PRE_FETCH_10 | PRE_FETCH_16, _) => self.pre_fetch(ctx),
+            (SYNCHRONIZE_CACHE_10 | SYNCHRONIZE_CACHE_16, _) => self.synchronize_cache(ctx),
+            (WRITE_SAME_10 | WRITE_SAME_16, _) => self.write_same(ctx),
+            (UNMAP, _) => self.unmap(ctx),
+            (START_STOP_UNIT, _) => self.start_stop_unit(ctx),
+            (PREVENT_ALLOW, _) => self.prevent_allow(ctx),
+            (READ_DEFECT_DATA_10 | READ_DEFECT_DATA_12, _) => self.read_defect_data(ctx),
+            (RESERVE_6 | RESERVE_10, _) => self.reserve(ctx),
+            (RELEASE_6 | RELEASE_10, _) => self.release(ctx),
+            (PERSISTENT_RESERVE_IN, _) => self.persistent_reserve_in(ctx),
+            (PERSISTENT_RESERVE_OUT, _) => self.persistent_reserve_out(ctx),
+            (EXTENDED_COPY, _) => self.extended_copy(ctx),
+            (RECEIVE_COPY_RESULTS, _) => self.receive_copy_results(ctx),
+            (SANITIZE, _) => self.sanitize(ctx),
+            (MAINTENANCE_IN, Some(sa::REPORT_SUPPORTED_OPCODES)) => {
+                self.report_supported_opcodes(ctx)
+            }
+            (MAINTENANCE_IN, Some(sa::REPORT_SUPPORTED_TMFS)) => self.report_supported_tmfs(ctx),
+            (MAINTENANCE_IN, Some(sa::REPORT_TARGET_PORT_GROUPS)) => {
+                self.report_target_port_groups(ctx)
+            }
+            // REPORT LUNS is answered by the target before reaching an LU;
+            // an entry in the table without a handler is a bug, reported
+            // rather than panicking.
+            _ => Err(Sense::internal_failure().into()),
+        }
+    }
+
+    /// Establishes CAPACITY DATA HAS CHANGED when the device was resized.
+    fn notice_capacity_change(&self) {
+        let now = self.blocks();
+        if self.capacity_seen.swap(now, Ordering::Relaxed) != now {
+            self.state
+                .lock()
+                .notify_all(asc::CAPACITY_DATA_CHANGED, None);
+        }
+    }
+
+    /// A new I_T nexus: it starts with the power on unit attention.
+    pub(crate) fn nexus_added(&self, n: &Nexus) {
+        let mut st = self.state.lock();
+        st.ports.insert((n.portal_group, n.relative_port));
+        st.nexuses.insert(n.clone(), NexusState::fresh());
+    }
+
+    /// An I_T nexus is gone: its RESERVE(6/10) reservation, PREVENT state
+    /// and held copy results go with it.
+    pub(crate) fn nexus_lost(&self, n: &Nexus) {
+        let mut st = self.state.lock();
+        st.nexuses.remove(n);
+        if st.spc2.as_ref() == Some(n) {
+            st.spc2 = None;
+        }
+        let still_used = st
+            .nexuses
+            .keys()
+            .any(|k| k.portal_group == n.portal_group && k.relative_port == n.relative_port);
+        if !still_used {
+            st.ports.remove(&(n.portal_group, n.relative_port));
+        }
+    }
+
+    /// LOGICAL UNIT RESET (SAM-5 6.3.3): releases RESERVE(6/10), clears
+    /// PREVENT, returns mode parameters to their defaults and establishes a
+    /// reset unit attention for every nexus. Persistent reservations stay.
+    pub(crate) fn reset(&self) {
+        *self.mode.lock() = self.default_mode;
+        let mut st = self.state.lock();
+        st.spc2 = None;
+        for s in st.nexuses.values_mut() {
+            s.prevent = false;
+        }
+        st.notify_all(asc::POWER_ON_RESET, None);
+    }
+
+    /// Offset in bytes of logical block `lba`.
+    pub(crate) fn offset(&self, lba: u64) -> u64 {
+        lba * u64::from(self.block_size)
+    }
+
+    /// LBA OUT OF RANGE unless `[lba, lba + blocks)` lies inside the LU.
+    pub(crate) fn check_range(&self, lba: u64, blocks: u64) -> Result<(), Sense> {
+        match lba.checked_add(blocks) {
+            Some(end) if end <= self.blocks() => Ok(()),
+            _ => Err(Sense::lba_out_of_range()),
+        }
+    }
+
+    /// DATA PROTECT unless the medium may be written.
+    pub(crate) fn check_writable(&self) -> Result<(), Sense> {
+        if self.read_only() {
+            return Err(Sense::write_protected());
+        }
+        if self.mode_params().swp {
+            return Err(Sense::new(
+                crate::sense::key::DATA_PROTECT,
+                asc::SOFTWARE_WRITE_PROTECTED,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a write must reach stable storage before completing: FUA
+    /// was asked for, or the write cache is disabled (WCE = 0).
+    pub(crate) fn force_unit_access(&self, fua: bool) -> bool {
+        fua || !self.mode_params().wce
+    }
+
+    pub(crate) fn read_blocks(&self, lba: u64, blocks: u64) -> Result<Vec<u8>, Sense> {
+        let len = usize::try_from(blocks * u64::from(self.block_size))
+            .map_err(|_| Sense::internal_failure())?;
+        let mut buf = vec![0u8; len];
+        let _guard = self.locks.lock(lba, blocks, false);
+        self.device
+            .read_at(&mut buf, self.offset(lba))
+            .map_err(|e| io_sense(&e, false))?;
+        Ok(buf)
+    }
+
+    pub(crate) fn write_blocks(&self, lba: u64, data: &[u8], fua: bool) -> Result<(), Sense> {
+        let blocks = data.len() as u64 / u64::from(self.block_size);
+        let _guard = self.locks.lock(lba, blocks, false);
+        self.device
+            .write_at(data, self.offset(lba), self.force_unit_access(fua))
+            .map_err(|e| io_sense(&e, true))
+    }
+}
+
+/// Sense for a failed device call.
+pub(crate) fn io_sense(e: &io::Error, writing: bool) -> Sense {
+    if e.raw_os_error() == Some(libc::EROFS) {
+        return Sense::write_protected();
+    }
+    if writing {
+        Sense::write_error()
+    } else {
+        Sense::read_error()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    //! Drives a LogicalUnit the way a transport would.
+
+    use super::*;
+    use scsi_api::TaskAttr;
+
+    pub fn nexus(name: &str) -> Nexus {
+        Nexus {
+            initiator_name: name.into(),
+            isid: [0x80, 0, 0, 0, 0, 1],
+            target_name: "iqn.2026-11.org.openarray:test".into(),
+            relative_port: 1,
+            portal_group: 1,
+        }
+    }
+
+    pub fn lu_with(size: u64, config: LuConfig) -> Arc<LogicalUnit> {
+        LogicalUnit::new(Arc::new(block::MemDevice::new(size)), config).unwrap()
+    }
+
+    pub fn lu() -> Arc<LogicalUnit> {
+        lu_with(
+            1 << 20,
+            LuConfig {
+                naa: naa_from_seed("test"),
+                ..LuConfig::default()
+            },
+        )
+    }
+
+    pub fn run(lu: &LogicalUnit, n: &Nexus, cdb: &[u8], data_out: &[u8]) -> ScsiResponse {
+        let registry = LuRegistry::new();
+        registry.add(lu.me.upgrade().unwrap());
+        run_with(lu, n, cdb, data_out, &registry)
+    }
+
+    pub fn run_with(
+        lu: &LogicalUnit,
+        n: &Nexus,
+        cdb: &[u8],
+        data_out: &[u8],
+        registry: &LuRegistry,
+    ) -> ScsiResponse {
+        let mut full = cdb.to_vec();
+        full.resize(full.len().max(16), 0);
+        let cmd = ScsiCommand {
+            lun: 0,
+            cdb: &full,
+            data_out,
+            data_in_len: 1 << 24,
+            data_out_len: data_out.len() as u32,
+            task_attr: TaskAttr::Simple,
+            tag: 1,
+        };
+        lu.execute(&Ctx {
+            nexus: n,
+            cmd: &cmd,
+            registry,
+        })
+    }
+
+    /// Runs a command on a nexus whose power-on unit attention has been
+    /// consumed.
+    pub fn ready(lu: &LogicalUnit, n: &Nexus) {
+        let _ = run(lu, n, &[0; 6], &[]);
+    }
+
+    /// (sense key, ASC, ASCQ) of a fixed-format CHECK CONDITION.
+    pub fn sense_of(r: &ScsiResponse) -> (u8, u8, u8) {
+        assert_eq!(
+            r.status,
+            status::CHECK_CONDITION,
+            "expected CHECK CONDITION, got {r:?}"
+        );
+        (r.sense[2] & 0x0F, r.sense[12], r.sense[13])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+    use crate::sense::key;
+
+    #[test]
+    fn first_contact_gets_power_on_unit_attention_once() {
+        let lu = lu();
+        let a = nexus("a");
+        let r = run(&lu, &a, &[0; 6], &[]);
+        assert_eq!(sense_of(&r), (key::UNIT_ATTENTION, 0x29, 0x00));
+        assert_eq!(r.data_out_wanted, None);
+        assert_eq!(run(&lu, &a, &[0; 6], &[]).status, status::GOOD);
+    }
+
+    #[test]
+    fn inquiry_ignores_unit_attention_without_clearing_it() {
+        let lu = lu();
+        let a = nexus("a");
+        let r = run(&lu, &a, &[0x12, 0, 0, 0, 96, 0], &[]);
+        assert_eq!(r.status, status::GOOD);
+        assert_eq!(sense_of(&run(&lu, &a, &[0; 6], &[])).0, key::UNIT_ATTENTION);
+    }
+
+    #[test]
+    fn unknown_opcode_and_service_action() {
+        let lu = lu();
+        let a = nexus("a");
+        ready(&lu, &a);
+        assert_eq!(
+            sense_of(&run(&lu, &a, &[0xC0, 0, 0, 0, 0, 0], &[])),
+            (key::ILLEGAL_REQUEST, 0x20, 0)
+        );
+        assert_eq!(
+            sense_of(&run(&lu, &a, &[0x9E, 0x1F], &[])),
+            (key::ILLEGAL_REQUEST, 0x24, 0)
+        );
+    }
+
+    #[test]
+    fn lu_reset_reaches_every_nexus_and_keeps_persistent_state() {
+        let lu = lu();
+        let (a, b) = (nexus("a"), nexus("b"));
+        ready(&lu, &a);
+        ready(&lu, &b);
+        lu.reset();
+        assert_eq!(
+            sense_of(&run(&lu, &a, &[0; 6], &[])),
+            (key::UNIT_ATTENTION, 0x29, 0)
+        );
+        assert_eq!(
+            sense_of(&run(&lu, &b, &[0; 6], &[])),
+            (key::UNIT_ATTENTION, 0x29, 0)
+        );
+    }
+
+    #[test]
+    fn descriptor_sense_follows_d_sense() {
+        let lu = lu();
+        let a = nexus("a");
+        ready(&lu, &a);
+        lu.mode.lock().d_sense = true;
+        let r = run(&lu, &a, &[0xC0, 0, 0, 0, 0, 0], &[]);
+        assert_eq!(r.sense[0], 0x72);
+        assert_eq!((r.sense[1], r.sense[2]), (key::ILLEGAL_REQUEST, 0x20));
+    }
+
+    #[test]
+    fn rejects_bad_block_sizes_and_tiny_devices() {
+        let dev = Arc::new(block::MemDevice::new(1 << 20));
+        assert!(LogicalUnit::new(
+            dev.clone(),
+            LuConfig {
+                block_size: 1000,
+                ..LuConfig::default()
+            }
+        )
+        .is_err());
+        let tiny = Arc::new(block::MemDevice::new(100));
+        assert!(LogicalUnit::new(tiny, LuConfig::default()).is_err());
+        let a = LogicalUnit::new(dev.clone(), LuConfig::default()).unwrap();
+        let b = LogicalUnit::new(dev, LuConfig::default()).unwrap();
+        assert_ne!(a.naa(), b.naa(), "anonymous LUs get distinct designators");
+    }
+}

@@ -1,0 +1,508 @@
+//! Medium access: READ, WRITE, VERIFY, WRITE AND VERIFY, ORWRITE,
+//! COMPARE AND WRITE, WRITE ATOMIC, PRE-FETCH, SYNCHRONIZE CACHE.
+
+use scsi_api::{status, ScsiResponse};
+
+use crate::cdb::{be16, be24, be32, be64, u8_at};
+use crate::commands::op;
+use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome, MAX_COMPARE_AND_WRITE_BLOCKS};
+use crate::sense::{asc, Sense};
+
+/// The addressing fields of a medium access CDB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub lba: u64,
+    pub blocks: u64,
+    /// Byte of the CDB holding the transfer length, for field pointers.
+    pub length_at: usize,
+}
+
+/// Decodes LBA and transfer length of the medium access commands.
+pub fn extent(cdb: &[u8]) -> Extent {
+    match u8_at(cdb, 0) {
+        op::READ_6 | op::WRITE_6 => {
+            let n = u64::from(u8_at(cdb, 4));
+            Extent {
+                lba: u64::from(be24(cdb, 1) & 0x1F_FFFF),
+                blocks: if n == 0 { 256 } else { n },
+                length_at: 4,
+            }
+        }
+        op::READ_12 | op::WRITE_12 | op::VERIFY_12 | op::WRITE_VERIFY_12 => Extent {
+            lba: u64::from(be32(cdb, 2)),
+            blocks: u64::from(be32(cdb, 6)),
+            length_at: 6,
+        },
+        op::READ_16
+        | op::WRITE_16
+        | op::VERIFY_16
+        | op::WRITE_VERIFY_16
+        | op::ORWRITE_16
+        | op::PRE_FETCH_16
+        | op::SYNCHRONIZE_CACHE_16
+        | op::WRITE_SAME_16 => Extent {
+            lba: be64(cdb, 2),
+            blocks: u64::from(be32(cdb, 10)),
+            length_at: 10,
+        },
+        op::COMPARE_AND_WRITE => Extent {
+            lba: be64(cdb, 2),
+            blocks: u64::from(u8_at(cdb, 13)),
+            length_at: 13,
+        },
+        op::WRITE_ATOMIC_16 => Extent {
+            lba: be64(cdb, 2),
+            blocks: u64::from(be16(cdb, 12)),
+            length_at: 12,
+        },
+        // The 10-byte forms.
+        _ => Extent {
+            lba: u64::from(be32(cdb, 2)),
+            blocks: u64::from(be16(cdb, 7)),
+            length_at: 7,
+        },
+    }
+}
+
+fn fua_of(cdb: &[u8]) -> bool {
+    // FUA is byte 1 bit 3 in every CDB of this module that has it; the
+    // 6-byte forms have no FUA.
+    !matches!(u8_at(cdb, 0), op::READ_6 | op::WRITE_6) && u8_at(cdb, 1) & 0x08 != 0
+}
+
+/// Offset of the first differing byte.
+pub fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    a.iter().zip(b).position(|(x, y)| x != y)
+}
+
+impl LogicalUnit {
+    /// Range and MAXIMUM TRANSFER LENGTH checks shared by every transfer.
+    fn check_transfer(&self, e: &Extent) -> Result<(), Sense> {
+        self.check_range(e.lba, e.blocks)?;
+        if e.blocks > self.max_transfer_blocks() {
+            return Err(Sense::invalid_cdb(e.length_at, None));
+        }
+        Ok(())
+    }
+
+    /// The Data-Out of a write of `e`: all of it, or the whole blocks that
+    /// arrived when the initiator sent less than the CDB describes (the
+    /// transport reports the shortfall as residual overflow). A partial
+    /// block cannot be written.
+    fn write_data<'a>(&self, ctx: &'a Ctx<'_>, e: &Extent) -> Result<&'a [u8], Sense> {
+        let bs = u64::from(self.block_size);
+        let want = (e.blocks * bs) as usize;
+        let data = ctx.cmd.data_out;
+        if data.len() >= want {
+            return Ok(&data[..want]);
+        }
+        if !(data.len() as u64).is_multiple_of(bs) {
+            return Err(Sense::illegal(asc::INVALID_FIELD_IN_INFORMATION_UNIT));
+        }
+        Ok(data)
+    }
+
+    pub(crate) fn read(&self, ctx: &Ctx<'_>) -> Outcome {
+        let e = extent(ctx.cdb());
+        self.check_transfer(&e)?;
+        if e.blocks == 0 {
+            return Ok(ScsiResponse::good());
+        }
+        Ok(ScsiResponse::with_data(self.read_blocks(e.lba, e.blocks)?))
+    }
+
+    pub(crate) fn write(&self, ctx: &Ctx<'_>) -> Outcome {
+        let cdb = ctx.cdb();
+        let e = extent(cdb);
+        self.check_transfer(&e)?;
+        self.check_writable()?;
+        let data = self.write_data(ctx, &e)?;
+        if !data.is_empty() {
+            self.write_blocks(e.lba, data, fua_of(cdb))?;
+        }
+        Ok(ScsiResponse::good())
+    }
+
+    pub(crate) fn verify(&self, ctx: &Ctx<'_>) -> Outcome {
+        let cdb = ctx.cdb();
+        let bytchk = (u8_at(cdb, 1) >> 1) & 0x03;
+        if bytchk == 2 {
+            return Err(Sense::invalid_cdb(1, Some(2)).into());
+        }
+        let e = extent(cdb);
+        self.check_transfer(&e)?;
+        if e.blocks == 0 {
+            return Ok(ScsiResponse::good());
+        }
+        let medium = self.read_blocks(e.lba, e.blocks)?;
+        let bs = self.block_size as usize;
+        match bytchk {
+            // Medium verification: the blocks could be read.
+            0 => {}
+            1 => {
+                let data = ctx.cmd.data_out;
+                if data.len() < medium.len() {
+                    return Err(Sense::illegal(asc::INVALID_FIELD_IN_INFORMATION_UNIT).into());
+                }
+                if let Some(at) = first_difference(&medium, data) {
+                    return Err(Sense::miscompare(at as u64).into());
+                }
+            }
+            _ => {
+                let Some(block) = ctx.cmd.data_out.get(..bs) else {
+                    return Err(Sense::illegal(asc::INVALID_FIELD_IN_INFORMATION_UNIT).into());
+                };
+                for (i, chunk) in medium.chunks(bs).enumerate() {
+                    if let Some(at) = first_difference(chunk, block) {
+                        return Err(Sense::miscompare((i * bs + at) as u64).into());
+                    }
+                }
+            }
+        }
+        Ok(ScsiResponse::good())
+    }
+
+    pub(crate) fn write_and_verify(&self, ctx: &Ctx<'_>) -> Outcome {
+        let cdb = ctx.cdb();
+        let bytchk = (u8_at(cdb, 1) >> 1) & 0x03;
+        if bytchk > 1 {
+            return Err(Sense::invalid_cdb(1, Some(2)).into());
+        }
+        let e = extent(cdb);
+        self.check_transfer(&e)?;
+        self.check_writable()?;
+        let data = self.write_data(ctx, &e)?;
+        if data.is_empty() {
+            return Ok(ScsiResponse::good());
+        }
+        // Verification is only meaningful against stable storage.
+        self.write_blocks(e.lba, data, true)?;
+        let blocks = data.len() as u64 / u64::from(self.block_size);
+        let medium = self.read_blocks(e.lba, blocks)?;
+        if bytchk == 1 {
+            if let Some(at) = first_difference(&medium, data) {
+                return Err(Sense::miscompare(at as u64).into());
+            }
+        }
+        Ok(ScsiResponse::good())
+    }
+
+    pub(crate) fn orwrite(&self, ctx: &Ctx<'_>) -> Outcome {
+        let cdb = ctx.cdb();
+        let e = extent(cdb);
+        self.check_transfer(&e)?;
+        self.check_writable()?;
+        let data = self.write_data(ctx, &e)?;
+        if data.is_empty() {
+            return Ok(ScsiResponse::good());
+        }
+        let blocks = data.len() as u64 / u64::from(self.block_size);
+        // Read, OR, write as one operation: nothing may touch the range
+        // in between.
+        let _guard = self.locks.lock(e.lba, blocks, true);
+        let mut buf = vec![0u8; data.len()];
+        self.device
+            .read_at(&mut buf, self.offset(e.lba))
+            .map_err(|err| io_sense(&err, false))?;
+        for (b, d) in buf.iter_mut().zip(data) {
+            *b |= d;
+        }
+        self.device
+            .write_at(
+                &buf,
+                self.offset(e.lba),
+                self.force_unit_access(fua_of(cdb)),
+            )
+            .map_err(|err| io_sense(&err, true))?;
+        Ok(ScsiResponse::good())
+    }
+
+    pub(crate) fn compare_and_write(&self, ctx: &Ctx<'_>) -> Outcome {
+        let cdb = ctx.cdb();
+        let e = extent(cdb);
+        if e.blocks > MAX_COMPARE_AND_WRITE_BLOCKS {
+            return Err(Sense::invalid_cdb(13, None).into());
+        }
+        // The Data-Out must be exactly the compare and the write data; any
+        // other amount means the CDB and the transfer disagree.
+        let len = (2 * e.blocks * u64::from(self.block_size)) as usize;
+        if ctx.cmd.data_out_len as usize != len || ctx.cmd.data_out.len() < len {
+            return Err(Sense::invalid_cdb(13, None).into());
+        }
+        self.check_range(e.lba, e.blocks)?;
+        self.check_writable()?;
+        if e.blocks == 0 {
+            return Ok(ScsiResponse::good());
+        }
+        let (expect, new) = ctx.cmd.data_out[..len].split_at(len / 2);
+        let _guard = self.locks.lock(e.lba, e.blocks, true);
+        let mut current = vec![0u8; expect.len()];
+        self.device
+            .read_at(&mut current, self.offset(e.lba))
+            .map_err(|err| io_sense(&err, false))?;
+        if let Some(at) = first_difference(&current, expect) {
+            return Err(Sense::miscompare(at as u64).into());
+        }
+        self.device
+            .write_at(new, self.offset(e.lba), self.force_unit_access(fua_of(cdb)))
+            .map_err(|err| io_sense(&err, true))?;
+        Ok(ScsiResponse::good())
+    }
+
+    pub(crate) fn write_atomic(&self, ctx: &Ctx<'_>) -> Outcome {
+        let cdb = ctx.cdb();
+        let e = extent(cdb);
+        self.check_transfer(&e)?;
+        self.check_writable()?;
+        if e.blocks == 0 {
+            return Ok(ScsiResponse::good());
+        }
+        let len = (e.blocks * u64::from(self.block_size)) as usize;
+        // All or nothing: a short transfer cannot be written atomically.
+        let Some(data) = ctx.cmd.data_out.get(..len) else {
+            return Err(Sense::illegal(asc::INVALID_FIELD_IN_INFORMATION_UNIT).into());
+        };
+        let _guard = self.locks.lock(e.lba, e.blocks, true);
+        self.device
+            .write_at(
+                data,
+                self.offset(e.lba),
+                self.force_unit_access(fua_of(cdb)),
+            )
+            .map_err(|err| io_sense(&err, true))?;
+        Ok(ScsiResponse::good())
+    }
+
+    pub(crate) fn pre_fetch(&self, ctx: &Ctx<'_>) -> Outcome {
+        let cdb = ctx.cdb();
+        let e = extent(cdb);
+        self.check_range(e.lba, e.blocks)?;
+        let immed = u8_at(cdb, 1) & 0x02 != 0;
+        // A device that never blocks keeps every block in memory: the
+        // blocks are as good as in cache (CONDITION MET). Otherwise there
+        // is no cache of ours to fill.
+        if !immed && !self.caps.may_block {
+            return Ok(ScsiResponse::status(status::CONDITION_MET));
+        }
+        Ok(ScsiResponse::good())
+    }
+
+    pub(crate) fn synchronize_cache(&self, ctx: &Ctx<'_>) -> Outcome {
+        let e = extent(ctx.cdb());
+        self.check_range(e.lba, e.blocks)?;
+        self.device.flush().map_err(|err| io_sense(&err, true))?;
+        Ok(ScsiResponse::good())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lu::test_support::*;
+    use crate::sense::key;
+
+    fn rw10(opcode: u8, flags: u8, lba: u32, blocks: u16) -> Vec<u8> {
+        let mut c = vec![opcode, flags];
+        c.extend_from_slice(&lba.to_be_bytes());
+        c.push(0);
+        c.extend_from_slice(&blocks.to_be_bytes());
+        c.push(0);
+        c
+    }
+
+    fn rw16(opcode: u8, flags: u8, lba: u64, blocks: u32) -> Vec<u8> {
+        let mut c = vec![opcode, flags];
+        c.extend_from_slice(&lba.to_be_bytes());
+        c.extend_from_slice(&blocks.to_be_bytes());
+        c.extend_from_slice(&[0, 0]);
+        c
+    }
+
+    #[test]
+    fn write_then_read_back() {
+        let lu = lu();
+        let a = nexus("a");
+        ready(&lu, &a);
+        let data = vec![0xA5u8; 1024];
+        let r = run(&lu, &a, &rw10(op::WRITE_10, 0x08, 3, 2), &data);
+        assert_eq!(r.status, status::GOOD);
+        assert_eq!(r.data_out_wanted, Some(1024));
+        let r = run(&lu, &a, &rw16(op::READ_16, 0, 3, 2), &[]);
+        assert_eq!(r.data_in, data);
+        let r = run(&lu, &a, &[op::READ_6, 0, 0, 3, 1, 0], &[]);
+        assert_eq!(r.data_in, vec![0xA5u8; 512]);
+    }
+
+    #[test]
+    fn out_of_range_and_zero_length() {
+        let lu = lu();
+        let a = nexus("a");
+        ready(&lu, &a);
+        let blocks = lu.blocks();
+        let oob = (key::ILLEGAL_REQUEST, 0x21, 0);
+        assert_eq!(
+            sense_of(&run(&lu, &a, &rw16(op::READ_16, 0, blocks - 1, 2), &[])),
+            oob
+        );
+        assert_eq!(
+            sense_of(&run(&lu, &a, &rw16(op::READ_16, 0, u64::MAX, 1), &[])),
+            oob
+        );
+        assert_eq!(
+            sense_of(&run(&lu, &a, &rw16(op::READ_16, 0, blocks + 1, 0), &[])),
+            oob
+        );
+        assert_eq!(
+            run(&lu, &a, &rw16(op::READ_16, 0, blocks, 0), &[]).status,
+            status::GOOD
+        );
+        assert_eq!(
+            run(&lu, &a, &rw16(op::READ_16, 0, blocks - 1, 1), &[]).status,
+            status::GOOD
+        );
+        // LBA so large that the byte offset would overflow.
+        assert_eq!(
+            sense_of(&run(&lu, &a, &rw16(op::READ_16, 0, 1 << 55, 1), &[])),
+            oob
+        );
+    }
+
+    #[test]
+    fn protection_fields_are_rejected() {
+        let lu = lu();
+        let a = nexus("a");
+        ready(&lu, &a);
+        for p in 1..8u8 {
+            let r = run(&lu, &a, &rw10(op::WRITE_10, p << 5, 0, 1), &[0; 512]);
+            assert_eq!(sense_of(&r), (key::ILLEGAL_REQUEST, 0x24, 0));
+        }
+    }
+
+    #[test]
+    fn short_data_writes_whole_blocks_only() {
+        let lu = lu();
+        let a = nexus("a");
+        ready(&lu, &a);
+        run(&lu, &a, &rw10(op::WRITE_10, 0, 0, 2), &[b'a'; 1024]);
+        // Two blocks announced, one sent: only the first is written.
+        let r = run(&lu, &a, &rw10(op::WRITE_10, 0, 0, 2), &[b'b'; 512]);
+        assert_eq!(r.status, status::GOOD);
+        assert_eq!(r.data_out_wanted, Some(1024));
+        let back = run(&lu, &a, &rw10(op::READ_10, 0, 0, 2), &[]).data_in;
+        assert!(back[..512].iter().all(|&b| b == b'b') && back[512..].iter().all(|&b| b == b'a'));
+        // Part of a block cannot be written.
+        let r = run(&lu, &a, &rw10(op::WRITE_10, 0, 0, 1), &[0; 200]);
+        assert_eq!(sense_of(&r), (key::ILLEGAL_REQUEST, 0x0E, 0x03));
+        // Nothing sent at all: nothing written, GOOD.
+        assert_eq!(
+            run(&lu, &a, &rw10(op::WRITE_10, 0, 0, 1), &[]).status,
+            status::GOOD
+        );
+    }
+
+    #[test]
+    fn verify_compares_and_reports_offset() {
+        let lu = lu();
+        let a = nexus("a");
+        ready(&lu, &a);
+        run(&lu, &a, &rw10(op::WRITE_10, 0, 8, 2), &[7; 1024]);
+        assert_eq!(
+            run(&lu, &a, &rw10(op::VERIFY_10, 0x02, 8, 2), &[7; 1024]).status,
+            status::GOOD
+        );
+        let mut bad = vec![7u8; 1024];
+        bad[700] = 0;
+        let r = run(&lu, &a, &rw10(op::VERIFY_10, 0x02, 8, 2), &bad);
+        assert_eq!(sense_of(&r), (key::MISCOMPARE, 0x1D, 0));
+        assert_eq!(&r.sense[3..7], &700u32.to_be_bytes());
+        // BYTCHK 0: medium verification only.
+        assert_eq!(
+            run(&lu, &a, &rw10(op::VERIFY_10, 0, 8, 2), &[]).status,
+            status::GOOD
+        );
+        // BYTCHK 11b: one block against every block.
+        assert_eq!(
+            run(&lu, &a, &rw10(op::VERIFY_10, 0x06, 8, 2), &[7; 512]).status,
+            status::GOOD
+        );
+        assert_eq!(
+            sense_of(&run(&lu, &a, &rw10(op::VERIFY_10, 0x04, 8, 2), &[])).2,
+            0
+        );
+    }
+
+    #[test]
+    fn compare_and_write() {
+        let lu = lu();
+        let a = nexus("a");
+        ready(&lu, &a);
+        let mut caw = rw16(op::COMPARE_AND_WRITE, 0, 5, 0);
+        caw[13] = 1;
+        caw[10..13].fill(0);
+        let mut data = vec![0u8; 512];
+        data.extend_from_slice(&[9u8; 512]);
+        assert_eq!(run(&lu, &a, &caw, &data).status, status::GOOD);
+        // Now the block holds 9s: comparing against zeros fails at byte 0.
+        let r = run(&lu, &a, &caw, &data);
+        assert_eq!(sense_of(&r), (key::MISCOMPARE, 0x1D, 0));
+        assert_eq!(&r.sense[3..7], &[0, 0, 0, 0]);
+        assert_eq!(
+            run(&lu, &a, &rw10(op::READ_10, 0, 5, 1), &[]).data_in,
+            vec![9u8; 512]
+        );
+        // Data-Out of the wrong size is refused.
+        let r = run(&lu, &a, &caw, &data[..512]);
+        assert_eq!(sense_of(&r).0, key::ILLEGAL_REQUEST);
+        caw[13] = 0;
+        let r = run(&lu, &a, &caw, &data);
+        assert_eq!(sense_of(&r), (key::ILLEGAL_REQUEST, 0x24, 0));
+    }
+
+    #[test]
+    fn orwrite_ors_into_the_medium() {
+        let lu = lu();
+        let a = nexus("a");
+        ready(&lu, &a);
+        run(&lu, &a, &rw10(op::WRITE_10, 0, 0, 1), &[0x0F; 512]);
+        assert_eq!(
+            run(&lu, &a, &rw16(op::ORWRITE_16, 0, 0, 1), &[0xF0; 512]).status,
+            status::GOOD
+        );
+        assert_eq!(
+            run(&lu, &a, &rw10(op::READ_10, 0, 0, 1), &[]).data_in,
+            vec![0xFF; 512]
+        );
+    }
+
+    #[test]
+    fn prefetch_and_sync_check_range() {
+        let lu = lu();
+        let a = nexus("a");
+        ready(&lu, &a);
+        let r = run(&lu, &a, &rw10(op::PRE_FETCH_10, 0, 0, 8), &[]);
+        assert_eq!(r.status, status::CONDITION_MET);
+        assert_eq!(
+            run(&lu, &a, &rw10(op::PRE_FETCH_10, 0x02, 0, 8), &[]).status,
+            status::GOOD
+        );
+        let blocks = lu.blocks() as u32;
+        assert_eq!(
+            sense_of(&run(&lu, &a, &rw10(op::PRE_FETCH_10, 0, blocks, 1), &[])).1,
+            0x21
+        );
+        assert_eq!(
+            run(&lu, &a, &rw10(op::SYNCHRONIZE_CACHE_10, 0, 0, 0), &[]).status,
+            status::GOOD
+        );
+        assert_eq!(
+            sense_of(&run(
+                &lu,
+                &a,
+                &rw10(op::SYNCHRONIZE_CACHE_10, 0, blocks, 2),
+                &[]
+            ))
+            .1,
+            0x21
+        );
+    }
+}

@@ -1,0 +1,381 @@
+//! A SCSI target device: logical units by LUN behind one target name.
+//! Answers REPORT LUNS and commands to unmapped LUNs itself, passes the
+//! rest to the logical unit, and turns task management and nexus events
+//! into LU state changes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use scsi_api::{Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult};
+
+use crate::cdb::{be32, put32, truncate, u8_at};
+use crate::commands::{op, COMMANDS};
+use crate::inquiry::unmapped_standard_inquiry;
+use crate::lu::{Ctx, LogicalUnit};
+use crate::registry::LuRegistry;
+use crate::sense::{asc, Sense};
+
+/// Highest LUN the flat space addressing method can express.
+pub const MAX_LUN: u64 = 16383;
+
+pub struct Target {
+    name: String,
+    luns: RwLock<BTreeMap<u64, Arc<LogicalUnit>>>,
+    registry: Arc<LuRegistry>,
+    /// Live I_T nexuses, to tell them when the LUN inventory changes.
+    nexuses: Mutex<HashSet<Nexus>>,
+}
+
+/// The 8-byte LUN of `lun`: peripheral device addressing below 256, flat
+/// space addressing (01b) above (SAM-5 4.7).
+pub fn encode_lun(lun: u64) -> [u8; 8] {
+    let mut l = [0u8; 8];
+    if lun < 256 {
+        l[1] = lun as u8;
+    } else {
+        l[0] = 0x40 | ((lun >> 8) & 0x3F) as u8;
+        l[1] = lun as u8;
+    }
+    l
+}
+
+impl Target {
+    /// `luns`: LUN number (0..=16383) -> LU. Every LU becomes reachable
+    /// through `registry` for EXTENDED COPY.
+    pub fn new(
+        name: &str,
+        luns: BTreeMap<u64, Arc<LogicalUnit>>,
+        registry: Arc<LuRegistry>,
+    ) -> Arc<Target> {
+        let luns: BTreeMap<u64, Arc<LogicalUnit>> =
+            luns.into_iter().filter(|(l, _)| *l <= MAX_LUN).collect();
+        for lu in luns.values() {
+            registry.add(lu.clone());
+        }
+        Arc::new(Target {
+            name: name.to_string(),
+            luns: RwLock::new(luns),
+            registry,
+            nexuses: Mutex::new(HashSet::new()),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn lu(&self, lun: u64) -> Option<Arc<LogicalUnit>> {
+        self.luns.read().get(&lun).cloned()
+    }
+
+    pub fn luns(&self) -> BTreeMap<u64, Arc<LogicalUnit>> {
+        self.luns.read().clone()
+    }
+
+    /// Replaces the LUN inventory while sessions stay up; every live nexus
+    /// is told REPORTED LUNS DATA HAS CHANGED.
+    pub fn set_luns(&self, luns: BTreeMap<u64, Arc<LogicalUnit>>) {
+        let luns: BTreeMap<u64, Arc<LogicalUnit>> =
+            luns.into_iter().filter(|(l, _)| *l <= MAX_LUN).collect();
+        for lu in luns.values() {
+            self.registry.add(lu.clone());
+        }
+        let old = std::mem::replace(&mut *self.luns.write(), luns.clone());
+        if old.keys().eq(luns.keys())
+            && old
+                .values()
+                .zip(luns.values())
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+        {
+            return;
+        }
+        let nexuses: Vec<Nexus> = self.nexuses.lock().iter().cloned().collect();
+        for lu in luns.values() {
+            let mut st = lu.state.lock();
+            for n in &nexuses {
+                st.nexus(n).add_unit_attention(asc::REPORTED_LUNS_CHANGED);
+            }
+        }
+    }
+
+    fn report_luns(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ScsiResponse {
+        let cdb = cmd.cdb;
+        let Some(entry) = COMMANDS.iter().find(|c| c.opcode == op::REPORT_LUNS) else {
+            return ScsiResponse::check_condition(Sense::internal_failure().encode(false));
+        };
+        if let Err(sense) = entry.check_cdb(cdb) {
+            return ScsiResponse::check_condition(sense.encode(false));
+        }
+        // SELECT REPORT: there are no well-known and no administrative LUs.
+        let all = match u8_at(cdb, 2) {
+            0x00 | 0x02 | 0x11 => true,
+            0x01 | 0x10 | 0x12 => false,
+            _ => return ScsiResponse::check_condition(Sense::invalid_cdb(2, None).encode(false)),
+        };
+        let alloc = be32(cdb, 6) as usize;
+        let luns = self.luns.read();
+        let mut d = vec![0u8; 8];
+        if all {
+            for &lun in luns.keys() {
+                d.extend_from_slice(&encode_lun(lun));
+            }
+        }
+        let len = (d.len() - 8) as u32;
+        put32(&mut d, 0, len);
+        // Reporting the inventory clears the notice that it changed.
+        for lu in luns.values() {
+            if let Some(s) = lu.state.lock().nexuses.get_mut(nexus) {
+                s.remove_unit_attention(asc::REPORTED_LUNS_CHANGED);
+            }
+        }
+        ScsiResponse::with_data(truncate(d, alloc))
+    }
+
+    /// A command to a LUN with no logical unit (SPC-4 6.6.2, SAM-5 5.9.2).
+    fn unmapped(&self, cmd: &ScsiCommand<'_>) -> ScsiResponse {
+        let cdb = cmd.cdb;
+        match u8_at(cdb, 0) {
+            op::INQUIRY if u8_at(cdb, 1) & 0x01 == 0 => {
+                let alloc = usize::from(crate::cdb::be16(cdb, 3));
+                ScsiResponse::with_data(truncate(unmapped_standard_inquiry(), alloc))
+            }
+            op::REQUEST_SENSE => {
+                let alloc = usize::from(u8_at(cdb, 4));
+                let descriptor = u8_at(cdb, 1) & 0x01 != 0;
+                ScsiResponse::with_data(truncate(
+                    Sense::lu_not_supported().encode(descriptor),
+                    alloc,
+                ))
+            }
+            _ => ScsiResponse::check_condition(Sense::lu_not_supported().encode(false)),
+        }
+    }
+
+    fn all_lus(&self) -> Vec<Arc<LogicalUnit>> {
+        self.luns.read().values().cloned().collect()
+    }
+}
+
+/// Commands that can take long even on a device that never blocks: they
+/// run off the transport's reactor.
+fn long_running(cdb: &[u8]) -> bool {
+    matches!(
+        u8_at(cdb, 0),
+        op::SANITIZE
+            | op::EXTENDED_COPY
+            | op::SYNCHRONIZE_CACHE_10
+            | op::SYNCHRONIZE_CACHE_16
+            | op::WRITE_SAME_10
+            | op::WRITE_SAME_16
+    )
+}
+
+impl ScsiTarget for Target {
+    fn execute(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ScsiResponse {
+        if u8_at(cmd.cdb, 0) == op::REPORT_LUNS {
+            return self.report_luns(nexus, cmd);
+        }
+        match self.lu(cmd.lun) {
+            Some(lu) => lu.execute(&Ctx {
+                nexus,
+                cmd,
+                registry: &self.registry,
+            }),
+            None => self.unmapped(cmd),
+        }
+    }
+
+    fn may_block(&self, lun: u64) -> bool {
+        self.lu(lun).is_some_and(|lu| lu.may_block())
+    }
+
+    fn command_may_block(&self, lun: u64, cdb: &[u8]) -> bool {
+        self.may_block(lun) || long_running(cdb)
+    }
+
+    fn lun_exists(&self, _nexus: &Nexus, lun: u64) -> bool {
+        self.luns.read().contains_key(&lun)
+    }
+
+    fn task_management(&self, _nexus: &Nexus, tmf: TaskManagement) -> TmfResult {
+        match tmf {
+            TaskManagement::AbortTask { lun, .. }
+            | TaskManagement::AbortTaskSet { lun }
+            | TaskManagement::ClearTaskSet { lun } => {
+                if self.luns.read().contains_key(&lun) {
+                    TmfResult::Complete
+                } else {
+                    TmfResult::LunDoesNotExist
+                }
+            }
+            // NormACA is not supported, so there is never an ACA to clear.
+            TaskManagement::ClearAca { .. } => TmfResult::NotSupported,
+            TaskManagement::LogicalUnitReset { lun } => match self.lu(lun) {
+                Some(lu) => {
+                    lu.reset();
+                    TmfResult::Complete
+                }
+                None => TmfResult::LunDoesNotExist,
+            },
+            TaskManagement::TargetWarmReset | TaskManagement::TargetColdReset => {
+                for lu in self.all_lus() {
+                    lu.reset();
+                }
+                TmfResult::Complete
+            }
+        }
+    }
+
+    fn nexus_lost(&self, nexus: &Nexus) {
+        self.nexuses.lock().remove(nexus);
+        for lu in self.all_lus() {
+            lu.nexus_lost(nexus);
+        }
+    }
+
+    fn nexus_added(&self, nexus: &Nexus) {
+        self.nexuses.lock().insert(nexus.clone());
+        for lu in self.all_lus() {
+            lu.nexus_added(nexus);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{naa_from_seed, LuConfig};
+    use crate::lu::test_support::{lu_with, nexus, sense_of};
+    use scsi_api::{status, TaskAttr};
+
+    fn target() -> Arc<Target> {
+        let mut luns = BTreeMap::new();
+        luns.insert(
+            0,
+            lu_with(
+                1 << 20,
+                LuConfig {
+                    naa: naa_from_seed("0"),
+                    ..LuConfig::default()
+                },
+            ),
+        );
+        luns.insert(
+            201,
+            lu_with(
+                1 << 20,
+                LuConfig {
+                    naa: naa_from_seed("201"),
+                    ..LuConfig::default()
+                },
+            ),
+        );
+        luns.insert(
+            300,
+            lu_with(
+                1 << 20,
+                LuConfig {
+                    naa: naa_from_seed("300"),
+                    ..LuConfig::default()
+                },
+            ),
+        );
+        Target::new("iqn.2026-11.org.openarray:t", luns, LuRegistry::new())
+    }
+
+    fn exec(t: &Target, n: &Nexus, lun: u64, cdb: &[u8], data: &[u8]) -> ScsiResponse {
+        let mut full = cdb.to_vec();
+        full.resize(16, 0);
+        let cmd = ScsiCommand {
+            lun,
+            cdb: &full,
+            data_out: data,
+            data_in_len: 4096,
+            data_out_len: data.len() as u32,
+            task_attr: TaskAttr::Simple,
+            tag: 7,
+        };
+        t.execute(n, &cmd)
+    }
+
+    #[test]
+    fn report_luns_encodes_high_luns_flat() {
+        let t = target();
+        let a = nexus("a");
+        let r = exec(&t, &a, 0, &[0xA0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0], &[]);
+        assert_eq!(r.status, status::GOOD);
+        assert_eq!(be32(&r.data_in, 0), 24);
+        assert_eq!(&r.data_in[8..10], &[0, 0]);
+        assert_eq!(&r.data_in[16..18], &[0, 201]);
+        assert_eq!(&r.data_in[24..26], &[0x41, 44]);
+        // Well-known only: none. Invalid select: error. Unmapped LUN: works.
+        let r = exec(&t, &a, 5, &[0xA0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0], &[]);
+        assert_eq!(r.data_in, vec![0; 8]);
+        let r = exec(&t, &a, 0, &[0xA0, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0, 0], &[]);
+        assert_eq!(sense_of(&r).1, 0x24);
+    }
+
+    #[test]
+    fn unmapped_luns() {
+        let t = target();
+        let a = nexus("a");
+        let r = exec(&t, &a, 7, &[0x12, 0, 0, 0, 96, 0], &[]);
+        assert_eq!(r.data_in[0], 0x7F);
+        assert_eq!(sense_of(&exec(&t, &a, 7, &[0; 6], &[])), (5, 0x25, 0));
+        let r = exec(&t, &a, 7, &[0x03, 0, 0, 0, 18, 0], &[]);
+        assert_eq!((r.status, r.data_in[12]), (status::GOOD, 0x25));
+        assert!(!t.lun_exists(&a, 7));
+        assert!(t.lun_exists(&a, 201));
+    }
+
+    #[test]
+    fn nexus_events_and_resets() {
+        let t = target();
+        let a = nexus("a");
+        t.nexus_added(&a);
+        assert_eq!(sense_of(&exec(&t, &a, 201, &[0; 6], &[])), (6, 0x29, 0));
+        assert_eq!(exec(&t, &a, 201, &[0; 6], &[]).status, status::GOOD);
+        assert_eq!(
+            t.task_management(&a, TaskManagement::LogicalUnitReset { lun: 201 }),
+            TmfResult::Complete
+        );
+        assert_eq!(sense_of(&exec(&t, &a, 201, &[0; 6], &[])), (6, 0x29, 0));
+        assert_eq!(
+            t.task_management(&a, TaskManagement::LogicalUnitReset { lun: 9 }),
+            TmfResult::LunDoesNotExist
+        );
+        // RESERVE(6) goes away with the nexus.
+        let b = nexus("b");
+        exec(&t, &a, 0, &[0; 6], &[]);
+        exec(&t, &b, 0, &[0; 6], &[]);
+        assert_eq!(
+            exec(&t, &a, 0, &[0x16, 0, 0, 0, 0, 0], &[]).status,
+            status::GOOD
+        );
+        assert_eq!(
+            exec(&t, &b, 0, &[0x16, 0, 0, 0, 0, 0], &[]).status,
+            status::RESERVATION_CONFLICT
+        );
+        t.nexus_lost(&a);
+        assert_eq!(
+            exec(&t, &b, 0, &[0x16, 0, 0, 0, 0, 0], &[]).status,
+            status::GOOD
+        );
+    }
+
+    #[test]
+    fn changing_luns_tells_live_nexuses() {
+        let t = target();
+        let a = nexus("a");
+        t.nexus_added(&a);
+        exec(&t, &a, 0, &[0; 6], &[]);
+        let mut luns = t.luns();
+        luns.remove(&300);
+        t.set_luns(luns);
+        assert_eq!(sense_of(&exec(&t, &a, 0, &[0; 6], &[])), (6, 0x3F, 0x0E));
+        assert!(t.lu(300).is_none());
+        assert!(t.command_may_block(0, &[0x48]));
+        assert!(!t.command_may_block(0, &[0x28]));
+    }
+}
