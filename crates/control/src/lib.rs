@@ -10,7 +10,7 @@ mod locate;
 mod model;
 mod names;
 mod raw;
-// mod runtime;
+mod runtime;
 mod size;
 mod validate;
 
@@ -22,7 +22,7 @@ pub use model::{
     DEFAULT_ISCSI_PORT,
 };
 pub use names::check_iscsi_name;
-// pub use runtime::{build, Runtime};
+pub use runtime::{build, Runtime};
 pub use size::parse_size;
 pub use validate::{parse_listen, MAX_LUN};
 

@@ -206,3 +206,138 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
         units,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{default_config, parse_config};
+
+    #[test]
+    fn builds_the_default_configuration() {
+        let runtime = build(&default_config()).unwrap();
+        assert_eq!(runtime.listen, vec!["127.0.0.1:3260".parse().unwrap()]);
+        assert_eq!(runtime.targets.len(), 1);
+        let t = &runtime.targets[0];
+        assert_eq!(t.name, "iqn.2026-11.org.openarray:default");
+        assert_eq!(t.portals, runtime.listen);
+        assert_eq!(t.portal_group, PORTAL_GROUP);
+        let units: Vec<_> = runtime.logical_units().collect();
+        assert_eq!(units.len(), 1);
+        let lu = units[0].1.config();
+        assert_eq!(lu.block_size, 512);
+        assert_eq!(lu.naa, scsi::naa_from_seed("mem0"));
+        assert_eq!(lu.serial.len(), 16);
+        runtime.flush_all().unwrap();
+    }
+
+    #[test]
+    fn shares_one_logical_unit_between_targets_and_keeps_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            r#"
+[daemon]
+state_dir = "{state}"
+
+[[portal]]
+listen = "127.0.0.1:3260"
+[[portal]]
+listen = "[::1]:3260"
+
+[[device]]
+name = "img"
+kind = "file"
+path = "{image}"
+size = "4M"
+block_size = 4096
+product_id = "FILE-LUN"
+serial = "SER123"
+naa = "6001405a1b2c3d4e5f60718293a4b5c6"
+write_cache = false
+
+[[device]]
+name = "unused"
+kind = "file"
+path = "{unused}"
+size = "4M"
+
+[[target]]
+name = "iqn.2026-11.org.example:a"
+portals = ["[::1]:3260"]
+[[target.lun]]
+lun = 201
+device = "img"
+
+[[target]]
+name = "iqn.2026-11.org.example:b"
+alias = "second"
+[[target.lun]]
+lun = 0
+device = "img"
+"#,
+            state = dir.path().join("state").display(),
+            image = dir.path().join("img.raw").display(),
+            unused = dir.path().join("unused.raw").display(),
+        );
+        let config = parse_config(&text, "t.toml").unwrap();
+        let runtime = build(&config).unwrap();
+        assert!(dir.path().join("state").is_dir());
+        assert_eq!(
+            std::fs::metadata(dir.path().join("img.raw")).unwrap().len(),
+            4 << 20
+        );
+        // Devices no target uses are not opened (nor created).
+        assert!(!dir.path().join("unused.raw").exists());
+        let units: Vec<_> = runtime.logical_units().collect();
+        assert_eq!(units.len(), 1);
+        let lu = units[0].1.config();
+        assert_eq!(lu.product, "FILE-LUN");
+        assert_eq!(lu.serial, "SER123");
+        assert_eq!(lu.naa[0], 0x60);
+        assert_eq!(lu.block_size, 4096);
+        assert!(!lu.write_cache);
+        assert_eq!(
+            lu.pr_state_file,
+            Some(dir.path().join("state").join("img.pr"))
+        );
+        assert_eq!(
+            runtime.targets[0].portals,
+            vec!["[::1]:3260".parse().unwrap()]
+        );
+        assert_eq!(runtime.targets[1].portals.len(), 2);
+        assert_eq!(runtime.targets[1].alias.as_deref(), Some("second"));
+        runtime.flush_all().unwrap();
+    }
+
+    #[test]
+    fn device_open_failures_name_the_field() {
+        let text = r#"
+[[portal]]
+listen = "127.0.0.1:3260"
+[[device]]
+name = "d"
+kind = "file"
+path = "/nonexistent/dir/disk.img"
+[[target]]
+name = "iqn.2026-11.org.example:a"
+[[target.lun]]
+lun = 0
+device = "d"
+"#;
+        let err = build(&parse_config(text, "t.toml").unwrap())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.starts_with("t.toml:4:1: device[0].path: cannot open /nonexistent/dir/disk.img"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn no_portal_is_a_build_error() {
+        let mut config = default_config();
+        config.portals.clear();
+        let err = build(&config).err().unwrap().to_string();
+        assert!(err.contains("portal: no [[portal]] to listen on"), "{err}");
+    }
+}
