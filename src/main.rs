@@ -1,1 +1,118 @@
-fn main() {}
+//! `openarray`: the storage array daemon and its command line.
+
+mod serve;
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "openarray",
+    version,
+    about = "Software storage array: SCSI LUNs over iSCSI"
+)]
+struct Cli {
+    /// Log filter such as `info`, `debug` or `iscsi=trace,info`.
+    /// Without it, RUST_LOG is used, else `info`.
+    #[arg(long, global = true, value_name = "FILTER")]
+    log_level: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the configured targets until SIGTERM or SIGINT.
+    Serve {
+        /// Configuration file; without it, the built-in default (one 1 GiB
+        /// RAM LUN on 127.0.0.1:3260) is served.
+        #[arg(long, short, value_name = "FILE")]
+        config: Option<PathBuf>,
+
+        /// Listen here instead of the configured portals; repeatable.
+        /// IPv6 as [::1]:3260.
+        #[arg(long, value_name = "ADDR:PORT", value_parser = control::parse_listen)]
+        listen: Vec<SocketAddr>,
+    },
+    /// Validate a configuration file and print every problem found.
+    CheckConfig {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Print the built-in default configuration.
+    DefaultConfig,
+}
+
+fn init_logging(level: Option<&str>) -> Result<(), String> {
+    let filter = match level {
+        Some(level) => {
+            EnvFilter::try_new(level).map_err(|e| format!("bad --log-level `{level}`: {e}"))?
+        }
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    let ansi = std::io::stderr().is_terminal();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .init();
+    Ok(())
+}
+
+fn check_config(file: &std::path::Path) -> ExitCode {
+    match control::load_config(file) {
+        Ok(config) => {
+            let luns: usize = config.targets.iter().map(|t| t.luns.len()).sum();
+            println!(
+                "{}: ok ({} portal(s), {} device(s), {} target(s), {luns} LUN(s))",
+                file.display(),
+                config.portals.len(),
+                config.devices.len(),
+                config.targets.len(),
+            );
+            if config.portals.is_empty() {
+                eprintln!(
+                    "{}: warning: no [[portal]]; `serve` will need --listen",
+                    file.display()
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("{err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = init_logging(cli.log_level.as_deref()) {
+        eprintln!("openarray: {e}");
+        return ExitCode::from(2);
+    }
+    match cli.command {
+        Command::Serve { config, listen } => match serve::run(config.as_deref(), &listen) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                match e.downcast_ref::<control::ConfigError>() {
+                    // Already one `file:line:col: field: reason` per line.
+                    Some(config_error) => eprintln!("{config_error}"),
+                    None => eprintln!("openarray: {e:#}"),
+                }
+                ExitCode::FAILURE
+            }
+        },
+        Command::CheckConfig { file } => check_config(&file),
+        Command::DefaultConfig => {
+            print!("{}", control::DEFAULT_CONFIG_TOML);
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! `openarray serve`: build the configured objects, listen, and on SIGTERM
+//! or SIGINT end every session and flush every logical unit before exiting.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::task::JoinSet;
+
+/// How long shutdown waits for the accept loops to return.
+const ACCEPT_LOOP_GRACE: Duration = Duration::from_secs(10);
+
+pub fn run(config_path: Option<&Path>, listen: &[SocketAddr]) -> anyhow::Result<()> {
+    let mut config = match config_path {
+        Some(path) => control::load_config(path)?,
+        None => {
+            tracing::info!("no --config given: serving the built-in default configuration");
+            control::default_config()
+        }
+    };
+    if !listen.is_empty() {
+        config.override_listen(listen);
+    }
+    let runtime = control::build(&config)?;
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the I/O runtime")?;
+    tokio.block_on(serve(runtime))
+}
+
+/// A listening socket. IPv6 sockets are IPv6-only so that `0.0.0.0:3260`
+/// and `[::]:3260` can both be portals.
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
+}
+
+async fn serve(mut runtime: control::Runtime) -> anyhow::Result<()> {
+    // Handlers first, so a signal arriving while we start is not lost.
+    let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+
+    let mut listeners = Vec::with_capacity(runtime.listen.len());
+    for &addr in &runtime.listen {
+        listeners.push((
+            addr,
+            bind(addr).with_context(|| format!("cannot listen on {addr}"))?,
+        ));
+    }
+
+    let targets = std::mem::take(&mut runtime.targets);
+    for t in &targets {
+        tracing::info!(target_name = %t.name, portals = ?t.portals, "target ready");
+    }
+    let server = iscsi::Server::new(runtime.options.clone(), targets);
+    let mut accept_loops = JoinSet::new();
+    for (addr, listener) in listeners {
+        tracing::info!(%addr, "listening");
+        let server = Arc::clone(&server);
+        accept_loops.spawn(async move { (addr, server.serve(listener).await) });
+    }
+
+    let outcome = tokio::select! {
+        _ = sigterm.recv() => {
+            tracing::info!("SIGTERM: shutting down");
+            Ok(())
+        }
+        _ = sigint.recv() => {
+            tracing::info!("SIGINT: shutting down");
+            Ok(())
+        }
+        Some(ended) = accept_loops.join_next() => Err(match ended {
+            Ok((addr, Ok(()))) => anyhow!("listener on {addr} stopped"),
+            Ok((addr, Err(e))) => anyhow!("listener on {addr} failed: {e}"),
+            Err(e) => anyhow!("listener task failed: {e}"),
+        }),
+    };
+
+    // A second signal while sessions drain means "stop now".
+    tokio::select! {
+        _ = server.shutdown() => {}
+        _ = sigterm.recv() => tracing::warn!("second SIGTERM: not waiting for sessions to end"),
+        _ = sigint.recv() => tracing::warn!("second SIGINT: not waiting for sessions to end"),
+    }
+    let drained = tokio::time::timeout(ACCEPT_LOOP_GRACE, async {
+        while let Some(ended) = accept_loops.join_next().await {
+            if let Ok((addr, Err(e))) = ended {
+                tracing::warn!(%addr, "listener ended with an error: {e}");
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("listeners did not stop in time");
+        accept_loops.abort_all();
+    }
+
+    let flushed = tokio::task::spawn_blocking(move || runtime.flush_all())
+        .await
+        .context("flush task failed")?;
+    flushed.context("flushing the logical units failed")?;
+    tracing::info!("all logical units flushed; exiting");
+    outcome
+}

@@ -1,0 +1,281 @@
+//! The `openarray` command line: configuration checking and the serve
+//! lifecycle, run as the real binary.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn openarray() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
+    cmd.env_remove("RUST_LOG");
+    cmd
+}
+
+fn run(args: &[&str]) -> Output {
+    openarray()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run openarray")
+}
+
+fn example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/openarray.toml")
+}
+
+fn free_port(ip: &str) -> u16 {
+    TcpListener::bind((ip, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A running `openarray serve`, killed if the test ends early.
+struct Served {
+    child: Child,
+}
+
+impl Served {
+    fn start(args: &[&str]) -> Served {
+        let child = openarray()
+            .arg("serve")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start openarray serve");
+        Served { child }
+    }
+
+    fn wait_listening(&mut self, addr: SocketAddr) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("openarray exited early ({status}): {}", self.stderr());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "openarray never listened on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: sends a signal to our own child process.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "kill failed");
+    }
+
+    fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "openarray did not exit: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn stderr(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut text = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            use std::io::Read;
+            let _ = err.read_to_string(&mut text);
+        }
+        text
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn check_config_accepts_the_example() {
+    let out = run(&["check-config", example().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("openarray.toml: ok"), "{stdout}");
+    assert!(stdout.contains("2 target(s)"), "{stdout}");
+}
+
+#[test]
+fn check_config_names_file_line_field_and_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "bad.toml",
+        "[[device]]\nname = \"d0\"\nkind = \"mem\"\nsize = \"12Q\"\n\n[[target]]\nname = \"iqn.2026-11.org.example:t\"\n[[target.lun]]\nlun = 0\ndevice = \"nope\"\n",
+    );
+    let out = run(&["check-config", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    let file = path.display().to_string();
+    assert!(
+        err.contains(&format!(
+            "{file}:4:8: device[0].size: unknown size unit `Q`"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{file}:10:10: target[0].lun[0].device: no [[device]] is named `nope`"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_config_reports_unknown_fields_and_missing_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "typo.toml",
+        "[[portal]]\nlisten = \"127.0.0.1:3260\"\nbacklog = 5\n",
+    );
+    let out = run(&["check-config", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("typo.toml:3:1: portal[0].backlog: unknown field `backlog`"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = run(&["check-config", "/nonexistent/openarray.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("/nonexistent/openarray.toml: cannot read"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn default_config_is_printed_and_valid() {
+    let out = run(&["default-config"]);
+    assert!(out.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "default.toml",
+        &String::from_utf8(out.stdout).unwrap(),
+    );
+    let out = run(&["check-config", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn serve_refuses_a_bad_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "bad.toml", "[[target]]\nname = \"Target1\"\n");
+    let out = run(&["serve", "--config", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{}:2:8: target[0].name", path.display())),
+        "{err}"
+    );
+}
+
+#[test]
+fn serve_reports_a_device_that_cannot_be_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.img");
+    let text = format!(
+        "[[portal]]\nlisten = \"127.0.0.1:{}\"\n\n[[device]]\nname = \"d0\"\nkind = \"file\"\npath = \"{}\"\n\n[[target]]\nname = \"iqn.2026-11.org.example:t\"\n[[target.lun]]\nlun = 0\ndevice = \"d0\"\n",
+        free_port("127.0.0.1"),
+        missing.display()
+    );
+    let path = write(&dir, "nofile.toml", &text);
+    let out = run(&["serve", "--config", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("device[0].path") && err.contains("missing.img"),
+        "{err}"
+    );
+}
+
+#[test]
+fn serve_rejects_a_bad_listen_address() {
+    let out = run(&["serve", "--listen", "localhost"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--listen"), "{}", stderr(&out));
+}
+
+#[test]
+fn serve_listens_and_stops_cleanly_on_sigterm() {
+    let port = free_port("127.0.0.1");
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut served = Served::start(&["--listen", &addr.to_string()]);
+    served.wait_listening(addr);
+    served.signal(libc::SIGTERM);
+    let status = served.wait_exit();
+    assert!(status.success(), "exit {status}: {}", served.stderr());
+    // The port is free again.
+    assert!(TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err());
+}
+
+#[test]
+fn serve_with_a_file_device_flushes_and_stops_on_sigint() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("lun0.img");
+    let state = dir.path().join("state");
+    let port = free_port("127.0.0.1");
+    let text = format!(
+        "[daemon]\nstate_dir = \"{}\"\n\n[[portal]]\nlisten = \"127.0.0.1:{port}\"\n\n[[device]]\nname = \"d0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"64M\"\nblock_size = 4096\n\n[[target]]\nname = \"iqn.2026-11.org.example:filetest\"\n[[target.lun]]\nlun = 3\ndevice = \"d0\"\n",
+        state.display(),
+        image.display()
+    );
+    let config = write(&dir, "file.toml", &text);
+    let mut served = Served::start(&["--config", config.to_str().unwrap(), "--log-level", "debug"]);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    served.wait_listening(addr);
+    assert_eq!(std::fs::metadata(&image).unwrap().len(), 64 << 20);
+    assert!(state.is_dir());
+    served.signal(libc::SIGINT);
+    let status = served.wait_exit();
+    assert!(status.success(), "exit {status}: {}", served.stderr());
+}
+
+#[test]
+fn serve_listens_on_ipv6_loopback() {
+    // Skip where the machine has no IPv6 loopback.
+    let Ok(probe) = TcpListener::bind("[::1]:0") else {
+        return;
+    };
+    let port = probe.local_addr().unwrap().port();
+    drop(probe);
+    let v6: SocketAddr = format!("[::1]:{port}").parse().unwrap();
+    let v4: SocketAddr = format!("127.0.0.1:{}", free_port("127.0.0.1"))
+        .parse()
+        .unwrap();
+    let mut served = Served::start(&["--listen", &v6.to_string(), "--listen", &v4.to_string()]);
+    served.wait_listening(v6);
+    served.wait_listening(v4);
+    served.signal(libc::SIGTERM);
+    assert!(served.wait_exit().success());
+}
