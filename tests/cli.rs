@@ -279,3 +279,43 @@ fn serve_listens_on_ipv6_loopback() {
     served.signal(libc::SIGTERM);
     assert!(served.wait_exit().success());
 }
+
+#[test]
+fn serve_offers_the_configured_targets_and_luns() {
+    // Needs libiscsi's iscsi-ls; skip where it is not installed.
+    if Command::new("iscsi-ls").arg("--help").output().is_err() {
+        eprintln!("skipped: iscsi-ls not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port("127.0.0.1");
+    let text = format!(
+        "[[portal]]\nlisten = \"127.0.0.1:{port}\"\n\n[[device]]\nname = \"small\"\nkind = \"mem\"\nsize = \"64M\"\nblock_size = 4096\n\n[[device]]\nname = \"zero\"\nkind = \"null\"\nsize = \"1G\"\n\n[[target]]\nname = \"iqn.2026-11.org.example:one\"\n[[target.lun]]\nlun = 201\ndevice = \"small\"\n[[target.lun]]\nlun = 0\ndevice = \"zero\"\n\n[[target]]\nname = \"iqn.2026-11.org.example:two\"\n[[target.lun]]\nlun = 7\ndevice = \"small\"\n"
+    );
+    let config = write(&dir, "two.toml", &text);
+    let mut served = Served::start(&["--config", config.to_str().unwrap()]);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    served.wait_listening(addr);
+    let out = Command::new("iscsi-ls")
+        .arg("-s")
+        .arg(format!("iscsi://{addr}"))
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{listing}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "Target:iqn.2026-11.org.example:one",
+        "Target:iqn.2026-11.org.example:two",
+        "Lun:201",
+        "Lun:7",
+        "Lun:0",
+    ] {
+        assert!(listing.contains(want), "`{want}` missing from:\n{listing}");
+    }
+    served.signal(libc::SIGTERM);
+    assert!(served.wait_exit().success());
+}
