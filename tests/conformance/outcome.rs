@@ -91,10 +91,12 @@ pub fn parse(output: &str) -> Results {
         if !body.trim().is_empty() {
             test.lines.push(body.trim().to_string());
         }
-        let verdict = body.trim_end();
+        // CUnit prints the verdict the moment the test body returns, so
+        // output after it on the same line belongs to the suite teardown.
+        let verdict = body.trim();
         let outcome = if verdict == "FAILED" || verdict.ends_with(" FAILED") {
             Outcome::Failed
-        } else if verdict.ends_with("passed") {
+        } else if verdict.starts_with("passed") || verdict.ends_with("passed") {
             if test.skipped {
                 Outcome::Skipped
             } else {
@@ -134,6 +136,7 @@ Suite: Reserve6
   Test: Logout ...    Take out a RESERVE6 from the first initiator
     RESERVE6 from the second initiator should work now
 passed
+  Test: Residuals ...passed    [FAILED] PRIN command: failed with sense.
   Test: Hang ...    started
 ";
 
@@ -144,8 +147,9 @@ passed
         assert_eq!(r.outcomes["ALL.GetLBAStatus.BeyondEol"], Outcome::Failed);
         assert_eq!(r.outcomes["ALL.GetLBAStatus.UnmapSingle"], Outcome::Skipped);
         assert_eq!(r.outcomes["ALL.Reserve6.Logout"], Outcome::Passed);
+        assert_eq!(r.outcomes["ALL.Reserve6.Residuals"], Outcome::Passed);
         assert_eq!(r.outcomes["ALL.Reserve6.Hang"], Outcome::Failed);
-        assert_eq!(r.summary_line(), "5 tests: 2 passed, 2 failed, 1 skipped");
+        assert_eq!(r.summary_line(), "6 tests: 3 passed, 2 failed, 1 skipped");
         assert!(r.failure_details["ALL.GetLBAStatus.BeyondEol"][0].contains("[FAILED]"));
     }
 }
