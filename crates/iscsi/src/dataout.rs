@@ -136,6 +136,24 @@ impl WriteState {
         self.outstanding.len()
     }
 
+    /// After a sequence error the command is failed, but the target still
+    /// waits for the F bit of every sequence in progress before answering
+    /// (RFC 3720 6.7, 6.8). How many F bits are still to come, given the
+    /// offending PDU's TTT and F bit.
+    pub fn finals_after_error(&self, ttt: u32, final_: bool) -> u32 {
+        let open = self.outstanding.len() as u32 + u32::from(self.unsolicited.is_some());
+        let own_sequence = if ttt == RESERVED_TAG {
+            self.unsolicited.is_some()
+        } else {
+            self.outstanding.iter().any(|s| s.ttt == ttt)
+        };
+        if final_ && own_sequence {
+            open - 1
+        } else {
+            open
+        }
+    }
+
     /// Still waiting for the unsolicited sequence.
     pub fn awaiting_unsolicited(&self) -> bool {
         self.unsolicited.is_some()
@@ -418,6 +436,20 @@ mod tests {
             w.accept(RESERVED_TAG, 0, 0, 512, true),
             Err(DataOutError::UnexpectedUnsolicited)
         );
+    }
+
+    #[test]
+    fn finals_to_wait_for_after_an_error() {
+        let mut budget = u64::MAX;
+        let mut w = WriteState::new(65536, 0, true, LIMITS).unwrap();
+        assert_eq!(w.finals_after_error(RESERVED_TAG, false), 1);
+        assert_eq!(w.finals_after_error(RESERVED_TAG, true), 0);
+        w.accept(RESERVED_TAG, 0, 0, 8192, true).unwrap();
+        let r = w.next_r2ts(&mut budget, ttts());
+        assert_eq!(r.len(), 2);
+        assert_eq!(w.finals_after_error(r[0].ttt, true), 1);
+        assert_eq!(w.finals_after_error(r[0].ttt, false), 2);
+        assert_eq!(w.finals_after_error(12345, true), 2, "unknown sequence");
     }
 
     #[test]

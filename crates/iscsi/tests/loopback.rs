@@ -330,11 +330,12 @@ async fn command_ahead_of_a_gap_waits_for_it() {
 }
 
 #[tokio::test]
-async fn bad_datasn_closes_the_connection() {
+async fn bad_datasn_fails_the_command_not_the_connection() {
     let ram = RamTarget::new(8, false);
     let (_server, addr) = start(options(), ram).await;
     let mut c = Client::connect(addr).await;
     c.login_normal("InitialR2T=No;ImmediateData=No").await;
+    // Two unsolicited Data-Out with DataSN 0: failed once the F bit is in.
     let cmd = c.command(&write10(0, 2), 1024, false, true, false, &[]);
     let itt = cmd.bhs.itt();
     c.send(&cmd).await;
@@ -344,10 +345,37 @@ async fn bad_datasn_closes_the_connection() {
         .await;
     let r = c.recv().await;
     assert_eq!(
-        (r.bhs.opcode(), r.bhs.byte(2)),
-        (Some(Opcode::Reject), 0x04)
+        (r.bhs.opcode(), r.bhs.itt(), r.bhs.byte(3)),
+        (Some(Opcode::ScsiResponse), itt, 0x02)
     );
-    assert!(c.closed_within(Duration::from_secs(5)).await);
+    assert_eq!(
+        (r.data[2 + 2], r.data[2 + 12], r.data[2 + 13]),
+        (0x0b, 0x47, 0x05),
+        "protocol service CRC error"
+    );
+
+    // Solicited data with a wrong DataSN: the target waits for the F bit
+    // of the sequence before answering.
+    let cmd = c.command(&write10(0, 2), 1024, false, true, true, &[]);
+    let itt = cmd.bhs.itt();
+    c.send(&cmd).await;
+    let r2t = c.recv().await;
+    assert_eq!(r2t.bhs.opcode(), Some(Opcode::R2t));
+    let ttt = r2t.bhs.u32_at(20);
+    c.send(&c.data_out(itt, ttt, 27, 0, false, &[1; 256])).await;
+    assert!(c.recv_within(Duration::from_millis(200)).await.is_none());
+    c.send(&c.data_out(itt, ttt, 28, 256, true, &[1; 256]))
+        .await;
+    let r = c.recv().await;
+    assert_eq!(
+        (r.bhs.opcode(), r.bhs.byte(3)),
+        (Some(Opcode::ScsiResponse), 0x02)
+    );
+
+    // The connection and its CmdSN window are still fine.
+    let payload = pattern(1024, 4);
+    let r = c.write(&write10(0, 2), &payload, 0, 1024, 512).await;
+    assert_eq!(r.bhs.byte(3), 0);
 }
 
 #[tokio::test]

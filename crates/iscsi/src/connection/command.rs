@@ -27,6 +27,9 @@ pub(crate) const RESPONSE_TARGET_FAILURE: u8 = 0x01;
 pub(crate) enum Phase {
     /// Waiting for write data.
     Collecting,
+    /// A Data-Out sequence error failed the command; waiting for this many
+    /// more F bits before answering.
+    Draining { finals_left: u32 },
     /// Data complete, waiting for an ORDERED task ahead of it.
     Blocked,
     /// Running on a worker.
@@ -186,15 +189,27 @@ fn sense_segment(sense: &[u8], mrdsl: u32) -> Bytes {
     Bytes::from(v)
 }
 
+/// Fixed-format sense with the given key and additional sense code.
+fn fixed_sense(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
+    let mut s = vec![0u8; 18];
+    s[0] = 0x70;
+    s[2] = key;
+    s[7] = 10;
+    s[12] = asc;
+    s[13] = ascq;
+    s
+}
+
+/// ABORTED COMMAND, PROTOCOL SERVICE CRC ERROR: how a command ends when
+/// its Data-Out could not be received (RFC 3720 6.7).
+pub(crate) fn protocol_service_crc_error_sense() -> Vec<u8> {
+    fixed_sense(0x0b, 0x47, 0x05)
+}
+
 /// Fixed-format sense: ILLEGAL REQUEST, INVALID FIELD IN CDB. Used when the
 /// transport refuses a command before the SCSI layer sees it.
 pub(crate) fn invalid_field_in_cdb_sense() -> Vec<u8> {
-    let mut s = vec![0u8; 18];
-    s[0] = 0x70;
-    s[2] = 0x05;
-    s[7] = 10;
-    s[12] = 0x24;
-    s
+    fixed_sense(0x05, 0x24, 0x00)
 }
 
 #[cfg(test)]

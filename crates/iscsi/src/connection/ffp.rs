@@ -601,6 +601,16 @@ impl Conn {
             }
             return Flow::Continue;
         };
+        if let Phase::Draining { finals_left } = &mut task.phase {
+            // A failed command: discard its data until every sequence ended.
+            if d.final_ {
+                *finals_left = finals_left.saturating_sub(1);
+                if *finals_left == 0 {
+                    return self.fail_write(itt).await;
+                }
+            }
+            return Flow::Continue;
+        }
         let (Phase::Collecting, Some(ws)) = (&task.phase, task.write_state.as_mut()) else {
             tracing::debug!(itt, "Data-Out for a task not expecting data ignored");
             return Flow::Continue;
@@ -614,12 +624,14 @@ impl Conn {
         ) {
             Ok(p) => p,
             Err(e) => {
-                tracing::warn!(
-                    initiator = %self.ctx.initiator_name, itt, error = %e,
-                    "Data-Out sequence error, closing connection"
-                );
-                let _ = self.reject(bhs, reject_reason::PROTOCOL_ERROR, false).await;
-                return Flow::Close("Data-Out sequence error");
+                tracing::warn!(initiator = %self.ctx.initiator_name, itt, error = %e, "Data-Out sequence error, failing the command");
+                let finals_left = ws.finals_after_error(d.ttt, d.final_);
+                task.phase = Phase::Draining { finals_left };
+                self.budget_waiters.retain(|&i| i != itt);
+                if finals_left == 0 {
+                    return self.fail_write(itt).await;
+                }
+                return Flow::Continue;
             }
         };
         let complete = ws.complete();
@@ -641,6 +653,32 @@ impl Conn {
             return self.issue_r2ts(itt).await;
         }
         Flow::Continue
+    }
+
+    /// End a write whose Data-Out could not be received (RFC 3720 6.7):
+    /// CHECK CONDITION, ABORTED COMMAND, PROTOCOL SERVICE CRC ERROR.
+    async fn fail_write(&mut self, itt: u32) -> Flow {
+        let Some(task) = self.tasks.remove(&itt) else {
+            return Flow::Continue;
+        };
+        self.write_budget += task.reserved;
+        let shape = ResponseShape {
+            itt,
+            read: task.read,
+            write: task.write,
+            edtl: task.edtl,
+            r2ts: task.write_state.as_ref().map_or(0, |w| w.r2ts_sent()),
+            initiator_mrdsl: self.ctx.params.initiator_mrdsl,
+            max_burst_length: self.ctx.params.max_burst_length,
+            tracked: task.tracked,
+        };
+        let resp = ScsiResponse::check_condition(command::protocol_service_crc_error_sense());
+        for pdu in command::response_pdus(&shape, resp) {
+            if !self.send(pdu).await {
+                return Flow::Close("connection lost");
+            }
+        }
+        self.serve_budget_waiters().await
     }
 
     /// All data is in: run the task when its ordering allows.
