@@ -105,7 +105,9 @@ impl LogicalUnit {
         let _guard = self.locks.lock(e.lba, blocks, false);
         let fua = self.force_unit_access(false);
         let all_zero = block.iter().all(|&b| b == 0);
-        if all_zero && unmap && self.unmapped_reads_zero() {
+        if unmap {
+            // UNMAP lets the device server deallocate instead of writing
+            // (SBC-3 5.44); reads then return what LBPRZ promises.
             self.device
                 .discard(offset, len)
                 .map_err(|err| io_sense(&err, true))?;
@@ -277,12 +279,15 @@ mod tests {
         assert!(r.data_in[..512].iter().all(|&b| b == 0));
         assert!(r.data_in[512..2048].iter().all(|&b| b == 5));
         assert!(r.data_in[2048..].iter().all(|&b| b == 0));
-        // UNMAP bit with zeros deallocates.
+        // The UNMAP bit deallocates, whatever the block holds; the blocks
+        // then read as zeros (LBPRZ).
         assert_eq!(
-            run(&lu, &a, &ws10(0x08, 0, 256), &[0; 512]).status,
+            run(&lu, &a, &ws10(0x08, 0, 256), &[0xFF; 512]).status,
             status::GOOD
         );
         assert_eq!(lba_status(&lu, 0)[0].2, 1);
+        let r = run(&lu, &a, &[0x28, 0, 0, 0, 0, 9, 0, 0, 5, 0], &[]);
+        assert!(r.data_in.iter().all(|&b| b == 0));
         // Zero blocks: through the end of the LU.
         let last = (lu.blocks() - 4) as u32;
         assert_eq!(
