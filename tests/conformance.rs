@@ -147,7 +147,7 @@ kind = "mem"
 size = "1G"
 
 [[target]]
-iqn = "iqn.2026-11.org.openarray:conformance"
+name = "iqn.2026-11.org.openarray:conformance"
 
 [[target.lun]]
 lun = 0
