@@ -636,6 +636,57 @@ mod tests {
         assert_eq!((r.sense[1], r.sense[2]), (key::ILLEGAL_REQUEST, 0x20));
     }
 
+    /// A RAM device whose size can change under the LU.
+    struct Resizable {
+        inner: block::MemDevice,
+        size: AtomicU64,
+    }
+
+    impl BlockDevice for Resizable {
+        fn size(&self) -> u64 {
+            self.size.load(Ordering::Relaxed)
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+            self.inner.write_at(buf, offset, fua)
+        }
+        fn flush(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+        fn describe(&self) -> String {
+            "resizable".into()
+        }
+    }
+
+    #[test]
+    fn resizing_the_device_tells_every_nexus() {
+        let dev = Arc::new(Resizable {
+            inner: block::MemDevice::new(1 << 20),
+            size: AtomicU64::new(1 << 19),
+        });
+        let lu = LogicalUnit::new(dev.clone(), LuConfig::default()).unwrap();
+        let (a, b) = (nexus("a"), nexus("b"));
+        ready(&lu, &a);
+        ready(&lu, &b);
+        assert_eq!(lu.blocks(), 1024);
+        dev.size.store(1 << 20, Ordering::Relaxed);
+        assert_eq!(
+            sense_of(&run(&lu, &a, &[0; 6], &[])),
+            (key::UNIT_ATTENTION, 0x2A, 0x09)
+        );
+        assert_eq!(
+            sense_of(&run(&lu, &b, &[0; 6], &[])),
+            (key::UNIT_ATTENTION, 0x2A, 0x09)
+        );
+        let r = run(&lu, &a, &[0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[]);
+        assert_eq!(&r.data_in[..4], &2047u32.to_be_bytes());
+    }
+
     #[test]
     fn rejects_bad_block_sizes_and_tiny_devices() {
         let dev = Arc::new(block::MemDevice::new(1 << 20));

@@ -459,6 +459,47 @@ mod tests {
     }
 
     #[test]
+    fn compare_and_write_is_atomic_across_nexuses() {
+        // Two initiators increment a counter in block 9 with
+        // read / COMPARE AND WRITE retry loops; no increment may be lost.
+        let lu = lu();
+        let rounds = 200u32;
+        let workers: Vec<_> = ["a", "b"]
+            .into_iter()
+            .map(|name| {
+                let lu = lu.clone();
+                std::thread::spawn(move || {
+                    let n = nexus(name);
+                    ready(&lu, &n);
+                    let mut caw = rw16(op::COMPARE_AND_WRITE, 0, 9, 0);
+                    caw[10..13].fill(0);
+                    caw[13] = 1;
+                    let mut done = 0;
+                    while done < rounds {
+                        let cur = run(&lu, &n, &rw10(op::READ_10, 0, 9, 1), &[]).data_in;
+                        let value = u32::from_be_bytes([cur[0], cur[1], cur[2], cur[3]]);
+                        let mut data = cur.clone();
+                        data.extend_from_slice(&cur);
+                        data[512..516].copy_from_slice(&(value + 1).to_be_bytes());
+                        if run(&lu, &n, &caw, &data).status == status::GOOD {
+                            done += 1;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        let a = nexus("a");
+        let cur = run(&lu, &a, &rw10(op::READ_10, 0, 9, 1), &[]).data_in;
+        assert_eq!(
+            u32::from_be_bytes([cur[0], cur[1], cur[2], cur[3]]),
+            2 * rounds
+        );
+    }
+
+    #[test]
     fn orwrite_ors_into_the_medium() {
         let lu = lu();
         let a = nexus("a");
