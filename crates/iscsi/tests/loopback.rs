@@ -671,7 +671,7 @@ async fn shutdown_asks_initiators_to_log_out() {
         .await
         .expect("shutdown finishes")
         .unwrap();
-    assert!(ram.events().iter().any(|e| e.starts_with("lost")));
+    assert!(ram.wait_event("lost").await);
     // The listener is gone: no more connections.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
@@ -704,4 +704,76 @@ async fn many_sessions_at_once() {
     for h in handles {
         h.await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn replace_targets_keeps_existing_sessions() {
+    let ram = RamTarget::new(8, false);
+    let (server, addr) = start(options(), ram.clone()).await;
+    let mut c = Client::connect(addr).await;
+    c.login_normal("").await;
+    server.replace_targets(vec![target("iqn.2024-01.org.openarray:other", ram.clone())]);
+
+    // The old session still works on the target it logged in to.
+    let cmd = c.command(&[0; 6], 0, false, false, true, &[]);
+    c.send(&cmd).await;
+    assert_eq!(c.recv().await.bhs.opcode(), Some(Opcode::ScsiResponse));
+    // SendTargets in a normal session reports the session's own target.
+    let mut b = Bhs::new(Opcode::TextRequest, 0x80);
+    b.set_immediate(true);
+    b.set_itt(c.next_itt());
+    b.set_u32(20, 0xffff_ffff);
+    b.set_u32(24, c.cmdsn);
+    c.send(&Pdu::new(b, Bytes::from_static(b"SendTargets=All\0")))
+        .await;
+    let r = c.recv().await;
+    assert_eq!(key(&kv(&r.data), "TargetName"), Some(TARGET));
+
+    // New logins see the new list.
+    let mut d = Client::connect(addr).await;
+    d.isid[5] = 9;
+    let r = d
+        .login(&format!("InitiatorName=iqn.x;TargetName={TARGET}"))
+        .await;
+    assert_eq!((r.bhs.byte(36), r.bhs.byte(37)), (2, 3));
+    let mut e = Client::connect(addr).await;
+    let r = e
+        .login("InitiatorName=iqn.x;TargetName=iqn.2024-01.org.openarray:other")
+        .await;
+    assert_eq!(r.bhs.byte(36), 0);
+}
+
+#[tokio::test]
+async fn lun_reset_reaches_other_sessions() {
+    let ram = RamTarget::new(8, true);
+    let (_server, addr) = start(options(), ram.clone()).await;
+    let mut a = Client::connect(addr).await;
+    a.login_normal("").await;
+    let mut b = Client::connect(addr).await;
+    b.isid[5] = 2;
+    b.login_normal("").await;
+    *ram.delay.lock() = Duration::from_millis(400);
+    let cmd = b.command(&[0; 6], 0, false, false, true, &[]);
+    b.send(&cmd).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let reset = tmf(&mut a, 5, 0xffff_ffff, 0);
+    a.send(&reset).await;
+    let r = a.recv().await;
+    assert_eq!(
+        (r.bhs.opcode(), r.bhs.byte(2)),
+        (Some(Opcode::TaskMgmtResponse), 0)
+    );
+    *ram.delay.lock() = Duration::ZERO;
+    assert!(
+        b.recv_within(Duration::from_millis(500)).await.is_none(),
+        "the reset aborted b's command"
+    );
+    // Session b goes on.
+    let cmd = b.command(&[0; 6], 0, false, false, true, &[]);
+    b.send(&cmd).await;
+    let r = b.recv().await;
+    assert_eq!(
+        (r.bhs.opcode(), r.bhs.itt()),
+        (Some(Opcode::ScsiResponse), cmd.bhs.itt())
+    );
 }

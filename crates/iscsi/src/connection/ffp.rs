@@ -50,6 +50,9 @@ const READ_BUFFER: usize = 64 * 1024;
 const HELD_PDU_LIMIT: usize = 64;
 /// How long teardown waits for queued responses to be written.
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
+/// A writer that cannot take a PDU for this long means the initiator has
+/// stopped reading; the connection is given up.
+const WRITE_STALL: Duration = Duration::from_secs(60);
 
 /// Logout Response codes (RFC 7143 11.15.1).
 const LOGOUT_OK: u8 = 0;
@@ -80,6 +83,8 @@ pub(super) struct Held {
     pub itt: u32,
     pub lun: Option<u64>,
     pub pdus: Vec<(Bhs, Request)>,
+    /// Data bytes held for this command.
+    pub bytes: usize,
 }
 
 /// A Text exchange in progress (request or response spanning PDUs).
@@ -256,9 +261,13 @@ impl Conn {
         self.next_ttt
     }
 
-    /// Queue a PDU for the writer; false when the connection is gone.
+    /// Queue a PDU for the writer; false when the connection is gone or
+    /// the initiator stopped reading.
     pub(super) async fn send(&self, pdu: OutPdu) -> bool {
-        self.out.send(Outgoing::Pdu(pdu)).await.is_ok()
+        self.out
+            .send_timeout(Outgoing::Pdu(pdu), WRITE_STALL)
+            .await
+            .is_ok()
     }
 
     async fn send_or_close(&self, pdu: OutPdu) -> Flow {
@@ -376,12 +385,12 @@ impl Conn {
         if self.held.len() >= limit || self.held.iter().any(|h| h.cmdsn == cmdsn) {
             return;
         }
-        let (itt, lun) = match &req {
-            Request::ScsiCommand(c) => (c.itt, Some(lun::decode(c.lun))),
-            Request::NopOut(n) => (n.itt, None),
-            Request::TaskMgmt(t) => (t.itt, None),
-            Request::Text(t) => (t.itt, None),
-            Request::Logout(l) => (l.itt, None),
+        let (itt, lun, bytes) = match &req {
+            Request::ScsiCommand(c) => (c.itt, Some(lun::decode(c.lun)), c.data.len()),
+            Request::NopOut(n) => (n.itt, None, 0),
+            Request::TaskMgmt(t) => (t.itt, None, 0),
+            Request::Text(t) => (t.itt, None, 0),
+            Request::Logout(l) => (l.itt, None, 0),
             _ => return,
         };
         self.held.push(Held {
@@ -389,6 +398,7 @@ impl Conn {
             itt,
             lun,
             pdus: vec![(bhs, req)],
+            bytes,
         });
     }
 
@@ -591,8 +601,11 @@ impl Conn {
         };
         let itt = d.itt;
         let Some(task) = self.tasks.get_mut(&itt) else {
+            let limit = self.ctx.params.first_burst_length as usize;
             if let Some(h) = self.held.iter_mut().find(|h| h.itt == itt) {
-                if h.pdus.len() < HELD_PDU_LIMIT {
+                // Only unsolicited data can precede the command's turn.
+                if h.pdus.len() < HELD_PDU_LIMIT && h.bytes + d.data.len() <= limit {
+                    h.bytes += d.data.len();
                     h.pdus.push((bhs, Request::DataOut(d)));
                 }
             } else {
@@ -976,7 +989,17 @@ impl Conn {
         let mut others = Vec::new();
         for (k, v) in keys {
             if k == "SendTargets" {
-                let listings = self.server.listings();
+                let mut listings = self.server.listings();
+                // A session's own target stays reportable after a config change.
+                if let Some(own) = &self.ctx.target {
+                    if !listings.iter().any(|l| l.name == own.name) {
+                        listings.push(discovery::Listing {
+                            name: own.name.clone(),
+                            portal_group: own.portal_group,
+                            portals: own.portals.clone(),
+                        });
+                    }
+                }
                 answers.extend(discovery::send_targets(
                     &v,
                     &listings,

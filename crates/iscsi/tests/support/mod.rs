@@ -39,6 +39,17 @@ impl RamTarget {
     pub fn events(&self) -> Vec<String> {
         self.events.lock().clone()
     }
+
+    /// Wait up to five seconds for an event starting with `prefix`.
+    pub async fn wait_event(&self, prefix: &str) -> bool {
+        for _ in 0..100 {
+            if self.events().iter().any(|e| e.starts_with(prefix)) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
 }
 
 fn sense(key: u8, asc: u8) -> ScsiResponse {
