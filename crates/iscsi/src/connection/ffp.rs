@@ -7,47 +7,39 @@
 //! through the writer task.
 
 use std::collections::{HashMap, VecDeque};
-use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use scsi_api::{Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskAttr};
+use scsi_api::TaskAttr;
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::command::{self, Phase, ResponseShape, Task, RESPONDING, RUNNING};
+use super::command::{Phase, Task};
 use super::gate::Gate;
 use super::io::{self, OutPdu, Outgoing, ReadError, StatSn, Writer};
 use super::login_phase::Established;
 use super::SessionCtx;
 use crate::cmdsn::{Arrival, CmdWindow};
-use crate::dataout::{WriteLimits, WriteState};
-use crate::negotiation::{Digest, Negotiator, Stage};
-use crate::pdu::initiator::{
-    LogoutRequest, NopOut, Request, ScsiCommand as ScsiCommandPdu, TextRequest,
-};
+use crate::lun;
+use crate::negotiation::{Digest, Negotiator};
+use crate::pdu::initiator::{LogoutRequest, NopOut, Request};
 use crate::pdu::target::{self, async_event, reject_reason};
 use crate::pdu::{Bhs, Framing, Pdu, PduError, RESERVED_TAG};
 use crate::server::Server;
 use crate::session::Control;
-use crate::text::{self, Accumulator};
-use crate::{discovery, lun};
 
 /// Housekeeping period (pings, logout deadline).
 const TICK: Duration = Duration::from_secs(1);
-/// Text request bytes accepted for one exchange.
-const TEXT_LIMIT: usize = 64 * 1024;
 const INCOMING_QUEUE: usize = 8;
 const OUTGOING_QUEUE: usize = 512;
 const READ_BUFFER: usize = 64 * 1024;
 /// Data-Out PDUs kept for one command held back by CmdSN ordering.
-const HELD_PDU_LIMIT: usize = 64;
+pub(super) const HELD_PDU_LIMIT: usize = 64;
 /// How long teardown waits for queued responses to be written.
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
 /// A writer that cannot take a PDU for this long means the initiator has
@@ -87,42 +79,6 @@ pub(super) struct Held {
     pub bytes: usize,
 }
 
-/// A Text exchange in progress (request or response spanning PDUs).
-struct TextExchange {
-    itt: u32,
-    ttt: u32,
-    lun: [u8; 8],
-    request: Accumulator,
-    /// Response bytes not sent yet.
-    pending: Bytes,
-}
-
-/// Work handed to the SCSI layer.
-struct Job {
-    lun: u64,
-    cdb: Vec<u8>,
-    data_out: Bytes,
-    data_in_len: u32,
-    data_out_len: u32,
-    attr: TaskAttr,
-    tag: u64,
-}
-
-impl Job {
-    fn run(&self, scsi: &dyn ScsiTarget, nexus: &Nexus) -> ScsiResponse {
-        let cmd = ScsiCommand {
-            lun: self.lun,
-            cdb: &self.cdb,
-            data_out: &self.data_out,
-            data_in_len: self.data_in_len,
-            data_out_len: self.data_out_len,
-            task_attr: self.attr,
-            tag: self.tag,
-        };
-        scsi.execute(nexus, &cmd)
-    }
-}
-
 /// Which held-back commands an abort drops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum HeldScope {
@@ -151,16 +107,16 @@ pub(super) struct Conn {
     /// CmdSNs counted as received although their command never came
     /// (aborted by RefCmdSN before arrival).
     pub consumed: Vec<u32>,
-    next_serial: u64,
-    next_ttt: u32,
-    write_budget: u64,
-    budget_waiters: VecDeque<u32>,
-    gate: Gate,
-    text: Option<TextExchange>,
-    text_negotiator: Negotiator,
-    ping: Option<(u32, Instant)>,
-    last_rx: Instant,
-    logout_deadline: Option<Instant>,
+    pub(super) next_serial: u64,
+    pub(super) next_ttt: u32,
+    pub(super) write_budget: u64,
+    pub(super) budget_waiters: VecDeque<u32>,
+    pub(super) gate: Gate,
+    pub(super) text: Option<super::text::TextExchange>,
+    pub(super) text_negotiator: Negotiator,
+    pub(super) ping: Option<(u32, Instant)>,
+    pub(super) last_rx: Instant,
+    pub(super) logout_deadline: Option<Instant>,
 }
 
 /// Run the full feature phase until the connection ends, then tear the
@@ -215,7 +171,7 @@ pub(crate) async fn run(server: Arc<Server>, stream: TcpStream, est: Established
     conn.teardown(cause, reader, writer, est.closed_tx).await;
 }
 
-fn next_tag(t: u32) -> u32 {
+pub(super) fn next_tag(t: u32) -> u32 {
     let n = t.wrapping_add(1);
     if n == RESERVED_TAG {
         0
@@ -270,7 +226,7 @@ impl Conn {
             .is_ok()
     }
 
-    async fn send_or_close(&self, pdu: OutPdu) -> Flow {
+    pub(super) async fn send_or_close(&self, pdu: OutPdu) -> Flow {
         if self.send(pdu).await {
             Flow::Continue
         } else {
@@ -324,23 +280,33 @@ impl Conn {
             Err(e) => {
                 tracing::debug!(error = %e, "malformed PDU rejected");
                 // The command still used its CmdSN; keep the window moving.
-                self.consume_if_next(&bhs);
-                self.reject(bhs, reject_reason::INVALID_PDU_FIELD, false)
+                let consumed = self.consume_if_next(&bhs);
+                if let Flow::Close(c) = self
+                    .reject(bhs, reject_reason::INVALID_PDU_FIELD, false)
                     .await
+                {
+                    return Flow::Close(c);
+                }
+                if consumed {
+                    return self.release_held().await;
+                }
+                Flow::Continue
             }
         }
     }
 
     /// A malformed command at ExpCmdSN counts as received.
-    fn consume_if_next(&mut self, bhs: &Bhs) {
+    fn consume_if_next(&mut self, bhs: &Bhs) -> bool {
         if bhs.immediate() {
-            return;
+            return false;
         }
         let cmdsn = bhs.u32_at(24);
         let mut w = self.window.lock();
-        if w.classify(cmdsn) == Arrival::InOrder {
+        let in_order = w.classify(cmdsn) == Arrival::InOrder;
+        if in_order {
             w.accept(false);
         }
+        in_order
     }
 
     async fn on_request(&mut self, bhs: Bhs, req: Request) -> Flow {
@@ -448,475 +414,6 @@ impl Conn {
         }
     }
 
-    // ---- SCSI commands ----------------------------------------------------
-
-    async fn on_scsi_command(&mut self, bhs: Bhs, c: ScsiCommandPdu, tracked: bool) -> Flow {
-        if let Some(existing) = self.tasks.get(&c.itt) {
-            // A task whose response is already on its way (or which was
-            // aborted and has ended) no longer owns its ITT.
-            let ended = match &existing.phase {
-                Phase::Executing { state, done } => {
-                    state.load(Ordering::Acquire) == RESPONDING || *done.borrow()
-                }
-                _ => false,
-            };
-            if !ended {
-                return self
-                    .reject(bhs, reject_reason::TASK_IN_PROGRESS, tracked)
-                    .await;
-            }
-            if let Some(old) = self.tasks.remove(&c.itt) {
-                self.write_budget += old.reserved;
-            }
-        }
-        if c.read && c.write {
-            // Bidirectional commands are not supported.
-            return self
-                .reject(bhs, reject_reason::COMMAND_NOT_SUPPORTED, tracked)
-                .await;
-        }
-        let params = &self.ctx.params;
-        let shape = ResponseShape {
-            itt: c.itt,
-            read: c.read,
-            write: c.write,
-            edtl: c.edtl,
-            r2ts: 0,
-            initiator_mrdsl: params.initiator_mrdsl,
-            max_burst_length: params.max_burst_length,
-            tracked,
-        };
-        if c.write && c.edtl > self.server.options.max_command_data {
-            // Larger than the target is prepared to buffer for one command.
-            let resp = ScsiResponse::check_condition(command::invalid_field_in_cdb_sense());
-            for pdu in command::response_pdus(&shape, resp) {
-                if !self.send(pdu).await {
-                    return Flow::Close("connection lost");
-                }
-            }
-            return Flow::Continue;
-        }
-        let write_state = if c.write {
-            if !c.data.is_empty() && !params.immediate_data {
-                tracing::warn!(initiator = %self.ctx.initiator_name, "immediate data without ImmediateData=Yes");
-                let _ = self.reject(bhs, reject_reason::PROTOCOL_ERROR, false).await;
-                return Flow::Close("protocol error");
-            }
-            let limits = WriteLimits {
-                first_burst_length: params.first_burst_length,
-                max_burst_length: params.max_burst_length,
-                max_outstanding_r2t: params.max_outstanding_r2t,
-            };
-            let unsolicited = !c.final_ && !params.initial_r2t;
-            match WriteState::new(c.edtl, c.data.len() as u32, unsolicited, limits) {
-                Ok(ws) => Some(ws),
-                Err(e) => {
-                    tracing::warn!(initiator = %self.ctx.initiator_name, error = %e, "bad write command");
-                    let _ = self.reject(bhs, reject_reason::PROTOCOL_ERROR, false).await;
-                    return Flow::Close("protocol error");
-                }
-            }
-        } else {
-            None
-        };
-        let serial = self.next_serial;
-        self.next_serial += 1;
-        let complete = write_state.as_ref().is_none_or(|w| w.complete());
-        let task = Task {
-            serial,
-            itt: c.itt,
-            lun_raw: c.lun,
-            lun: lun::decode(c.lun),
-            tracked,
-            attr: command::task_attr(c.attr),
-            cdb: c.cdb,
-            read: c.read,
-            write: c.write,
-            edtl: c.edtl,
-            immediate: if c.write { c.data } else { Bytes::new() },
-            data: Vec::new(),
-            write_state,
-            reserved: 0,
-            phase: Phase::Collecting,
-        };
-        self.tasks.insert(c.itt, task);
-        if complete {
-            self.ready(c.itt).await
-        } else {
-            self.issue_r2ts(c.itt).await
-        }
-    }
-
-    /// Solicit more write data for a task, within the connection's budget.
-    async fn issue_r2ts(&mut self, itt: u32) -> Flow {
-        let mut ttt = self.next_ttt;
-        let mut budget = self.write_budget;
-        let Some(task) = self.tasks.get_mut(&itt) else {
-            return Flow::Continue;
-        };
-        let Some(ws) = task.write_state.as_mut() else {
-            return Flow::Continue;
-        };
-        let before = budget;
-        let requests = ws.next_r2ts(&mut budget, || {
-            ttt = next_tag(ttt);
-            ttt
-        });
-        let starving = requests.is_empty() && ws.wants_more() && ws.outstanding() == 0;
-        task.reserved += before - budget;
-        let lun_raw = task.lun_raw;
-        self.next_ttt = ttt;
-        self.write_budget = budget;
-        if starving && !self.budget_waiters.contains(&itt) {
-            self.budget_waiters.push_back(itt);
-        }
-        for r in requests {
-            let bhs = target::r2t(lun_raw, itt, r.ttt, r.r2tsn, r.offset, r.len);
-            if !self
-                .send(OutPdu::new(bhs, Bytes::new(), StatSn::Peek))
-                .await
-            {
-                return Flow::Close("connection lost");
-            }
-        }
-        Flow::Continue
-    }
-
-    /// Give freed write budget to tasks that were waiting for it.
-    async fn serve_budget_waiters(&mut self) -> Flow {
-        for _ in 0..self.budget_waiters.len() {
-            let Some(itt) = self.budget_waiters.pop_front() else {
-                break;
-            };
-            if let Flow::Close(c) = self.issue_r2ts(itt).await {
-                return Flow::Close(c);
-            }
-        }
-        Flow::Continue
-    }
-
-    async fn on_data_out(&mut self, bhs: Bhs, req: Request) -> Flow {
-        let Request::DataOut(d) = req else {
-            return Flow::Continue;
-        };
-        let itt = d.itt;
-        let Some(task) = self.tasks.get_mut(&itt) else {
-            let limit = self.ctx.params.first_burst_length as usize;
-            if let Some(h) = self.held.iter_mut().find(|h| h.itt == itt) {
-                // Only unsolicited data can precede the command's turn.
-                if h.pdus.len() < HELD_PDU_LIMIT && h.bytes + d.data.len() <= limit {
-                    h.bytes += d.data.len();
-                    h.pdus.push((bhs, Request::DataOut(d)));
-                }
-            } else {
-                // Data for a command that was dropped, refused or aborted.
-                tracing::debug!(itt, "Data-Out for unknown task ignored");
-            }
-            return Flow::Continue;
-        };
-        if let Phase::Draining { finals_left } = &mut task.phase {
-            // A failed command: discard its data until every sequence ended.
-            if d.final_ {
-                *finals_left = finals_left.saturating_sub(1);
-                if *finals_left == 0 {
-                    return self.fail_write(itt).await;
-                }
-            }
-            return Flow::Continue;
-        }
-        let (Phase::Collecting, Some(ws)) = (&task.phase, task.write_state.as_mut()) else {
-            tracing::debug!(itt, "Data-Out for a task not expecting data ignored");
-            return Flow::Continue;
-        };
-        let placement = match ws.accept(
-            d.ttt,
-            d.datasn,
-            d.buffer_offset,
-            d.data.len() as u32,
-            d.final_,
-        ) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(initiator = %self.ctx.initiator_name, itt, error = %e, "Data-Out sequence error, failing the command");
-                let finals_left = ws.finals_after_error(d.ttt, d.final_);
-                task.phase = Phase::Draining { finals_left };
-                self.budget_waiters.retain(|&i| i != itt);
-                if finals_left == 0 {
-                    return self.fail_write(itt).await;
-                }
-                return Flow::Continue;
-            }
-        };
-        let complete = ws.complete();
-        // Immediate data was kept as received; assemble once more arrives.
-        if task.data.is_empty() && !task.immediate.is_empty() {
-            task.data.extend_from_slice(&task.immediate);
-            task.immediate = Bytes::new();
-        }
-        let start = placement.offset as usize;
-        let end = start + placement.len as usize;
-        if task.data.len() < end {
-            task.data.resize(end, 0);
-        }
-        task.data[start..end].copy_from_slice(&d.data);
-        if complete {
-            return self.ready(itt).await;
-        }
-        if placement.sequence_done {
-            return self.issue_r2ts(itt).await;
-        }
-        Flow::Continue
-    }
-
-    /// End a write whose Data-Out could not be received (RFC 3720 6.7):
-    /// CHECK CONDITION, ABORTED COMMAND, PROTOCOL SERVICE CRC ERROR.
-    async fn fail_write(&mut self, itt: u32) -> Flow {
-        let Some(task) = self.tasks.remove(&itt) else {
-            return Flow::Continue;
-        };
-        self.write_budget += task.reserved;
-        let shape = ResponseShape {
-            itt,
-            read: task.read,
-            write: task.write,
-            edtl: task.edtl,
-            r2ts: task.write_state.as_ref().map_or(0, |w| w.r2ts_sent()),
-            initiator_mrdsl: self.ctx.params.initiator_mrdsl,
-            max_burst_length: self.ctx.params.max_burst_length,
-            tracked: task.tracked,
-        };
-        let resp = ScsiResponse::check_condition(command::protocol_service_crc_error_sense());
-        for pdu in command::response_pdus(&shape, resp) {
-            if !self.send(pdu).await {
-                return Flow::Close("connection lost");
-            }
-        }
-        self.serve_budget_waiters().await
-    }
-
-    /// All data is in: run the task when its ordering allows.
-    async fn ready(&mut self, itt: u32) -> Flow {
-        let Some(task) = self.tasks.get_mut(&itt) else {
-            return Flow::Continue;
-        };
-        if self.gate.admits(task.attr) {
-            self.start(itt).await
-        } else {
-            task.phase = Phase::Blocked;
-            self.gate.blocked.push_back(itt);
-            Flow::Continue
-        }
-    }
-
-    /// Start tasks released by a finished one.
-    async fn unblock(&mut self) -> Flow {
-        while let Some(&itt) = self.gate.blocked.front() {
-            let admitted = match self.tasks.get(&itt) {
-                Some(t) if matches!(t.phase, Phase::Blocked) => self.gate.admits_next(t.attr),
-                _ => {
-                    self.gate.blocked.pop_front();
-                    continue;
-                }
-            };
-            if !admitted {
-                break;
-            }
-            self.gate.blocked.pop_front();
-            if let Flow::Close(c) = self.start(itt).await {
-                return Flow::Close(c);
-            }
-        }
-        Flow::Continue
-    }
-
-    /// Hand a task to the SCSI layer: on a worker thread when it may block,
-    /// inline otherwise.
-    async fn start(&mut self, itt: u32) -> Flow {
-        let (Some(target), Some(nexus)) = (self.ctx.target.clone(), self.ctx.nexus.clone()) else {
-            return Flow::Continue;
-        };
-        let params = &self.ctx.params;
-        let Some(task) = self.tasks.get_mut(&itt) else {
-            return Flow::Continue;
-        };
-        let data_out = if task.data.is_empty() {
-            std::mem::take(&mut task.immediate)
-        } else {
-            Bytes::from(std::mem::take(&mut task.data))
-        };
-        let job = Job {
-            lun: task.lun,
-            cdb: std::mem::take(&mut task.cdb),
-            data_out,
-            data_in_len: if task.read { task.edtl } else { 0 },
-            data_out_len: if task.write { task.edtl } else { 0 },
-            attr: task.attr,
-            tag: u64::from(itt),
-        };
-        let shape = ResponseShape {
-            itt,
-            read: task.read,
-            write: task.write,
-            edtl: task.edtl,
-            r2ts: task.write_state.as_ref().map_or(0, |w| w.r2ts_sent()),
-            initiator_mrdsl: params.initiator_mrdsl,
-            max_burst_length: params.max_burst_length,
-            tracked: task.tracked,
-        };
-        if target.scsi.may_block(task.lun) {
-            let state = Arc::new(AtomicU8::new(RUNNING));
-            let (done_tx, done_rx) = watch::channel(false);
-            task.phase = Phase::Executing {
-                state: state.clone(),
-                done: done_rx,
-            };
-            let (serial, tracked, attr) = (task.serial, task.tracked, task.attr);
-            self.gate.started(attr);
-            let out = self.out.clone();
-            let events = self.events.clone();
-            tokio::spawn(async move {
-                let scsi = target.scsi.clone();
-                let result = tokio::task::spawn_blocking(move || job.run(&*scsi, &nexus)).await;
-                let pdus = match result {
-                    Ok(resp) => command::response_pdus(&shape, resp),
-                    Err(e) => {
-                        tracing::error!(itt, error = %e, "SCSI command failed in the target");
-                        vec![command::failure_pdu(&shape)]
-                    }
-                };
-                // Whoever moves the state first wins: a response or an abort.
-                let responded = state
-                    .compare_exchange(RUNNING, RESPONDING, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok();
-                if responded {
-                    for pdu in pdus {
-                        if out.send(Outgoing::Pdu(pdu)).await.is_err() {
-                            break;
-                        }
-                    }
-                }
-                let _ = done_tx.send(true);
-                let _ = events.send(Event::Finished {
-                    itt,
-                    serial,
-                    responded,
-                    tracked,
-                    attr,
-                });
-            });
-            return Flow::Continue;
-        }
-        let reserved = task.reserved;
-        self.tasks.remove(&itt);
-        self.write_budget += reserved;
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| job.run(&*target.scsi, &nexus)));
-        let pdus = match result {
-            Ok(resp) => command::response_pdus(&shape, resp),
-            Err(_) => {
-                tracing::error!(itt, "SCSI command panicked in the target");
-                vec![command::failure_pdu(&shape)]
-            }
-        };
-        for pdu in pdus {
-            if !self.send(pdu).await {
-                return Flow::Close("connection lost");
-            }
-        }
-        if reserved > 0 {
-            return self.serve_budget_waiters().await;
-        }
-        Flow::Continue
-    }
-
-    async fn on_event(&mut self, ev: Event) -> Flow {
-        let Event::Finished {
-            itt,
-            serial,
-            responded,
-            tracked,
-            attr,
-        } = ev;
-        if self.tasks.get(&itt).is_some_and(|t| t.serial == serial) {
-            if let Some(t) = self.tasks.remove(&itt) {
-                self.write_budget += t.reserved;
-            }
-        }
-        if !responded && tracked {
-            // Aborted: no response will free the window slot.
-            self.window.lock().finished();
-        }
-        self.gate.finished(attr);
-        if let Flow::Close(c) = self.unblock().await {
-            return Flow::Close(c);
-        }
-        self.serve_budget_waiters().await
-    }
-
-    /// Stop tasks matching `filter`: those not running yet are dropped,
-    /// running ones are marked aborted (their response is suppressed) and
-    /// returned as waiters. Commands held back by CmdSN order are dropped
-    /// as `held` says.
-    pub(super) fn abort_matching(
-        &mut self,
-        held: HeldScope,
-        filter: impl Fn(&Task) -> bool,
-    ) -> Aborted {
-        let mut out = Aborted::default();
-        let itts: Vec<u32> = self
-            .tasks
-            .iter()
-            .filter(|(_, t)| filter(t))
-            .map(|(i, _)| *i)
-            .collect();
-        for itt in itts {
-            let running = match self.tasks.get(&itt).map(|t| &t.phase) {
-                Some(Phase::Executing { state, done }) => {
-                    if state
-                        .compare_exchange(
-                            RUNNING,
-                            command::ABORTED,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        )
-                        .is_ok()
-                    {
-                        out.aborted.push(itt);
-                    }
-                    out.waiters.push(done.clone());
-                    true
-                }
-                Some(_) => false,
-                None => continue,
-            };
-            if !running {
-                if let Some(t) = self.tasks.remove(&itt) {
-                    self.write_budget += t.reserved;
-                    if t.tracked {
-                        self.window.lock().finished();
-                    }
-                    out.aborted.push(itt);
-                }
-            }
-        }
-        self.budget_waiters.retain(|i| !out.aborted.contains(i));
-        // Commands held for CmdSN order: count them as received and drop them.
-        let mut kept = Vec::new();
-        for h in self.held.drain(..) {
-            let matches = match held {
-                HeldScope::Keep => false,
-                HeldScope::All => true,
-                HeldScope::Lun(l) => h.lun == Some(l),
-            };
-            if matches && h.lun.is_some() {
-                self.consumed.push(h.cmdsn);
-            } else {
-                kept.push(h);
-            }
-        }
-        self.held = kept;
-        out
-    }
-
     // ---- NOP, Text, Logout --------------------------------------------------
 
     async fn on_nop_out(&mut self, n: NopOut) -> Flow {
@@ -932,112 +429,6 @@ impl Conn {
             self.ping = None;
         }
         Flow::Continue
-    }
-
-    async fn on_text(&mut self, bhs: Bhs, t: TextRequest) -> Flow {
-        if t.ttt != RESERVED_TAG {
-            match &self.text {
-                Some(x) if x.ttt == t.ttt && x.itt == t.itt => {
-                    if !x.pending.is_empty() {
-                        return self.send_text_chunk().await;
-                    }
-                }
-                _ => {
-                    return self
-                        .reject(bhs, reject_reason::INVALID_PDU_FIELD, false)
-                        .await
-                }
-            }
-        } else {
-            // A new exchange replaces any unfinished one.
-            self.text = Some(TextExchange {
-                itt: t.itt,
-                ttt: RESERVED_TAG,
-                lun: t.lun,
-                request: Accumulator::default(),
-                pending: Bytes::new(),
-            });
-        }
-        let Some(x) = self.text.as_mut() else {
-            return Flow::Continue;
-        };
-        if x.request.push(&t.data, TEXT_LIMIT).is_err() {
-            self.text = None;
-            return self.reject(bhs, reject_reason::PROTOCOL_ERROR, false).await;
-        }
-        if t.continue_ {
-            // More request text follows: acknowledge with an empty response.
-            let ttt = self.new_ttt();
-            let Some(x) = self.text.as_mut() else {
-                return Flow::Continue;
-            };
-            x.ttt = ttt;
-            let bhs = target::text_response(x.lun, x.itt, ttt, false, false);
-            return self
-                .send_or_close(OutPdu::new(bhs, Bytes::new(), StatSn::Advance))
-                .await;
-        }
-        let keys = match text::parse(&x.request.take()) {
-            Ok(k) => k,
-            Err(_) => {
-                self.text = None;
-                return self.reject(bhs, reject_reason::PROTOCOL_ERROR, false).await;
-            }
-        };
-        let own_target = self.ctx.target.as_ref().map(|t| t.name.clone());
-        let mut answers = Vec::new();
-        let mut others = Vec::new();
-        for (k, v) in keys {
-            if k == "SendTargets" {
-                let mut listings = self.server.listings();
-                // A session's own target stays reportable after a config change.
-                if let Some(own) = &self.ctx.target {
-                    if !listings.iter().any(|l| l.name == own.name) {
-                        listings.push(discovery::Listing {
-                            name: own.name.clone(),
-                            portal_group: own.portal_group,
-                            portals: own.portals.clone(),
-                        });
-                    }
-                }
-                answers.extend(discovery::send_targets(
-                    &v,
-                    &listings,
-                    self.ctx.local,
-                    own_target.as_deref(),
-                ));
-            } else {
-                others.push((k, v));
-            }
-        }
-        answers.extend(
-            self.text_negotiator
-                .negotiate(Stage::FullFeature, &others)
-                .unwrap_or_default(),
-        );
-        if let Some(x) = self.text.as_mut() {
-            x.pending = Bytes::from(text::encode(&answers));
-        }
-        self.send_text_chunk().await
-    }
-
-    /// Send the next part of a Text response, at most the initiator's
-    /// MaxRecvDataSegmentLength; C bit and a TTT when more follows.
-    async fn send_text_chunk(&mut self) -> Flow {
-        let max = self.ctx.params.initiator_mrdsl as usize;
-        let ttt = self.new_ttt();
-        let Some(x) = self.text.as_mut() else {
-            return Flow::Continue;
-        };
-        let chunk = x.pending.split_to(x.pending.len().min(max));
-        let more = !x.pending.is_empty();
-        x.ttt = if more { ttt } else { RESERVED_TAG };
-        let bhs = target::text_response(x.lun, x.itt, x.ttt, !more, more);
-        if !more {
-            self.text = None;
-        }
-        self.send_or_close(OutPdu::new(bhs, chunk, StatSn::Advance))
-            .await
     }
 
     async fn on_logout(&mut self, bhs: Bhs, l: LogoutRequest) -> Flow {

@@ -5,6 +5,8 @@ mod ffp;
 mod gate;
 mod io;
 mod login_phase;
+mod tasks;
+mod text;
 mod tmf;
 
 use std::net::SocketAddr;

@@ -1,0 +1,520 @@
+//! A SCSI command's life on the connection: collecting write data
+//! (immediate, unsolicited, R2T-solicited), ordering by task attribute,
+//! running on the SCSI target, answering, and aborting.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use scsi_api::{Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskAttr};
+use tokio::sync::watch;
+
+use super::command::{self, Phase, ResponseShape, Task, RESPONDING, RUNNING};
+use super::ffp::{next_tag, Aborted, Conn, Event, Flow, HeldScope, HELD_PDU_LIMIT};
+use super::io::{OutPdu, Outgoing, StatSn};
+use crate::dataout::{WriteLimits, WriteState};
+use crate::lun;
+use crate::pdu::initiator::{Request, ScsiCommand as ScsiCommandPdu};
+use crate::pdu::target::{self, reject_reason};
+use crate::pdu::Bhs;
+
+/// Work handed to the SCSI layer.
+struct Job {
+    lun: u64,
+    cdb: Vec<u8>,
+    data_out: Bytes,
+    data_in_len: u32,
+    data_out_len: u32,
+    attr: TaskAttr,
+    tag: u64,
+}
+
+impl Job {
+    fn run(&self, scsi: &dyn ScsiTarget, nexus: &Nexus) -> ScsiResponse {
+        let cmd = ScsiCommand {
+            lun: self.lun,
+            cdb: &self.cdb,
+            data_out: &self.data_out,
+            data_in_len: self.data_in_len,
+            data_out_len: self.data_out_len,
+            task_attr: self.attr,
+            tag: self.tag,
+        };
+        scsi.execute(nexus, &cmd)
+    }
+}
+
+impl Conn {
+    pub(super) async fn on_scsi_command(
+        &mut self,
+        bhs: Bhs,
+        c: ScsiCommandPdu,
+        tracked: bool,
+    ) -> Flow {
+        if let Some(existing) = self.tasks.get(&c.itt) {
+            // A task whose response is already on its way (or which was
+            // aborted and has ended) no longer owns its ITT.
+            let ended = match &existing.phase {
+                Phase::Executing { state, done } => {
+                    state.load(Ordering::Acquire) == RESPONDING || *done.borrow()
+                }
+                _ => false,
+            };
+            if !ended {
+                return self
+                    .reject(bhs, reject_reason::TASK_IN_PROGRESS, tracked)
+                    .await;
+            }
+            if let Some(old) = self.tasks.remove(&c.itt) {
+                self.write_budget += old.reserved;
+            }
+        }
+        if c.read && c.write {
+            // Bidirectional commands are not supported.
+            return self
+                .reject(bhs, reject_reason::COMMAND_NOT_SUPPORTED, tracked)
+                .await;
+        }
+        let params = &self.ctx.params;
+        let shape = ResponseShape {
+            itt: c.itt,
+            read: c.read,
+            write: c.write,
+            edtl: c.edtl,
+            r2ts: 0,
+            initiator_mrdsl: params.initiator_mrdsl,
+            max_burst_length: params.max_burst_length,
+            tracked,
+        };
+        if c.write && c.edtl > self.server.options.max_command_data {
+            // Larger than the target is prepared to buffer for one command.
+            let resp = ScsiResponse::check_condition(command::invalid_field_in_cdb_sense());
+            for pdu in command::response_pdus(&shape, resp) {
+                if !self.send(pdu).await {
+                    return Flow::Close("connection lost");
+                }
+            }
+            return Flow::Continue;
+        }
+        let write_state = if c.write {
+            if !c.data.is_empty() && !params.immediate_data {
+                tracing::warn!(initiator = %self.ctx.initiator_name, "immediate data without ImmediateData=Yes");
+                let _ = self.reject(bhs, reject_reason::PROTOCOL_ERROR, false).await;
+                return Flow::Close("protocol error");
+            }
+            let limits = WriteLimits {
+                first_burst_length: params.first_burst_length,
+                max_burst_length: params.max_burst_length,
+                max_outstanding_r2t: params.max_outstanding_r2t,
+            };
+            let unsolicited = !c.final_ && !params.initial_r2t;
+            match WriteState::new(c.edtl, c.data.len() as u32, unsolicited, limits) {
+                Ok(ws) => Some(ws),
+                Err(e) => {
+                    tracing::warn!(initiator = %self.ctx.initiator_name, error = %e, "bad write command");
+                    let _ = self.reject(bhs, reject_reason::PROTOCOL_ERROR, false).await;
+                    return Flow::Close("protocol error");
+                }
+            }
+        } else {
+            None
+        };
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let complete = write_state.as_ref().is_none_or(|w| w.complete());
+        let task = Task {
+            serial,
+            itt: c.itt,
+            lun_raw: c.lun,
+            lun: lun::decode(c.lun),
+            tracked,
+            attr: command::task_attr(c.attr),
+            cdb: c.cdb,
+            read: c.read,
+            write: c.write,
+            edtl: c.edtl,
+            immediate: if c.write { c.data } else { Bytes::new() },
+            data: Vec::new(),
+            write_state,
+            reserved: 0,
+            phase: Phase::Collecting,
+        };
+        self.tasks.insert(c.itt, task);
+        if complete {
+            self.ready(c.itt).await
+        } else {
+            self.issue_r2ts(c.itt).await
+        }
+    }
+
+    /// Solicit more write data for a task, within the connection's budget.
+    pub(super) async fn issue_r2ts(&mut self, itt: u32) -> Flow {
+        let mut ttt = self.next_ttt;
+        let mut budget = self.write_budget;
+        let Some(task) = self.tasks.get_mut(&itt) else {
+            return Flow::Continue;
+        };
+        let Some(ws) = task.write_state.as_mut() else {
+            return Flow::Continue;
+        };
+        let before = budget;
+        let requests = ws.next_r2ts(&mut budget, || {
+            ttt = next_tag(ttt);
+            ttt
+        });
+        let starving = requests.is_empty() && ws.wants_more() && ws.outstanding() == 0;
+        task.reserved += before - budget;
+        let lun_raw = task.lun_raw;
+        self.next_ttt = ttt;
+        self.write_budget = budget;
+        if starving && !self.budget_waiters.contains(&itt) {
+            self.budget_waiters.push_back(itt);
+        }
+        for r in requests {
+            let bhs = target::r2t(lun_raw, itt, r.ttt, r.r2tsn, r.offset, r.len);
+            if !self
+                .send(OutPdu::new(bhs, Bytes::new(), StatSn::Peek))
+                .await
+            {
+                return Flow::Close("connection lost");
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Give freed write budget to tasks that were waiting for it.
+    pub(super) async fn serve_budget_waiters(&mut self) -> Flow {
+        for _ in 0..self.budget_waiters.len() {
+            let Some(itt) = self.budget_waiters.pop_front() else {
+                break;
+            };
+            if let Flow::Close(c) = self.issue_r2ts(itt).await {
+                return Flow::Close(c);
+            }
+        }
+        Flow::Continue
+    }
+
+    pub(super) async fn on_data_out(&mut self, bhs: Bhs, req: Request) -> Flow {
+        let Request::DataOut(d) = req else {
+            return Flow::Continue;
+        };
+        let itt = d.itt;
+        let Some(task) = self.tasks.get_mut(&itt) else {
+            let limit = self.ctx.params.first_burst_length as usize;
+            if let Some(h) = self.held.iter_mut().find(|h| h.itt == itt) {
+                // Only unsolicited data can precede the command's turn.
+                if h.pdus.len() < HELD_PDU_LIMIT && h.bytes + d.data.len() <= limit {
+                    h.bytes += d.data.len();
+                    h.pdus.push((bhs, Request::DataOut(d)));
+                }
+            } else {
+                // Data for a command that was dropped, refused or aborted.
+                tracing::debug!(itt, "Data-Out for unknown task ignored");
+            }
+            return Flow::Continue;
+        };
+        if let Phase::Draining { finals_left } = &mut task.phase {
+            // A failed command: discard its data until every sequence ended.
+            if d.final_ {
+                *finals_left = finals_left.saturating_sub(1);
+                if *finals_left == 0 {
+                    return self.fail_write(itt).await;
+                }
+            }
+            return Flow::Continue;
+        }
+        let (Phase::Collecting, Some(ws)) = (&task.phase, task.write_state.as_mut()) else {
+            tracing::debug!(itt, "Data-Out for a task not expecting data ignored");
+            return Flow::Continue;
+        };
+        let placement = match ws.accept(
+            d.ttt,
+            d.datasn,
+            d.buffer_offset,
+            d.data.len() as u32,
+            d.final_,
+        ) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(initiator = %self.ctx.initiator_name, itt, error = %e, "Data-Out sequence error, failing the command");
+                let finals_left = ws.finals_after_error(d.ttt, d.final_);
+                task.phase = Phase::Draining { finals_left };
+                self.budget_waiters.retain(|&i| i != itt);
+                if finals_left == 0 {
+                    return self.fail_write(itt).await;
+                }
+                return Flow::Continue;
+            }
+        };
+        let complete = ws.complete();
+        // Immediate data was kept as received; assemble once more arrives.
+        if task.data.is_empty() && !task.immediate.is_empty() {
+            task.data.extend_from_slice(&task.immediate);
+            task.immediate = Bytes::new();
+        }
+        let start = placement.offset as usize;
+        let end = start + placement.len as usize;
+        if task.data.len() < end {
+            task.data.resize(end, 0);
+        }
+        task.data[start..end].copy_from_slice(&d.data);
+        if complete {
+            return self.ready(itt).await;
+        }
+        if placement.sequence_done {
+            return self.issue_r2ts(itt).await;
+        }
+        Flow::Continue
+    }
+
+    /// End a write whose Data-Out could not be received (RFC 3720 6.7):
+    /// CHECK CONDITION, ABORTED COMMAND, PROTOCOL SERVICE CRC ERROR.
+    pub(super) async fn fail_write(&mut self, itt: u32) -> Flow {
+        let Some(task) = self.tasks.remove(&itt) else {
+            return Flow::Continue;
+        };
+        self.write_budget += task.reserved;
+        let shape = ResponseShape {
+            itt,
+            read: task.read,
+            write: task.write,
+            edtl: task.edtl,
+            r2ts: task.write_state.as_ref().map_or(0, |w| w.r2ts_sent()),
+            initiator_mrdsl: self.ctx.params.initiator_mrdsl,
+            max_burst_length: self.ctx.params.max_burst_length,
+            tracked: task.tracked,
+        };
+        let resp = ScsiResponse::check_condition(command::protocol_service_crc_error_sense());
+        for pdu in command::response_pdus(&shape, resp) {
+            if !self.send(pdu).await {
+                return Flow::Close("connection lost");
+            }
+        }
+        self.serve_budget_waiters().await
+    }
+
+    /// All data is in: run the task when its ordering allows.
+    pub(super) async fn ready(&mut self, itt: u32) -> Flow {
+        let Some(task) = self.tasks.get_mut(&itt) else {
+            return Flow::Continue;
+        };
+        if self.gate.admits(task.attr) {
+            self.start(itt).await
+        } else {
+            task.phase = Phase::Blocked;
+            self.gate.blocked.push_back(itt);
+            Flow::Continue
+        }
+    }
+
+    /// Start tasks released by a finished one.
+    pub(super) async fn unblock(&mut self) -> Flow {
+        while let Some(&itt) = self.gate.blocked.front() {
+            let admitted = match self.tasks.get(&itt) {
+                Some(t) if matches!(t.phase, Phase::Blocked) => self.gate.admits_next(t.attr),
+                _ => {
+                    self.gate.blocked.pop_front();
+                    continue;
+                }
+            };
+            if !admitted {
+                break;
+            }
+            self.gate.blocked.pop_front();
+            if let Flow::Close(c) = self.start(itt).await {
+                return Flow::Close(c);
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Hand a task to the SCSI layer: on a worker thread when it may block,
+    /// inline otherwise.
+    pub(super) async fn start(&mut self, itt: u32) -> Flow {
+        let (Some(target), Some(nexus)) = (self.ctx.target.clone(), self.ctx.nexus.clone()) else {
+            return Flow::Continue;
+        };
+        let params = &self.ctx.params;
+        let Some(task) = self.tasks.get_mut(&itt) else {
+            return Flow::Continue;
+        };
+        let data_out = if task.data.is_empty() {
+            std::mem::take(&mut task.immediate)
+        } else {
+            Bytes::from(std::mem::take(&mut task.data))
+        };
+        let job = Job {
+            lun: task.lun,
+            cdb: std::mem::take(&mut task.cdb),
+            data_out,
+            data_in_len: if task.read { task.edtl } else { 0 },
+            data_out_len: if task.write { task.edtl } else { 0 },
+            attr: task.attr,
+            tag: u64::from(itt),
+        };
+        let shape = ResponseShape {
+            itt,
+            read: task.read,
+            write: task.write,
+            edtl: task.edtl,
+            r2ts: task.write_state.as_ref().map_or(0, |w| w.r2ts_sent()),
+            initiator_mrdsl: params.initiator_mrdsl,
+            max_burst_length: params.max_burst_length,
+            tracked: task.tracked,
+        };
+        if target.scsi.may_block(task.lun) {
+            let state = Arc::new(AtomicU8::new(RUNNING));
+            let (done_tx, done_rx) = watch::channel(false);
+            task.phase = Phase::Executing {
+                state: state.clone(),
+                done: done_rx,
+            };
+            let (serial, tracked, attr) = (task.serial, task.tracked, task.attr);
+            self.gate.started(attr);
+            let out = self.out.clone();
+            let events = self.events.clone();
+            tokio::spawn(async move {
+                let scsi = target.scsi.clone();
+                let result = tokio::task::spawn_blocking(move || job.run(&*scsi, &nexus)).await;
+                let pdus = match result {
+                    Ok(resp) => command::response_pdus(&shape, resp),
+                    Err(e) => {
+                        tracing::error!(itt, error = %e, "SCSI command failed in the target");
+                        vec![command::failure_pdu(&shape)]
+                    }
+                };
+                // Whoever moves the state first wins: a response or an abort.
+                let responded = state
+                    .compare_exchange(RUNNING, RESPONDING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok();
+                if responded {
+                    for pdu in pdus {
+                        if out.send(Outgoing::Pdu(pdu)).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                let _ = done_tx.send(true);
+                let _ = events.send(Event::Finished {
+                    itt,
+                    serial,
+                    responded,
+                    tracked,
+                    attr,
+                });
+            });
+            return Flow::Continue;
+        }
+        let reserved = task.reserved;
+        self.tasks.remove(&itt);
+        self.write_budget += reserved;
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| job.run(&*target.scsi, &nexus)));
+        let pdus = match result {
+            Ok(resp) => command::response_pdus(&shape, resp),
+            Err(_) => {
+                tracing::error!(itt, "SCSI command panicked in the target");
+                vec![command::failure_pdu(&shape)]
+            }
+        };
+        for pdu in pdus {
+            if !self.send(pdu).await {
+                return Flow::Close("connection lost");
+            }
+        }
+        if reserved > 0 {
+            return self.serve_budget_waiters().await;
+        }
+        Flow::Continue
+    }
+
+    pub(super) async fn on_event(&mut self, ev: Event) -> Flow {
+        let Event::Finished {
+            itt,
+            serial,
+            responded,
+            tracked,
+            attr,
+        } = ev;
+        if self.tasks.get(&itt).is_some_and(|t| t.serial == serial) {
+            if let Some(t) = self.tasks.remove(&itt) {
+                self.write_budget += t.reserved;
+            }
+        }
+        if !responded && tracked {
+            // Aborted: no response will free the window slot.
+            self.window.lock().finished();
+        }
+        self.gate.finished(attr);
+        if let Flow::Close(c) = self.unblock().await {
+            return Flow::Close(c);
+        }
+        self.serve_budget_waiters().await
+    }
+
+    /// Stop tasks matching `filter`: those not running yet are dropped,
+    /// running ones are marked aborted (their response is suppressed) and
+    /// returned as waiters. Commands held back by CmdSN order are dropped
+    /// as `held` says.
+    pub(super) fn abort_matching(
+        &mut self,
+        held: HeldScope,
+        filter: impl Fn(&Task) -> bool,
+    ) -> Aborted {
+        let mut out = Aborted::default();
+        let itts: Vec<u32> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| filter(t))
+            .map(|(i, _)| *i)
+            .collect();
+        for itt in itts {
+            let running = match self.tasks.get(&itt).map(|t| &t.phase) {
+                Some(Phase::Executing { state, done }) => {
+                    if state
+                        .compare_exchange(
+                            RUNNING,
+                            command::ABORTED,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                    {
+                        out.aborted.push(itt);
+                    }
+                    out.waiters.push(done.clone());
+                    true
+                }
+                Some(_) => false,
+                None => continue,
+            };
+            if !running {
+                if let Some(t) = self.tasks.remove(&itt) {
+                    self.write_budget += t.reserved;
+                    if t.tracked {
+                        self.window.lock().finished();
+                    }
+                    out.aborted.push(itt);
+                }
+            }
+        }
+        self.budget_waiters.retain(|i| !out.aborted.contains(i));
+        // Commands held for CmdSN order: count them as received and drop them.
+        let mut kept = Vec::new();
+        for h in self.held.drain(..) {
+            let matches = match held {
+                HeldScope::Keep => false,
+                HeldScope::All => true,
+                HeldScope::Lun(l) => h.lun == Some(l),
+            };
+            if matches && h.lun.is_some() {
+                self.consumed.push(h.cmdsn);
+            } else {
+                kept.push(h);
+            }
+        }
+        self.held = kept;
+        out
+    }
+}
