@@ -375,13 +375,15 @@ impl Conn {
             self.gate.started(attr);
             let out = self.out.clone();
             let events = self.events.clone();
-            tokio::spawn(async move {
-                let scsi = target.scsi.clone();
-                let result = tokio::task::spawn_blocking(move || job.run(&*scsi, &nexus)).await;
+            // The worker thread runs the command and queues its response
+            // itself: one hand-off per command.
+            tokio::task::spawn_blocking(move || {
+                let result =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| job.run(&*target.scsi, &nexus)));
                 let pdus = match result {
                     Ok(resp) => command::response_pdus(&shape, resp),
-                    Err(e) => {
-                        tracing::error!(itt, error = %e, "SCSI command failed in the target");
+                    Err(_) => {
+                        tracing::error!(itt, "SCSI command panicked in the target");
                         vec![command::failure_pdu(&shape)]
                     }
                 };
@@ -391,7 +393,7 @@ impl Conn {
                     .is_ok();
                 if responded {
                     for pdu in pdus {
-                        if out.send(Outgoing::Pdu(pdu)).await.is_err() {
+                        if out.blocking_send(Outgoing::Pdu(pdu)).is_err() {
                             break;
                         }
                     }
