@@ -84,6 +84,9 @@ struct Counters {
     logins: AtomicU64,
     login_failures: AtomicU64,
     closed_by_target: AtomicU64,
+    /// R2Ts received for writes whose Data-Out was then mangled.
+    r2ts: AtomicU64,
+    r2t_waits: AtomicU64,
 }
 
 // ---------------------------------------------------------------- verified I/O
@@ -257,13 +260,14 @@ impl Attacker {
 
     fn run(&mut self, stop: &AtomicBool) {
         while !stop.load(Relaxed) {
-            match self.rng.below(10) {
+            match self.rng.below(11) {
                 0 => self.noise_before_login(),
                 1 => self.truncated_header(),
                 2 => self.huge_data_segment(),
                 3 => self.garbage_ahs(),
                 4 | 5 => self.login_garbage(),
                 6 => self.discovery_garbage(),
+                7 => self.session_takeover(),
                 _ => self.full_feature_garbage(),
             }
         }
@@ -520,6 +524,7 @@ impl Attacker {
             initiator: self.initiator(),
             target: None,
             isid: self.isid(),
+            tsih: 0,
             digests: Digests::default(),
         };
         let Some(mut s) = self.login(stream, &params) else {
@@ -592,6 +597,7 @@ impl Attacker {
             initiator: self.initiator(),
             target: Some(FUZZ_IQN.into()),
             isid: self.isid(),
+            tsih: 0,
             digests,
         };
         let Some(mut s) = self.login(stream, &params) else {
@@ -599,6 +605,13 @@ impl Attacker {
         };
         // Sometimes pipeline a burst without reading, to meet back-pressure.
         let pipelined = self.rng.one_in(5);
+        // Solicited writes first, while the session is still in step (a
+        // mangled PDU later may leave the target waiting for data).
+        for _ in 0..self.rng.below(3) {
+            if !self.r2t_abuse(&mut s) {
+                return;
+            }
+        }
         for _ in 0..self.rng.range(20, 200) {
             let wire = self.attack_pdu(&mut s);
             if !send(&mut s.stream, &wire, &self.counters) {
@@ -610,6 +623,155 @@ impl Attacker {
         }
         if self.rng.one_in(4) {
             self.park(s.stream);
+        }
+    }
+
+    /// A WRITE larger than the first burst, so that the target solicits the
+    /// rest with an R2T, answered by Data-Out that lies about offset,
+    /// length, DataSN or tags; sometimes the task is aborted first and its
+    /// data sent anyway. False once the connection is gone.
+    fn r2t_abuse(&mut self, s: &mut Session) -> bool {
+        let blocks = self.rng.range(136, 1024) as u16; // beyond 64 KiB
+        let len = blocks as usize * 512;
+        let lba = self.rng.below(1 << 20) as u32;
+        let mut cmd = s.command_pdu(0, &iscsi::rw10_cdb(0x2a, lba, blocks), len, 0);
+        s.cmd_sn = s.cmd_sn.wrapping_add(1);
+        let itt = cmd.itt();
+        if s.immediate_data && self.rng.one_in(2) {
+            let n = len.min(s.first_burst).min(s.target_max_recv);
+            cmd.data = self.rng.bytes(n);
+        }
+        if !send(&mut s.stream, &cmd.encode(s.digests), &self.counters) {
+            return false;
+        }
+        let r2t = self.await_r2t(s, itt);
+        self.counters.r2t_waits.fetch_add(1, Relaxed);
+        if r2t.is_some() {
+            self.counters.r2ts.fetch_add(1, Relaxed);
+        }
+        let (ttt, offset, desired) = match &r2t {
+            Some(p) => (p.u32_at(20), p.u32_at(40), p.u32_at(44)),
+            None => (self.rng.next_u32(), 65536, 65536),
+        };
+        if self.rng.one_in(4) {
+            let mut tmf = Pdu::new(op::TASK_MGMT | IMMEDIATE);
+            tmf.bhs[1] = FINAL | 1; // ABORT TASK
+            tmf.bhs[8..16].copy_from_slice(&iscsi::lun_field(0));
+            tmf.set_u32(16, self.rng.next_u32());
+            tmf.set_u32(20, itt);
+            tmf.set_u32(24, s.cmd_sn);
+            tmf.set_u32(28, s.exp_stat_sn);
+            tmf.set_u32(32, s.cmd_sn.wrapping_sub(1));
+            if !send(&mut s.stream, &tmf.encode(s.digests), &self.counters) {
+                return false;
+            }
+        }
+        let mut at = offset;
+        for data_sn in 0..self.rng.range(1, 8) as u32 {
+            let mut n = (desired as usize).min(s.target_max_recv);
+            let mut d = Pdu::new(op::DATA_OUT);
+            d.bhs[1] = if self.rng.one_in(3) { FINAL } else { 0 };
+            d.bhs[8..16].copy_from_slice(&iscsi::lun_field(0));
+            d.set_u32(
+                16,
+                if self.rng.one_in(8) {
+                    self.rng.next_u32()
+                } else {
+                    itt
+                },
+            );
+            d.set_u32(
+                20,
+                if self.rng.one_in(8) {
+                    self.rng.next_u32()
+                } else {
+                    ttt
+                },
+            );
+            d.set_u32(28, s.exp_stat_sn);
+            d.set_u32(36, data_sn);
+            match self.rng.below(6) {
+                0 => at = self.rng.next_u32(),                // anywhere
+                1 => n = self.rng.range(1, 300_000) as usize, // more than asked or allowed
+                2 => at = at.saturating_sub(self.rng.range(1, 4096) as u32), // overlap
+                3 => d.set_u32(36, self.rng.next_u32()),      // DataSN out of order
+                4 => n = 0,
+                _ => {}
+            }
+            d.set_u32(40, at);
+            d.data = self.rng.bytes(n);
+            if !send(&mut s.stream, &d.encode(s.digests), &self.counters) {
+                return false;
+            }
+            at = at.wrapping_add(n as u32);
+        }
+        drain(&mut s.stream, &self.counters)
+    }
+
+    /// Read responses for a short while until the R2T for `itt` shows up.
+    fn await_r2t(&mut self, s: &mut Session, itt: u32) -> Option<Pdu> {
+        let _ = s.stream.set_read_timeout(Some(Duration::from_millis(150)));
+        let mut found = None;
+        for _ in 0..32 {
+            match s.recv() {
+                Ok(p) if p.opcode() == op::R2T && p.itt() == itt => {
+                    found = Some(p);
+                    break;
+                }
+                Ok(_) => continue,
+                Err(_) => break,
+            }
+        }
+        let _ = s.stream.set_read_timeout(Some(Duration::from_secs(2)));
+        found
+    }
+
+    /// Log in twice with one initiator name and ISID (session
+    /// reinstatement) while the first session has a write waiting for its
+    /// data, or join the first session by its TSIH (connection
+    /// reinstatement or a second connection), then use both.
+    fn session_takeover(&mut self) {
+        let Some(stream) = connect(self.addr, &self.counters) else {
+            return;
+        };
+        let params = LoginParams {
+            initiator: self.initiator(),
+            target: Some(FUZZ_IQN.into()),
+            isid: self.isid(),
+            tsih: 0,
+            digests: Digests::default(),
+        };
+        let Some(mut first) = self.login(stream, &params) else {
+            return;
+        };
+        let write = first.command_pdu(0, &iscsi::rw10_cdb(0x2a, 0, 1024), 1024 * 512, 0);
+        first.cmd_sn = first.cmd_sn.wrapping_add(1);
+        if !send(
+            &mut first.stream,
+            &write.encode(first.digests),
+            &self.counters,
+        ) {
+            return;
+        }
+        let mut again = params.clone();
+        match self.rng.below(4) {
+            0 | 1 => {}                                       // same ISID, new session
+            2 => again.tsih = first.tsih,                     // same session, same CID
+            _ => again.tsih = self.rng.next_u32() as u16 | 1, // a session that may not exist
+        }
+        let Some(stream) = connect(self.addr, &self.counters) else {
+            return;
+        };
+        let second = self.login(stream, &again);
+        for mut s in [Some(first), second].into_iter().flatten() {
+            for _ in 0..self.rng.range(1, 10) {
+                let wire = self.attack_pdu(&mut s);
+                if !send(&mut s.stream, &wire, &self.counters)
+                    || !drain(&mut s.stream, &self.counters)
+                {
+                    break;
+                }
+            }
         }
     }
 
@@ -949,14 +1111,16 @@ fn survives_hostile_pdus_while_verified_io_runs() {
     let c = &counters;
     println!(
         "bad_input: {:.1} s, {} PDUs sent over {} connections ({} logins, {} refused, {} dropped by the target), \
-         {} verified I/Os",
+         {} verified I/Os, {} of {} solicited writes got their R2T",
         run_time.as_secs_f64(),
         c.pdus.load(Relaxed),
         c.connections.load(Relaxed),
         c.logins.load(Relaxed),
         c.login_failures.load(Relaxed),
         c.closed_by_target.load(Relaxed),
-        verified.ios
+        verified.ios,
+        c.r2ts.load(Relaxed),
+        c.r2t_waits.load(Relaxed)
     );
     let peak = rss.iter().map(|r| r.1).max().unwrap_or(0);
     println!(

@@ -228,6 +228,8 @@ pub struct LoginParams {
     /// `None` for a discovery session.
     pub target: Option<String>,
     pub isid: [u8; 6],
+    /// 0 for a new session; an existing session's TSIH adds a connection.
+    pub tsih: u16,
     pub digests: Digests,
 }
 
@@ -237,6 +239,7 @@ impl LoginParams {
             initiator: initiator.to_string(),
             target: Some(target.to_string()),
             isid: [0x80, 0x12, 0x34, 0x56, 0x78, 0x9a],
+            tsih: 0,
             digests: Digests::default(),
         }
     }
@@ -290,6 +293,8 @@ pub struct Session {
     pub immediate_data: bool,
     /// Keys the target returned in the operational stage.
     pub target_keys: Vec<(String, String)>,
+    /// Session handle the target assigned.
+    pub tsih: u16,
 }
 
 impl Session {
@@ -314,6 +319,7 @@ impl Session {
             first_burst: 65536,
             immediate_data: true,
             target_keys: Vec::new(),
+            tsih: params.tsih,
         };
         let session_type = if params.target.is_some() {
             "Normal"
@@ -331,22 +337,29 @@ impl Session {
         s.login_stage(params.isid, 0, 1, &text(&security))?;
 
         let digest = |on: bool| if on { "CRC32C" } else { "None" };
-        let operational = text(&[
+        let max_recv = OUR_MAX_RECV.to_string();
+        let mut operational = vec![
             ("HeaderDigest", digest(params.digests.header)),
             ("DataDigest", digest(params.digests.data)),
-            ("MaxRecvDataSegmentLength", &OUR_MAX_RECV.to_string()),
-            ("ImmediateData", "Yes"),
-            ("InitialR2T", "Yes"),
-            ("MaxBurstLength", "262144"),
-            ("FirstBurstLength", "65536"),
-            ("MaxOutstandingR2T", "1"),
-            ("DataPDUInOrder", "Yes"),
-            ("DataSequenceInOrder", "Yes"),
-            ("ErrorRecoveryLevel", "0"),
-            ("MaxConnections", "1"),
-            ("DefaultTime2Wait", "0"),
-            ("DefaultTime2Retain", "0"),
-        ]);
+            ("MaxRecvDataSegmentLength", max_recv.as_str()),
+        ];
+        // Keys about data transfer and sessions are irrelevant to discovery.
+        if params.target.is_some() {
+            operational.extend([
+                ("ImmediateData", "Yes"),
+                ("InitialR2T", "Yes"),
+                ("MaxBurstLength", "262144"),
+                ("FirstBurstLength", "65536"),
+                ("MaxOutstandingR2T", "1"),
+                ("DataPDUInOrder", "Yes"),
+                ("DataSequenceInOrder", "Yes"),
+                ("ErrorRecoveryLevel", "0"),
+                ("MaxConnections", "1"),
+                ("DefaultTime2Wait", "0"),
+                ("DefaultTime2Retain", "0"),
+            ]);
+        }
+        let operational = text(&operational);
         let keys = s.login_stage(params.isid, 1, 3, &operational)?;
         for (k, v) in &keys {
             match k.as_str() {
@@ -389,6 +402,7 @@ impl Session {
         let mut send = keys.to_vec();
         for _ in 0..8 {
             let mut req = login_request(isid, csg, nsg, true, std::mem::take(&mut send));
+            req.bhs[14..16].copy_from_slice(&self.tsih.to_be_bytes());
             req.set_u32(16, self.next_itt);
             req.set_u32(24, self.cmd_sn);
             req.set_u32(28, self.exp_stat_sn);
@@ -412,6 +426,10 @@ impl Session {
             answers.extend(got);
             let transit = rsp.flags() & 0x80 != 0;
             if transit && rsp.flags() & 3 == nsg {
+                if nsg == 3 {
+                    // Only the final response carries the new session's TSIH.
+                    self.tsih = u16::from_be_bytes([rsp.bhs[14], rsp.bhs[15]]);
+                }
                 return Ok(answers);
             }
         }
