@@ -18,7 +18,10 @@ struct Targets;
 
 impl TargetDirectory for Targets {
     fn target_info(&self, name: &str) -> Option<TargetInfo> {
-        name.starts_with("iqn.").then(|| TargetInfo { portal_group: 1, alias: None })
+        name.starts_with("iqn.").then_some(TargetInfo {
+            portal_group: 1,
+            alias: None,
+        })
     }
 }
 
@@ -37,9 +40,12 @@ fuzz_target!(|data: &[u8]| {
     }
 
     // The login state machine over a sequence of requests.
-    let mut machine = LoginMachine::new(TargetLimits::default(), Arc::new(NoAuthentication), 1, 128);
+    let mut machine =
+        LoginMachine::new(TargetLimits::default(), Arc::new(NoAuthentication), 1, 128);
     for chunk in data.split(|&b| b == 0xff) {
-        let Some((&flags, text)) = chunk.split_first() else { continue };
+        let Some((&flags, text)) = chunk.split_first() else {
+            continue;
+        };
         let req = LoginRequest {
             transit: flags & 0x80 != 0,
             continue_: flags & 0x40 != 0,

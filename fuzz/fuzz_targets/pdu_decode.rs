@@ -8,7 +8,9 @@ use iscsi::pdu::{decode, Decoded, Framing};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, mut rest)) = data.split_first() else { return };
+    let Some((&mode, mut rest)) = data.split_first() else {
+        return;
+    };
     let framing = Framing {
         header_digest: mode & 1 != 0,
         data_digest: mode & 2 != 0,
