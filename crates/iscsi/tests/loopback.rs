@@ -777,3 +777,44 @@ async fn lun_reset_reaches_other_sessions() {
         (Some(Opcode::ScsiResponse), cmd.bhs.itt())
     );
 }
+
+#[tokio::test]
+async fn text_request_spanning_pdus() {
+    let ram = RamTarget::new(8, false);
+    let (_server, addr) = start(options(), ram).await;
+    let mut c = Client::connect(addr).await;
+    c.login_normal("").await;
+    let itt = c.next_itt();
+    let text_pdu = |c: &Client, flags: u8, ttt: u32, data: &'static [u8]| {
+        let mut b = Bhs::new(Opcode::TextRequest, flags);
+        b.set_immediate(true);
+        b.set_itt(itt);
+        b.set_u32(20, ttt);
+        b.set_u32(24, c.cmdsn);
+        Pdu::new(b, Bytes::from_static(data))
+    };
+    // First half with C set: the target acknowledges with an empty response.
+    let first = text_pdu(&c, 0x40, 0xffff_ffff, b"SendTarg");
+    c.send(&first).await;
+    let r = c.recv().await;
+    assert_eq!(r.bhs.opcode(), Some(Opcode::TextResponse));
+    assert!(r.data.is_empty());
+    assert_eq!(r.bhs.flags() & 0xc0, 0, "neither F nor C");
+    let ttt = r.bhs.u32_at(20);
+    assert_ne!(ttt, 0xffff_ffff);
+    let second = text_pdu(&c, 0x80, ttt, b"ets=All\0X-private=1\0");
+    c.send(&second).await;
+    let r = c.recv().await;
+    assert_eq!(r.bhs.flags() & 0xc0, 0x80);
+    let pairs = kv(&r.data);
+    assert_eq!(key(&pairs, "TargetName"), Some(TARGET));
+    assert_eq!(key(&pairs, "X-private"), Some("NotUnderstood"));
+    // A TTT the target never handed out is refused.
+    let bogus = text_pdu(&c, 0x80, 0x1234, b"");
+    c.send(&bogus).await;
+    let r = c.recv().await;
+    assert_eq!(
+        (r.bhs.opcode(), r.bhs.byte(2)),
+        (Some(Opcode::Reject), 0x09)
+    );
+}
