@@ -9,6 +9,10 @@
 #
 # Usage: bench/run.sh
 # Environment (all optional):
+#   ROUNDS=2              rounds, each running every workload on every system
+#                         in turn; the best round per system is reported
+#                         (the machine may be shared, so take the least
+#                         disturbed run), all rounds are listed
 #   READ_SECONDS=10       length of each read run
 #   WRITE_COUNT=250000    writes per write run (250000 x 4 KiB = the whole LUN)
 #   OA_PORT=3260          openarray portal on 127.0.0.1
@@ -20,6 +24,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROUNDS=${ROUNDS:-2}
 READ_SECONDS=${READ_SECONDS:-10}
 WRITE_COUNT=${WRITE_COUNT:-250000}
 OA_PORT=${OA_PORT:-3260}
@@ -174,33 +179,50 @@ measure_write() {
     record "4K write QD32" "$system" "$iops" "$(us_per_io $((after - before)) "$WRITE_COUNT")"
 }
 
-# Look a value up in RESULTS: field (3 = IOPS, 4 = us/IO) of workload+system.
-result_of() {
-    local r
+# The best (highest IOPS) result of workload $1 on system $2, as
+# "iops|us_per_io", or nothing if every run failed.
+best_of() {
+    local r w s iops us best="" best_iops=-1
     for r in "${RESULTS[@]}"; do
         IFS='|' read -r w s iops us <<<"$r"
-        if [ "$w" = "$1" ] && [ "$s" = "$2" ]; then
-            if [ "$3" = 3 ]; then echo "$iops"; else echo "$us"; fi
-            return
-        fi
+        [ "$w" = "$1" ] && [ "$s" = "$2" ] || continue
+        [[ "$iops" =~ ^[0-9]+$ ]] || continue
+        if [ "$iops" -gt "$best_iops" ]; then best_iops=$iops; best="$iops|$us"; fi
     done
+    echo "$best"
+}
+
+# Every IOPS figure of workload $1 on system $2, space separated.
+all_of() {
+    local r w s iops us out=""
+    for r in "${RESULTS[@]}"; do
+        IFS='|' read -r w s iops us <<<"$r"
+        if [ "$w" = "$1" ] && [ "$s" = "$2" ]; then out="$out${out:+, }$iops"; fi
+    done
+    echo "$out"
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
+WORKLOADS=("4K random read QD32" "4K write QD32")
+
 report_table() {
-    local r w s iops us
-    echo "| workload | system | IOPS | target CPU µs/IO |"
-    echo "|---|---|---:|---:|"
-    for r in "${RESULTS[@]}"; do
-        IFS='|' read -r w s iops us <<<"$r"
-        echo "| $w | $s | $iops | $us |"
+    local w s best oa tgt
+    echo "| workload | system | IOPS (best) | target CPU µs/IO (that run) | IOPS of every round |"
+    echo "|---|---|---:|---:|---|"
+    for w in "${WORKLOADS[@]}"; do
+        for s in $SYSTEMS; do
+            best=$(best_of "$w" "$s")
+            echo "| $w | $s | ${best%%|*} | ${best#*|} | $(all_of "$w" "$s") |"
+        done
     done
     echo
     echo "| workload | IOPS openarray/tgt | CPU per I/O openarray/tgt |"
     echo "|---|---:|---:|"
-    for w in "4K random read QD32" "4K write QD32"; do
-        echo "| $w | $(ratio "$(result_of "$w" openarray 3)" "$(result_of "$w" tgt 3)") | $(ratio "$(result_of "$w" openarray 4)" "$(result_of "$w" tgt 4)") |"
+    for w in "${WORKLOADS[@]}"; do
+        oa=$(best_of "$w" openarray)
+        tgt=$(best_of "$w" tgt)
+        echo "| $w | $(ratio "${oa%%|*}" "${tgt%%|*}") | $(ratio "${oa#*|}" "${tgt#*|}") |"
     done
 }
 
@@ -208,6 +230,7 @@ machine_description() {
     echo "- CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), nproc $(nproc)"
     echo "- kernel: $(uname -srm)"
     echo "- memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+    echo "- load average before the run: $LOAD_BEFORE (other work on the machine competes for the same cores)"
     echo "- tgt $(tgtd --version 2>&1 | head -1), $(iscsi-perf 2>&1 | grep -m1 -o 'iscsi-perf version [0-9.]*'), $(qemu-img --version | head -1)"
 }
 
@@ -221,7 +244,7 @@ write_report() {
         echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') at commit $commit with:"
         echo
         echo '```'
-        echo "READ_SECONDS=$READ_SECONDS WRITE_COUNT=$WRITE_COUNT bench/run.sh"
+        echo "ROUNDS=$ROUNDS READ_SECONDS=$READ_SECONDS WRITE_COUNT=$WRITE_COUNT bench/run.sh"
         echo '```'
         echo
         echo "Machine:"
@@ -241,6 +264,7 @@ write_report() {
 }
 
 main() {
+    LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
     bash "$ROOT/bench/deps.sh"
     WORK=$(mktemp -d /dev/shm/openarray-bench.XXXXXX)
 
@@ -262,17 +286,21 @@ main() {
     esac
     case " $SYSTEMS " in *" tgt "*) start_tgt ;; esac
 
-    for system in $SYSTEMS; do
-        case $system in
-            tgt) measure_read tgt "$TGTD_PID" "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/1" ;;
-            openarray) measure_read openarray "$OA_PID" "iscsi://127.0.0.1:$OA_PORT/$OA_IQN/0" ;;
-        esac
-    done
-    for system in $SYSTEMS; do
-        case $system in
-            tgt) measure_write tgt "$TGTD_PID" "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/1" ;;
-            openarray) measure_write openarray "$OA_PID" "iscsi://127.0.0.1:$OA_PORT/$OA_IQN/0" ;;
-        esac
+    local round
+    for round in $(seq 1 "$ROUNDS"); do
+        log "round $round of $ROUNDS"
+        for system in $SYSTEMS; do
+            case $system in
+                tgt) measure_read tgt "$TGTD_PID" "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/1" ;;
+                openarray) measure_read openarray "$OA_PID" "iscsi://127.0.0.1:$OA_PORT/$OA_IQN/0" ;;
+            esac
+        done
+        for system in $SYSTEMS; do
+            case $system in
+                tgt) measure_write tgt "$TGTD_PID" "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/1" ;;
+                openarray) measure_write openarray "$OA_PID" "iscsi://127.0.0.1:$OA_PORT/$OA_IQN/0" ;;
+            esac
+        done
     done
 
     echo
