@@ -131,11 +131,15 @@ fn convert_onto_lun_and_back_is_byte_identical() {
     );
 
     // -n: the LUN exists already, qemu-img must not try to create it.
+    // -W -m 16: sixteen writers, completing out of order.
     run_ok(
         "qemu-img",
         &[
             "convert",
             "-n",
+            "-W",
+            "-m",
+            "16",
             "-f",
             "raw",
             "-O",
