@@ -20,7 +20,7 @@ use crate::nexus::NexusState;
 use crate::range_lock::RangeLock;
 use crate::registry::LuRegistry;
 use crate::reservations::{PortPair, PrState};
-use crate::sanitize::SanitizeState;
+use crate::sanitize::{SanitizeState, Waiter};
 use crate::sense::{asc, Failure, Sense};
 use crate::{pr_file, transfer};
 
@@ -113,6 +113,9 @@ pub struct LogicalUnit {
     pub(crate) default_mode: ModeParams,
     pub(crate) state: Mutex<LuState>,
     pub(crate) locks: RangeLock,
+    /// SANITIZE commands waiting for their operation, so an abort can
+    /// release them (the operation itself goes on, SBC-4 4.11.2).
+    pub(crate) sanitize_waiters: Mutex<Vec<Waiter>>,
     /// Capacity in blocks as last reported, to notice resizes.
     capacity_seen: AtomicU64,
 }
@@ -182,6 +185,7 @@ impl LogicalUnit {
                 ports: BTreeSet::new(),
             }),
             locks: RangeLock::default(),
+            sanitize_waiters: Mutex::new(Vec::new()),
             capacity_seen: AtomicU64::new(capacity),
             config,
         }))
@@ -415,6 +419,7 @@ impl LogicalUnit {
     /// PREVENT, returns mode parameters to their defaults and establishes a
     /// reset unit attention for every nexus. Persistent reservations stay.
     pub(crate) fn reset(&self) {
+        self.abort_waiting(None, None);
         *self.mode.lock() = self.default_mode;
         let mut st = self.state.lock();
         st.spc2 = None;
@@ -422,6 +427,16 @@ impl LogicalUnit {
             s.prevent = false;
         }
         st.notify_all(asc::POWER_ON_RESET, None);
+    }
+
+    /// Task management aborted commands of `nexus` (all nexuses when
+    /// `None`), or only the one with `tag`: commands waiting here stop.
+    pub(crate) fn abort_waiting(&self, nexus: Option<&Nexus>, tag: Option<u64>) {
+        for w in self.sanitize_waiters.lock().iter() {
+            if nexus.is_none_or(|n| *n == w.nexus) && tag.is_none_or(|t| t == w.tag) {
+                w.completion.abandon();
+            }
+        }
     }
 
     /// Offset in bytes of logical block `lba`.

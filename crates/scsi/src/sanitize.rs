@@ -13,12 +13,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use scsi_api::ScsiResponse;
+use scsi_api::{status, Nexus, ScsiResponse};
 
 use crate::cdb::{be16, u8_at};
 use crate::commands::{op, sa, Command};
-use crate::lu::{Ctx, LogicalUnit, Outcome};
-use crate::sense::{asc, key, Sense};
+use crate::lu::{Ctx, LogicalUnit, Outcome as CommandOutcome};
+use crate::sense::{asc, key, Failure, Sense};
 
 /// Overwrite bandwidth of a background sanitize.
 pub const OVERWRITE_BYTES_PER_SECOND: u64 = 128 << 20;
@@ -27,25 +27,54 @@ const OVERWRITE_CHUNK: u64 = 4 << 20;
 /// Completion of one sanitize, for a waiting IMMED = 0 command.
 #[derive(Default)]
 pub struct Completion {
-    result: Mutex<Option<bool>>,
+    result: Mutex<Outcome>,
     done: Condvar,
+}
+
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Outcome {
+    #[default]
+    Pending,
+    Finished(bool),
+    /// The command was aborted: it stops waiting, the operation goes on.
+    Abandoned,
 }
 
 impl Completion {
     fn finish(&self, ok: bool) {
-        *self.result.lock() = Some(ok);
+        let mut r = self.result.lock();
+        if *r == Outcome::Pending {
+            *r = Outcome::Finished(ok);
+        }
         self.done.notify_all();
     }
 
-    fn wait(&self) -> bool {
+    pub fn abandon(&self) {
+        let mut r = self.result.lock();
+        if *r == Outcome::Pending {
+            *r = Outcome::Abandoned;
+        }
+        self.done.notify_all();
+    }
+
+    /// `Some(success)` when the operation ended, `None` when abandoned.
+    fn wait(&self) -> Option<bool> {
         let mut r = self.result.lock();
         loop {
-            if let Some(ok) = *r {
-                return ok;
+            match *r {
+                Outcome::Pending => self.done.wait(&mut r),
+                Outcome::Finished(ok) => return Some(ok),
+                Outcome::Abandoned => return None,
             }
-            self.done.wait(&mut r);
         }
     }
+}
+
+/// A SANITIZE command waiting for its operation (IMMED = 0).
+pub struct Waiter {
+    pub nexus: Nexus,
+    pub tag: u64,
+    pub completion: Arc<Completion>,
 }
 
 pub enum SanitizeState {
@@ -144,7 +173,7 @@ fn overwrite_parameters(param: &[u8], block_size: usize) -> Result<Operation, Se
 }
 
 impl LogicalUnit {
-    pub(crate) fn sanitize(&self, ctx: &Ctx<'_>) -> Outcome {
+    pub(crate) fn sanitize(&self, ctx: &Ctx<'_>) -> CommandOutcome {
         let cdb = ctx.cdb();
         let immed = u8_at(cdb, 1) & 0x80 != 0;
         let action = u8_at(cdb, 1) & 0x1F;
@@ -206,10 +235,23 @@ impl LogicalUnit {
             self.state.lock().sanitize = SanitizeState::Idle;
             return Err(Sense::internal_failure().into());
         }
-        if immed || completion.wait() {
-            Ok(ScsiResponse::good())
-        } else {
-            Err(Sense::new(key::MEDIUM_ERROR, asc::SANITIZE_FAILED).into())
+        if immed {
+            return Ok(ScsiResponse::good());
+        }
+        let waiter = Waiter {
+            nexus: ctx.nexus.clone(),
+            tag: ctx.cmd.tag,
+            completion: completion.clone(),
+        };
+        self.sanitize_waiters.lock().push(waiter);
+        let outcome = completion.wait();
+        self.sanitize_waiters
+            .lock()
+            .retain(|w| !Arc::ptr_eq(&w.completion, &completion));
+        match outcome {
+            Some(true) => Ok(ScsiResponse::good()),
+            Some(false) => Err(Sense::new(key::MEDIUM_ERROR, asc::SANITIZE_FAILED).into()),
+            None => Err(Failure::Status(status::TASK_ABORTED)),
         }
     }
 
@@ -376,6 +418,31 @@ mod tests {
         let mut c = sanitize_cdb(false, 2, 0);
         c[1] |= 0x40;
         assert_eq!(sense_of(&run(&lu, &a, &c, &[])).1, 0x24);
+    }
+
+    #[test]
+    fn waiting_sanitize_blocks_only_its_caller() {
+        let lu = lu_with(64 << 20, crate::LuConfig::default());
+        let (a, b) = (nexus("a"), nexus("b"));
+        ready(&lu, &a);
+        ready(&lu, &b);
+        let worker = {
+            let lu = lu.clone();
+            std::thread::spawn(move || {
+                let mut p = vec![0x01, 0, 0x02, 0];
+                p.extend_from_slice(&[0; 512]);
+                run(&lu, &nexus("a"), &sanitize_cdb(false, 1, 516), &p).status
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        for n in [&a, &b] {
+            assert_eq!(
+                sense_of(&run(&lu, n, &[0; 6], &[])),
+                (key::NOT_READY, 0x04, 0x1B)
+            );
+        }
+        assert_eq!(worker.join().unwrap(), status::GOOD);
+        assert_eq!(run(&lu, &a, &[0; 6], &[]).status, status::GOOD);
     }
 
     #[test]

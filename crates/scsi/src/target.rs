@@ -198,15 +198,26 @@ impl ScsiTarget for Target {
         self.luns.read().contains_key(&lun)
     }
 
-    fn task_management(&self, _nexus: &Nexus, tmf: TaskManagement) -> TmfResult {
+    fn task_management(&self, nexus: &Nexus, tmf: TaskManagement) -> TmfResult {
         match tmf {
-            TaskManagement::AbortTask { lun, .. }
-            | TaskManagement::AbortTaskSet { lun }
-            | TaskManagement::ClearTaskSet { lun } => {
-                if self.luns.read().contains_key(&lun) {
+            TaskManagement::AbortTask { lun, tag } => match self.lu(lun) {
+                Some(lu) => {
+                    lu.abort_waiting(Some(nexus), Some(tag));
                     TmfResult::Complete
-                } else {
-                    TmfResult::LunDoesNotExist
+                }
+                None => TmfResult::LunDoesNotExist,
+            },
+            // The task set is shared by every nexus (TST = 0): ABORT TASK
+            // SET covers the caller's tasks, CLEAR TASK SET everyone's.
+            TaskManagement::AbortTaskSet { lun } | TaskManagement::ClearTaskSet { lun } => {
+                match self.lu(lun) {
+                    Some(lu) => {
+                        let only =
+                            matches!(tmf, TaskManagement::AbortTaskSet { .. }).then_some(nexus);
+                        lu.abort_waiting(only, None);
+                        TmfResult::Complete
+                    }
+                    None => TmfResult::LunDoesNotExist,
                 }
             }
             // NormACA is not supported, so there is never an ACA to clear.
@@ -362,6 +373,38 @@ mod tests {
             exec(&t, &b, 0, &[0x16, 0, 0, 0, 0, 0], &[]).status,
             status::GOOD
         );
+    }
+
+    #[test]
+    fn aborting_a_waiting_sanitize_releases_it_and_the_operation_goes_on() {
+        let mut luns = BTreeMap::new();
+        luns.insert(0, lu_with(64 << 20, LuConfig::default()));
+        let t = Target::new("iqn.2026-11.org.openarray:s", luns, LuRegistry::new());
+        let a = nexus("a");
+        t.nexus_added(&a);
+        exec(&t, &a, 0, &[0; 6], &[]);
+        let worker = {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let mut p = vec![0x01, 0, 0x02, 0];
+                p.extend_from_slice(&[0; 512]);
+                exec(
+                    &t,
+                    &nexus("a"),
+                    0,
+                    &[0x48, 0x01, 0, 0, 0, 0, 0, 0x02, 0x04, 0],
+                    &p,
+                )
+                .status
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // Another tag: nothing happens. The sanitize's own tag (7): released.
+        t.task_management(&a, TaskManagement::AbortTask { lun: 0, tag: 8 });
+        assert!(!worker.is_finished());
+        t.task_management(&a, TaskManagement::AbortTask { lun: 0, tag: 7 });
+        assert_eq!(worker.join().unwrap(), status::TASK_ABORTED);
+        assert_eq!(sense_of(&exec(&t, &a, 0, &[0; 6], &[])), (2, 0x04, 0x1B));
     }
 
     #[test]
