@@ -43,10 +43,12 @@ die() { log "error: $*"; exit 1; }
 WORK=""
 TGTD_PID=""
 OA_PID=""
+CHILD=""
 
 cleanup() {
     local status=$?
     set +e
+    if [ -n "$CHILD" ]; then kill -TERM "$CHILD" 2>/dev/null; wait "$CHILD" 2>/dev/null; fi
     if [ -n "$OA_PID" ]; then stop_process "$OA_PID"; fi
     if [ -n "$TGTD_PID" ]; then
         stop_process "$TGTD_PID"
@@ -70,6 +72,17 @@ stop_process() {
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
     return 0
+}
+
+# Run a command as a waited-for background child, so that a signal to this
+# script runs the cleanup trap at once instead of after the command ends.
+run_child() {
+    local rc=0
+    "$@" &
+    CHILD=$!
+    wait "$CHILD" || rc=$?
+    CHILD=""
+    return "$rc"
 }
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -154,7 +167,7 @@ us_per_io() { awk -v t="$1" -v hz="$CLK_TCK" -v n="$2" 'BEGIN { if (n > 0) print
 measure_read() {
     local system=$1 pid=$2 url=$3 out="$WORK/$1-read.out" before after iops
     before=$(cpu_ticks "$pid")
-    if ! timeout $((READ_SECONDS + 20)) iscsi-perf -m 32 -b 8 -r -t "$READ_SECONDS" "$url" >"$out" 2>&1; then
+    if ! run_child timeout $((READ_SECONDS + 20)) iscsi-perf -m 32 -b 8 -r -t "$READ_SECONDS" "$url" >"$out" 2>&1; then
         log "iscsi-perf against $system failed:"; tr '\r' '\n' <"$out" | tail -5 >&2
         record "4K random read QD32" "$system" failed n/a; FAILED=1; return
     fi
@@ -168,7 +181,7 @@ measure_read() {
 measure_write() {
     local system=$1 pid=$2 url=$3 out="$WORK/$1-write.out" before after seconds iops
     before=$(cpu_ticks "$pid")
-    if ! timeout 120 qemu-img bench -f raw -w -t none -c "$WRITE_COUNT" -d 32 -s 4k --pattern 0x5a "$url" >"$out" 2>&1; then
+    if ! run_child timeout 120 qemu-img bench -f raw -w -t none -c "$WRITE_COUNT" -d 32 -s 4k --pattern 0x5a "$url" >"$out" 2>&1; then
         log "qemu-img bench against $system failed:"; tail -5 "$out" >&2
         record "4K write QD32" "$system" failed n/a; FAILED=1; return
     fi
@@ -280,7 +293,7 @@ main() {
     case " $SYSTEMS " in
         *" openarray "*)
             log "building openarray (release)"
-            (cd "$ROOT" && cargo build --release --quiet -p openarray --bin openarray)
+            run_child cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" -p openarray --bin openarray
             OA_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/openarray
             start_openarray ;;
     esac
