@@ -364,7 +364,7 @@ impl Conn {
             max_burst_length: params.max_burst_length,
             tracked: task.tracked,
         };
-        if target.scsi.may_block(task.lun) {
+        if target.scsi.command_may_block(job.lun, &job.cdb) {
             let state = Arc::new(AtomicU8::new(RUNNING));
             let (done_tx, done_rx) = watch::channel(false);
             task.phase = Phase::Executing {
