@@ -278,7 +278,7 @@ write_report() {
 
 main() {
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-    bash "$ROOT/bench/deps.sh"
+    bash "$ROOT/scripts/install-deps.sh"
     WORK=$(mktemp -d /dev/shm/openarray-bench.XXXXXX)
 
     local system

@@ -1,32 +1,56 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the test suite and benchmarks drive: real
-# iSCSI clients (libiscsi tools, qemu-img), the tgt peer target for
-# side-by-side benchmarks, and fio. Idempotent: does nothing when every
-# tool is already present.
+# Installs what the tests and benchmarks drive: real iSCSI clients (libiscsi
+# tools, qemu-img with its iSCSI block driver), the tgt peer target for
+# side-by-side benchmarks, and fio. Idempotent: apt runs only when something
+# is missing.
 set -euo pipefail
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+updated=0
+apt_install() {
+  if [ "$updated" -eq 0 ]; then
+    $SUDO apt-get update -qq
+    updated=1
+  fi
+  $SUDO apt-get install -y -qq --no-install-recommends "$@"
+}
 
 # tool -> package that provides it
 declare -A NEED=(
   [iscsi-test-cu]=libiscsi-bin
   [iscsi-ls]=libiscsi-bin
   [iscsi-perf]=libiscsi-bin
-  [qemu-img]=qemu-utils
   [tgtd]=tgt
   [fio]=fio
   [ps]=procps
+  [fallocate]=util-linux
 )
-
 missing=()
 for tool in "${!NEED[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("${NEED[$tool]}")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  mapfile -t pkgs < <(printf '%s\n' "${missing[@]}" | sort -u)
+  echo "installing: ${pkgs[*]}"
+  apt_install "${pkgs[@]}"
+fi
 
-# de-duplicate package names
-mapfile -t pkgs < <(printf '%s\n' "${missing[@]}" | sort -u)
-echo "installing: ${pkgs[*]}"
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}"
+# qemu-img opens iscsi:// only through the block-iscsi module of
+# qemu-block-extra, which must come from the very same QEMU build as
+# qemu-utils. When the installed qemu-utils has no matching module in the
+# archives, both are installed at the archive's qemu-block-extra version.
+installed_version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || true; }
+utils_version=$(installed_version qemu-utils)
+extra_version=$(installed_version qemu-block-extra)
+if [ -z "$utils_version" ] || [ "$utils_version" != "$extra_version" ]; then
+  if [ "$updated" -eq 0 ]; then $SUDO apt-get update -qq; updated=1; fi
+  candidate=$(apt-cache policy qemu-block-extra | awk '/Candidate:/ {print $2}')
+  if [ -z "$candidate" ] || [ "$candidate" = "(none)" ]; then
+    echo "install-deps: no qemu-block-extra package available; qemu-img cannot open iscsi:// URLs" >&2
+    exit 1
+  fi
+  echo "installing: qemu-utils and qemu-block-extra $candidate"
+  apt_install --allow-downgrades "qemu-utils=$candidate" "qemu-block-extra=$candidate"
+fi

@@ -45,7 +45,7 @@ fn run_ok(tool: &str, args: &[&str]) -> Output {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !stderr.contains("Unable to load module iscsi"),
-        "{tool} lacks iSCSI support: install qemu-block-extra matching qemu-utils (bench/deps.sh does)"
+        "{tool} lacks iSCSI support: install qemu-block-extra matching qemu-utils (scripts/install-deps.sh does)"
     );
     assert!(
         out.status.success(),

@@ -200,7 +200,7 @@ pub fn require_tool(tool: &str) {
         .unwrap_or(false);
     assert!(
         found,
-        "`{tool}` is not installed; run scripts/install-deps.sh (or bench/deps.sh)"
+        "`{tool}` is not installed; run scripts/install-deps.sh"
     );
 }
 
