@@ -42,7 +42,9 @@ fn expected_failures() -> BTreeMap<String, BTreeSet<String>> {
         let (scenario, test) = line
             .split_once(char::is_whitespace)
             .unwrap_or_else(|| panic!("expected-failures.txt: `{line}` is not `SCENARIO TEST`"));
-        map.entry(scenario.to_string()).or_default().insert(test.trim().to_string());
+        map.entry(scenario.to_string())
+            .or_default()
+            .insert(test.trim().to_string());
     }
     map
 }
@@ -63,7 +65,8 @@ fn floor(scenario: &str) -> usize {
 
 fn run_suite(scenario: &str, urls: &[String]) -> Results {
     let mut cmd = Command::new("iscsi-test-cu");
-    cmd.args(["--dataloss", "--allow-sanitize", "--test=ALL"]).args(urls);
+    cmd.args(["--dataloss", "--allow-sanitize", "--test=ALL"])
+        .args(urls);
     let output = common::run_with_timeout(cmd, SUITE_TIMEOUT);
     let text = String::from_utf8_lossy(&output.stdout).into_owned()
         + &String::from_utf8_lossy(&output.stderr);
@@ -82,8 +85,11 @@ fn run_suite(scenario: &str, urls: &[String]) -> Results {
 
 fn check(scenario: &str, results: &Results) {
     let allowed = expected_failures().remove(scenario).unwrap_or_default();
-    let failed: BTreeSet<String> =
-        results.names(Outcome::Failed).into_iter().map(String::from).collect();
+    let failed: BTreeSet<String> = results
+        .names(Outcome::Failed)
+        .into_iter()
+        .map(String::from)
+        .collect();
     let unexpected: Vec<_> = failed.difference(&allowed).collect();
     let now_passing: Vec<_> = allowed
         .iter()
@@ -96,7 +102,14 @@ fn check(scenario: &str, results: &Results) {
         println!("  skipped {name}");
     }
     for name in &failed {
-        println!("  failed  {name}{}", if allowed.contains(name) { " (expected)" } else { "" });
+        println!(
+            "  failed  {name}{}",
+            if allowed.contains(name) {
+                " (expected)"
+            } else {
+                ""
+            }
+        );
         for line in results.failure_details.get(name).into_iter().flatten() {
             println!("          {line}");
         }
@@ -104,7 +117,10 @@ fn check(scenario: &str, results: &Results) {
 
     let mut problems = Vec::new();
     if results.outcomes.len() < 230 {
-        problems.push(format!("only {} of 230 tests reported", results.outcomes.len()));
+        problems.push(format!(
+            "only {} of 230 tests reported",
+            results.outcomes.len()
+        ));
     }
     if !unexpected.is_empty() {
         problems.push(format!("unexpected failures: {unexpected:?}"));
@@ -118,7 +134,11 @@ fn check(scenario: &str, results: &Results) {
     if passed < floor {
         problems.push(format!("{passed} tests passed, below the floor of {floor}"));
     }
-    assert!(problems.is_empty(), "conformance {scenario}: {}", problems.join("; "));
+    assert!(
+        problems.is_empty(),
+        "conformance {scenario}: {}",
+        problems.join("; ")
+    );
 }
 
 /// The embedded default (1 GiB RAM LUN 0, 512-byte blocks) served on two
@@ -127,8 +147,11 @@ fn check(scenario: &str, results: &Results) {
 fn default_lun_with_multipath() {
     let daemon = Daemon::start_portals(None, 2);
     let iqn = daemon.first_target();
-    let urls: Vec<String> =
-        daemon.ports().iter().map(|p| format!("iscsi://127.0.0.1:{p}/{iqn}/0")).collect();
+    let urls: Vec<String> = daemon
+        .ports()
+        .iter()
+        .map(|p| format!("iscsi://127.0.0.1:{p}/{iqn}/0"))
+        .collect();
     let results = run_suite("default", &urls);
     check("default", &results);
 }
@@ -170,7 +193,10 @@ fn file_and_high_lun_daemon() -> (Daemon, tempfile::TempDir) {
 #[test]
 fn file_lun_4k_blocks() {
     let (daemon, _dir) = file_and_high_lun_daemon();
-    let url = format!("iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:conformance/0", daemon.port());
+    let url = format!(
+        "iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:conformance/0",
+        daemon.port()
+    );
     check("file4k", &run_suite("file4k", &[url]));
 }
 
@@ -178,7 +204,9 @@ fn file_lun_4k_blocks() {
 #[test]
 fn lun_numbered_201() {
     let (daemon, _dir) = file_and_high_lun_daemon();
-    let url =
-        format!("iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:conformance/201", daemon.port());
+    let url = format!(
+        "iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:conformance/201",
+        daemon.port()
+    );
     check("lun201", &run_suite("lun201", &[url]));
 }

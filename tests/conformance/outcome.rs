@@ -107,14 +107,18 @@ pub fn parse(output: &str) -> Results {
         };
         let test = open.take().expect("checked above");
         if outcome == Outcome::Failed {
-            results.failure_details.insert(test.name.clone(), test.lines);
+            results
+                .failure_details
+                .insert(test.name.clone(), test.lines);
         }
         results.outcomes.insert(test.name, outcome);
     }
     // A test that never printed its verdict (the tool died or hung there)
     // counts as failed.
     if let Some(test) = open {
-        results.failure_details.insert(test.name.clone(), test.lines);
+        results
+            .failure_details
+            .insert(test.name.clone(), test.lines);
         results.outcomes.insert(test.name, Outcome::Failed);
     }
     results
