@@ -2,8 +2,9 @@
 //!
 //! Layers, bottom up:
 //! - [`pdu`]: framing (BHS, AHS, padding, CRC32C digests) and typed PDUs;
-//! - [`text`], [`negotiation`], [`login`], [`auth`]: the login phase as pure
-//!   functions and state machines (fuzzed from `fuzz/`);
+//! - [`text`], [`negotiation`], [`login`], [`auth`], [`auth_chap`]: the login
+//!   phase as pure functions and state machines (fuzzed from `fuzz/`);
+//! - [`access`]: initiator groups, their LUN views and CHAP credentials;
 //! - [`cmdsn`], [`datain`], [`dataout`], [`discovery`], [`lun`]: the
 //!   arithmetic of the full feature phase;
 //! - the connection loop and session table (private), driven by [`Server`].
@@ -36,7 +37,9 @@
 //!   suppresses its response and waits for it to finish before the TMF
 //!   response goes out, so the initiator never sees both.
 
+pub mod access;
 pub mod auth;
+pub mod auth_chap;
 pub mod cmdsn;
 mod connection;
 pub mod datain;

@@ -113,6 +113,12 @@ pub struct TargetInfo {
 /// Looks targets up by name.
 pub trait TargetDirectory {
     fn target_info(&self, name: &str) -> Option<TargetInfo>;
+
+    /// Whether `initiator` may log in to the target `name` (login status
+    /// 0x0202 when not).
+    fn admits(&self, _initiator: &str, _name: &str) -> bool {
+        true
+    }
 }
 
 /// A Login Response and its text.
@@ -405,6 +411,9 @@ impl LoginMachine {
                 Some(info) => self.target = Some(info),
                 None => return Err(LoginStatus::TARGET_NOT_FOUND),
             }
+            if !directory.admits(&initiator, name) {
+                return Err(LoginStatus::AUTHORIZATION_FAILURE);
+            }
         }
         let for_target = if session_type == SessionType::Normal {
             target_name.as_deref()
@@ -467,6 +476,41 @@ mod tests {
                 alias: Some("disk".into()),
             })
         }
+    }
+
+    /// Admits only `iqn.allowed`.
+    struct Guarded;
+    impl TargetDirectory for Guarded {
+        fn target_info(&self, name: &str) -> Option<TargetInfo> {
+            OneTarget.target_info(name)
+        }
+        fn admits(&self, initiator: &str, _name: &str) -> bool {
+            initiator == "iqn.allowed"
+        }
+    }
+
+    #[test]
+    fn refused_initiator_gets_authorization_failure() {
+        let mut m = machine();
+        let r = req(0, 1, true, "InitiatorName=iqn.other;TargetName=iqn.t;");
+        let LoginStep::Fail(_, status) = m.step(&r, &Guarded) else {
+            panic!()
+        };
+        assert_eq!(status.code(), 0x0202);
+        let mut m = machine();
+        let r = req(1, 3, true, "InitiatorName=iqn.allowed;TargetName=iqn.t;");
+        assert!(matches!(m.step(&r, &Guarded), LoginStep::Complete(..)));
+        // Unknown targets stay "not found" whoever asks.
+        let mut m = machine();
+        let r = req(0, 1, true, "InitiatorName=iqn.other;TargetName=iqn.x;");
+        let LoginStep::Fail(_, status) = m.step(&r, &Guarded) else {
+            panic!()
+        };
+        assert_eq!(status.code(), 0x0203);
+        // Discovery sessions are not refused here; SendTargets filters.
+        let mut m = machine();
+        let r = req(0, 3, true, "InitiatorName=iqn.other;SessionType=Discovery;");
+        assert!(matches!(m.step(&r, &Guarded), LoginStep::Complete(..)));
     }
 
     fn machine() -> LoginMachine {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::access::{AccessPolicy, OpenAccess};
 use crate::auth::{Authenticator, NoAuthentication};
 use crate::negotiation::{Digest, TargetLimits};
 
@@ -45,6 +46,8 @@ pub struct ServerOptions {
     pub max_sessions: usize,
     /// The login authentication step.
     pub authenticator: Arc<dyn Authenticator>,
+    /// Which initiators may log in to which targets, and what they see.
+    pub access: Arc<dyn AccessPolicy>,
 }
 
 impl Default for ServerOptions {
@@ -70,6 +73,7 @@ impl Default for ServerOptions {
             logout_timeout: Duration::from_secs(5),
             max_sessions: 4096,
             authenticator: Arc::new(NoAuthentication),
+            access: Arc::new(OpenAccess),
         }
     }
 }

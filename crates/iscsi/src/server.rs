@@ -9,6 +9,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::access::{AccessPolicy, Admission};
 use crate::connection;
 use crate::discovery::Listing;
 use crate::login::{TargetDirectory, TargetInfo};
@@ -76,12 +77,33 @@ impl std::fmt::Debug for Server {
     }
 }
 
-/// Snapshot of the targets, used to look them up during login.
-pub(crate) struct Directory(pub Arc<Vec<Arc<Target>>>);
+/// Snapshot of the targets, used to look them up during login, with the
+/// access policy that says who may use them.
+pub(crate) struct Directory {
+    targets: Arc<Vec<Arc<Target>>>,
+    access: Arc<dyn AccessPolicy>,
+}
 
 impl Directory {
     pub fn get(&self, name: &str) -> Option<Arc<Target>> {
-        self.0.iter().find(|t| t.name == name).cloned()
+        self.targets.iter().find(|t| t.name == name).cloned()
+    }
+
+    /// The target as `initiator` may use it: with its group's SCSI view in
+    /// place of the target's own, or `None` when it may not.
+    pub fn get_for(&self, name: &str, initiator: &str) -> Option<Arc<Target>> {
+        let target = self.get(name)?;
+        match self.access.admit(initiator, name) {
+            Admission::Refused => None,
+            Admission::Open => Some(target),
+            Admission::View(scsi) => Some(Arc::new(Target {
+                name: target.name.clone(),
+                alias: target.alias.clone(),
+                portal_group: target.portal_group,
+                portals: target.portals.clone(),
+                scsi,
+            })),
+        }
     }
 }
 
@@ -91,6 +113,10 @@ impl TargetDirectory for Directory {
             portal_group: t.portal_group,
             alias: t.alias.clone(),
         })
+    }
+
+    fn admits(&self, initiator: &str, name: &str) -> bool {
+        !self.access.admit(initiator, name).is_refused()
     }
 }
 
@@ -114,14 +140,18 @@ impl Server {
     }
 
     pub(crate) fn directory(&self) -> Directory {
-        Directory(self.targets.read().clone())
+        Directory {
+            targets: self.targets.read().clone(),
+            access: self.options.access.clone(),
+        }
     }
 
-    /// Every target as SendTargets reports it.
-    pub(crate) fn listings(&self) -> Vec<Listing> {
+    /// Every target `initiator` may log in to, as SendTargets reports it.
+    pub(crate) fn listings(&self, initiator: &str) -> Vec<Listing> {
         self.targets
             .read()
             .iter()
+            .filter(|t| !self.options.access.admit(initiator, &t.name).is_refused())
             .map(|t| Listing {
                 name: t.name.clone(),
                 portal_group: t.portal_group,

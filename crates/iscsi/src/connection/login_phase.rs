@@ -175,7 +175,13 @@ async fn establish(
                 .as_deref()
                 .ok_or(LoginStatus::MISSING_PARAMETER)?;
             // The target may have been removed by a live config change mid-login.
-            let target = directory.get(name).ok_or(LoginStatus::TARGET_REMOVED)?;
+            if directory.get(name).is_none() {
+                return Err(LoginStatus::TARGET_REMOVED);
+            }
+            // The session gets the view of the initiator's group.
+            let target = directory
+                .get_for(name, &initiator_name)
+                .ok_or(LoginStatus::AUTHORIZATION_FAILURE)?;
             let key = SessionKey {
                 initiator_name: initiator_name.clone(),
                 isid: result.isid,

@@ -81,7 +81,7 @@ impl Conn {
         let mut others = Vec::new();
         for (k, v) in keys {
             if k == "SendTargets" {
-                let mut listings = self.server.listings();
+                let mut listings = self.server.listings(&self.ctx.initiator_name);
                 // A session's own target stays reportable after a config change.
                 if let Some(own) = &self.ctx.target {
                     if !listings.iter().any(|l| l.name == own.name) {
