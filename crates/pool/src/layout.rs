@@ -1,0 +1,189 @@
+//! Where physical units live: the data devices, each starting with a
+//! superblock unit that names the pool and the device's place in it.
+
+use std::io;
+use std::sync::Arc;
+
+use block::BlockDevice;
+
+const MAGIC: &[u8; 8] = b"OAPOOLv1";
+/// Bytes of the superblock actually used; the rest of unit 0 is zeros.
+const SUPERBLOCK_LEN: usize = 8 + 16 + 8 + 4 + 4 + 8;
+
+/// The identity written at the start of every data device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub pool_id: u128,
+    pub unit_size: u64,
+    pub index: u32,
+    pub device_count: u32,
+    /// Data units on this device (after the superblock unit).
+    pub units: u64,
+}
+
+impl Superblock {
+    pub fn encode(&self) -> [u8; SUPERBLOCK_LEN] {
+        let mut out = [0u8; SUPERBLOCK_LEN];
+        out[0..8].copy_from_slice(MAGIC);
+        out[8..24].copy_from_slice(&self.pool_id.to_le_bytes());
+        out[24..32].copy_from_slice(&self.unit_size.to_le_bytes());
+        out[32..36].copy_from_slice(&self.index.to_le_bytes());
+        out[36..40].copy_from_slice(&self.device_count.to_le_bytes());
+        out[40..48].copy_from_slice(&self.units.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> io::Result<Superblock> {
+        let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
+        if bytes.len() < SUPERBLOCK_LEN || &bytes[0..8] != MAGIC {
+            return Err(bad("no pool superblock on the device"));
+        }
+        let field = |r: std::ops::Range<usize>| bytes[r].to_vec();
+        let u64_at = |r| u64::from_le_bytes(field(r).try_into().unwrap_or([0; 8]));
+        let u32_at = |r| u32::from_le_bytes(field(r).try_into().unwrap_or([0; 4]));
+        Ok(Superblock {
+            pool_id: u128::from_le_bytes(field(8..24).try_into().unwrap_or([0; 16])),
+            unit_size: u64_at(24..32),
+            index: u32_at(32..36),
+            device_count: u32_at(36..40),
+            units: u64_at(40..48),
+        })
+    }
+
+    pub fn read_from(device: &dyn BlockDevice) -> io::Result<Superblock> {
+        let mut buf = vec![0u8; SUPERBLOCK_LEN];
+        if device.size() < SUPERBLOCK_LEN as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "device too small for a pool",
+            ));
+        }
+        device.read_at(&mut buf, 0)?;
+        Superblock::decode(&buf)
+    }
+}
+
+/// One data device and the global unit numbers it holds.
+struct Slot {
+    device: Arc<dyn BlockDevice>,
+    first_unit: u64,
+    units: u64,
+}
+
+/// The data devices of a pool, addressed by global unit number.
+pub struct Layout {
+    unit_size: u64,
+    slots: Vec<Slot>,
+    total_units: u64,
+}
+
+impl Layout {
+    /// Data units a device of `size` bytes holds with this unit size (the
+    /// first unit is the superblock).
+    pub fn units_for(size: u64, unit_size: u64) -> u64 {
+        (size / unit_size).saturating_sub(1)
+    }
+
+    pub fn new(unit_size: u64, devices: Vec<(Arc<dyn BlockDevice>, u64)>) -> Layout {
+        let mut slots = Vec::with_capacity(devices.len());
+        let mut next = 0;
+        for (device, units) in devices {
+            slots.push(Slot {
+                device,
+                first_unit: next,
+                units,
+            });
+            next += units;
+        }
+        Layout {
+            unit_size,
+            slots,
+            total_units: next,
+        }
+    }
+
+    pub fn unit_size(&self) -> u64 {
+        self.unit_size
+    }
+
+    pub fn total_units(&self) -> u64 {
+        self.total_units
+    }
+
+    /// Device and byte offset of `offset` inside physical unit `unit`.
+    fn locate(&self, unit: u64, offset: u64) -> io::Result<(&dyn BlockDevice, u64)> {
+        let slot = self
+            .slots
+            .iter()
+            .find(|s| unit >= s.first_unit && unit < s.first_unit + s.units)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("physical unit {unit} is outside the pool"),
+                )
+            })?;
+        let local = unit - slot.first_unit + 1;
+        Ok((&*slot.device, local * self.unit_size + offset))
+    }
+
+    pub fn read(&self, unit: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let (device, at) = self.locate(unit, offset)?;
+        device.read_at(buf, at)
+    }
+
+    pub fn write(&self, unit: u64, offset: u64, buf: &[u8], fua: bool) -> io::Result<()> {
+        let (device, at) = self.locate(unit, offset)?;
+        device.write_at(buf, at, fua)
+    }
+
+    /// Tell the devices a unit's content is no longer needed.
+    pub fn release(&self, unit: u64) -> io::Result<()> {
+        let (device, at) = self.locate(unit, 0)?;
+        if device.capabilities().discard {
+            device.discard(at, self.unit_size)?;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&self) -> io::Result<()> {
+        for slot in &self.slots {
+            slot.device.flush()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use block::MemDevice;
+
+    #[test]
+    fn superblock_round_trip() {
+        let sb = Superblock {
+            pool_id: 0x1234_5678_9abc_def0_1122_3344_5566_7788,
+            unit_size: 65536,
+            index: 1,
+            device_count: 2,
+            units: 99,
+        };
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+        assert!(Superblock::decode(&[0u8; 64]).is_err());
+    }
+
+    #[test]
+    fn units_are_spread_over_devices_after_their_superblock() {
+        let a: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4 * 4096));
+        let b: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(3 * 4096));
+        let layout = Layout::new(4096, vec![(a.clone(), 3), (b.clone(), 2)]);
+        assert_eq!(layout.total_units(), 5);
+        layout.write(3, 10, b"xy", false).unwrap();
+        let mut got = [0u8; 2];
+        b.read_at(&mut got, 4096 + 10).unwrap();
+        assert_eq!(&got, b"xy");
+        layout.write(2, 0, b"z", false).unwrap();
+        a.read_at(&mut got[..1], 3 * 4096).unwrap();
+        assert_eq!(got[0], b'z');
+        assert!(layout.write(5, 0, b"z", false).is_err());
+    }
+}

@@ -1,0 +1,671 @@
+//! A pool: its devices, its metadata store, and the operations on volumes
+//! (create, snapshot, clone, rollback, promote, delete, resize). Every such
+//! operation is committed before it returns.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use block::BlockDevice;
+use parking_lot::{Mutex, RwLock};
+
+use crate::layout::{Layout, Superblock};
+use crate::record::{VolumeInfo, VolumeKind, VolumeRecord};
+use crate::space::Space;
+use crate::store::{Delta, PoolMeta, Store};
+use crate::volume::VolumeDevice;
+
+/// Allocation unit used when the creator names none.
+pub const DEFAULT_UNIT_SIZE: u64 = 64 * 1024;
+const MIN_UNIT_SIZE: u64 = 4096;
+const MAX_UNIT_SIZE: u64 = 64 << 20;
+
+/// Where the metadata store lives.
+#[derive(Clone)]
+pub enum MetadataLocation {
+    /// A redb file, usually beside the data devices.
+    File(PathBuf),
+    /// A block device of its own.
+    Device(Arc<dyn BlockDevice>),
+}
+
+/// Space of a pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolSpace {
+    pub unit_size: u64,
+    pub total_units: u64,
+    pub used_units: u64,
+    /// Units freed since the last commit, reusable after it.
+    pub held_units: u64,
+    pub free_units: u64,
+}
+
+impl PoolSpace {
+    pub fn size(&self) -> u64 {
+        self.total_units * self.unit_size
+    }
+    pub fn used(&self) -> u64 {
+        self.used_units * self.unit_size
+    }
+    pub fn free(&self) -> u64 {
+        self.free_units * self.unit_size
+    }
+}
+
+pub(crate) struct VolumeState {
+    pub record: VolumeRecord,
+    /// Virtual unit -> physical unit.
+    pub map: BTreeMap<u64, u64>,
+}
+
+/// Changes not yet committed.
+#[derive(Default)]
+pub(crate) struct Dirty {
+    maps: BTreeMap<(u64, u64), Option<u64>>,
+    refs: BTreeSet<u64>,
+    volumes: BTreeMap<u64, Option<VolumeRecord>>,
+    freed: Vec<u64>,
+}
+
+pub(crate) struct State {
+    pub volumes: BTreeMap<u64, VolumeState>,
+    pub next_volume_id: u64,
+    pub space: Space,
+    pub dirty: Dirty,
+}
+
+impl State {
+    /// Points `vunit` of volume `id` at `unit` (or nowhere), keeping counts.
+    pub fn set_mapping(&mut self, id: u64, vunit: u64, unit: Option<u64>) {
+        let Some(vol) = self.volumes.get_mut(&id) else {
+            return;
+        };
+        let old = match unit {
+            Some(u) => vol.map.insert(vunit, u),
+            None => vol.map.remove(&vunit),
+        };
+        if old == unit {
+            return;
+        }
+        if let Some(u) = unit {
+            self.space.increment(u);
+            self.dirty.refs.insert(u);
+        }
+        if let Some(o) = old {
+            if self.space.decrement(o) {
+                self.dirty.freed.push(o);
+            }
+            self.dirty.refs.insert(o);
+        }
+        self.dirty.maps.insert((id, vunit), unit);
+    }
+
+    fn put_record(&mut self, id: u64, record: VolumeRecord) {
+        self.dirty.volumes.insert(id, Some(record.clone()));
+        match self.volumes.get_mut(&id) {
+            Some(v) => v.record = record,
+            None => {
+                self.volumes.insert(
+                    id,
+                    VolumeState {
+                        record,
+                        map: BTreeMap::new(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn id_of(&self, name: &str) -> io::Result<u64> {
+        self.volumes
+            .iter()
+            .find(|(_, v)| v.record.name == name)
+            .map(|(&id, _)| id)
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, format!("no volume named {name}"))
+            })
+    }
+
+    fn name_free(&self, name: &str) -> io::Result<()> {
+        if name.is_empty() || name.len() > 200 {
+            return Err(invalid("a volume name has 1 to 200 bytes"));
+        }
+        if self.volumes.values().any(|v| v.record.name == name) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("a volume named {name} exists"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn new_id(&mut self) -> u64 {
+        let id = self.next_volume_id;
+        self.next_volume_id += 1;
+        id
+    }
+
+    /// A new volume sharing every unit of `source`.
+    fn copy_volume(&mut self, source: u64, id: u64, record: VolumeRecord) {
+        let map: Vec<(u64, u64)> = self.volumes[&source]
+            .map
+            .iter()
+            .map(|(&v, &p)| (v, p))
+            .collect();
+        self.put_record(id, record);
+        for (vunit, unit) in map {
+            self.set_mapping(id, vunit, Some(unit));
+        }
+    }
+
+    fn take_delta(&mut self) -> Delta {
+        let dirty = std::mem::take(&mut self.dirty);
+        Delta {
+            refs: dirty
+                .refs
+                .iter()
+                .map(|&u| (u, self.space.count(u)))
+                .collect(),
+            maps: dirty.maps,
+            volumes: dirty.volumes,
+            next_volume_id: self.next_volume_id,
+            freed: dirty.freed,
+        }
+    }
+
+    /// Puts back a delta whose commit failed, under any newer changes.
+    fn restore_delta(&mut self, delta: Delta) {
+        for (k, v) in delta.maps {
+            self.dirty.maps.entry(k).or_insert(v);
+        }
+        for (id, rec) in delta.volumes {
+            // A volume deleted since keeps its deletion.
+            self.dirty.volumes.entry(id).or_insert(rec);
+        }
+        self.dirty.refs.extend(delta.refs.keys());
+        self.dirty.freed.extend(delta.freed);
+    }
+
+    fn info_of(&self, id: u64) -> io::Result<VolumeInfo> {
+        self.info(id)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no volume {id}")))
+    }
+
+    pub fn info(&self, id: u64) -> Option<VolumeInfo> {
+        let v = self.volumes.get(&id)?;
+        Some(VolumeInfo {
+            id,
+            name: v.record.name.clone(),
+            kind: v.record.kind,
+            size: v.record.size,
+            parent: v
+                .record
+                .parent
+                .and_then(|p| self.volumes.get(&p))
+                .map(|p| p.record.name.clone()),
+            mapped_units: v.map.len() as u64,
+            exclusive_units: v
+                .map
+                .values()
+                .filter(|&&u| self.space.count(u) == 1)
+                .count() as u64,
+        })
+    }
+}
+
+fn invalid(why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, why.to_string())
+}
+
+/// A pool of allocation units over data devices, holding thin volumes.
+pub struct Pool {
+    name: String,
+    pub(crate) layout: Layout,
+    store: Store,
+    pub(crate) state: RwLock<State>,
+    /// Serialises commits, so deltas reach the store in the order taken.
+    commit_lock: Mutex<()>,
+}
+
+fn new_pool_id() -> u128 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let stack = &nanos as *const u128 as usize as u128;
+    nanos ^ ((std::process::id() as u128) << 96) ^ (stack << 32)
+}
+
+impl Pool {
+    /// Formats `devices` as a new pool with `unit_size`-byte allocation
+    /// units and creates its metadata store.
+    pub fn create(
+        name: &str,
+        devices: Vec<Arc<dyn BlockDevice>>,
+        metadata: &MetadataLocation,
+        unit_size: u64,
+    ) -> io::Result<Arc<Pool>> {
+        if !unit_size.is_power_of_two() || !(MIN_UNIT_SIZE..=MAX_UNIT_SIZE).contains(&unit_size) {
+            return Err(invalid(
+                "the allocation unit is a power of two from 4 KiB to 64 MiB",
+            ));
+        }
+        if devices.is_empty() {
+            return Err(invalid("a pool needs at least one data device"));
+        }
+        let store = match metadata {
+            MetadataLocation::File(path) => {
+                if path.exists() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!("pool metadata {} exists", path.display()),
+                    ));
+                }
+                Store::create_file(path)?
+            }
+            MetadataLocation::Device(dev) => Store::on_device(dev.clone())?,
+        };
+        if store.is_initialised()? {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "the metadata device already holds a pool",
+            ));
+        }
+        let pool_id = new_pool_id();
+        let mut units = Vec::new();
+        for (i, dev) in devices.iter().enumerate() {
+            if dev.capabilities().read_only {
+                return Err(invalid("a pool data device must be writable"));
+            }
+            let n = Layout::units_for(dev.size(), unit_size);
+            if n == 0 {
+                return Err(invalid(&format!(
+                    "data device {} is smaller than two allocation units",
+                    dev.describe()
+                )));
+            }
+            let sb = Superblock {
+                pool_id,
+                unit_size,
+                index: i as u32,
+                device_count: devices.len() as u32,
+                units: n,
+            };
+            let mut first = vec![0u8; MIN_UNIT_SIZE as usize];
+            let bytes = sb.encode();
+            first[..bytes.len()].copy_from_slice(&bytes);
+            dev.write_at(&first, 0, true)?;
+            units.push(n);
+        }
+        store.initialise(&PoolMeta {
+            pool_id,
+            unit_size,
+            devices: units,
+        })?;
+        Pool::assemble(name, devices, store)
+    }
+
+    /// Opens an existing pool; `devices` come in the order they were
+    /// created with.
+    pub fn open(
+        name: &str,
+        devices: Vec<Arc<dyn BlockDevice>>,
+        metadata: &MetadataLocation,
+    ) -> io::Result<Arc<Pool>> {
+        let store = match metadata {
+            MetadataLocation::File(path) => Store::open_file(path)?,
+            MetadataLocation::Device(dev) => Store::on_device(dev.clone())?,
+        };
+        Pool::assemble(name, devices, store)
+    }
+
+    /// Opens the pool if its metadata exists, creates it otherwise.
+    pub fn open_or_create(
+        name: &str,
+        devices: Vec<Arc<dyn BlockDevice>>,
+        metadata: &MetadataLocation,
+        unit_size: u64,
+    ) -> io::Result<Arc<Pool>> {
+        let exists = match metadata {
+            MetadataLocation::File(path) => path.exists(),
+            MetadataLocation::Device(dev) => Store::on_device(dev.clone())?.is_initialised()?,
+        };
+        if exists {
+            Pool::open(name, devices, metadata)
+        } else {
+            Pool::create(name, devices, metadata, unit_size)
+        }
+    }
+
+    fn assemble(
+        name: &str,
+        devices: Vec<Arc<dyn BlockDevice>>,
+        store: Store,
+    ) -> io::Result<Arc<Pool>> {
+        let loaded = store.load()?;
+        let meta = &loaded.meta;
+        if devices.len() != meta.devices.len() {
+            return Err(invalid(&format!(
+                "pool {name} has {} data devices, {} given",
+                meta.devices.len(),
+                devices.len()
+            )));
+        }
+        let mut slots = Vec::new();
+        for (i, (dev, &units)) in devices.into_iter().zip(&meta.devices).enumerate() {
+            let sb = Superblock::read_from(&*dev)?;
+            if sb.pool_id != meta.pool_id || sb.index as usize != i || sb.units != units {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "data device {} is not device {i} of pool {name}",
+                        dev.describe()
+                    ),
+                ));
+            }
+            slots.push((dev, units));
+        }
+        let layout = Layout::new(meta.unit_size, slots);
+        let space = Space::new(layout.total_units(), loaded.refs.clone())?;
+        let volumes = loaded
+            .volumes
+            .into_iter()
+            .map(|(id, (record, map))| (id, VolumeState { record, map }))
+            .collect();
+        Ok(Arc::new(Pool {
+            name: name.to_string(),
+            layout,
+            store,
+            state: RwLock::new(State {
+                volumes,
+                next_volume_id: loaded.next_volume_id,
+                space,
+                dirty: Dirty::default(),
+            }),
+            commit_lock: Mutex::new(()),
+        }))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn unit_size(&self) -> u64 {
+        self.layout.unit_size()
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn space(&self) -> PoolSpace {
+        let st = self.state.read();
+        PoolSpace {
+            unit_size: self.layout.unit_size(),
+            total_units: st.space.total(),
+            used_units: st.space.used(),
+            held_units: st.space.held(),
+            free_units: st.space.free(),
+        }
+    }
+
+    pub fn volumes(&self) -> Vec<VolumeInfo> {
+        let st = self.state.read();
+        st.volumes.keys().filter_map(|&id| st.info(id)).collect()
+    }
+
+    pub fn volume_info(&self, name: &str) -> io::Result<VolumeInfo> {
+        let st = self.state.read();
+        let id = st.id_of(name)?;
+        st.info_of(id)
+    }
+
+    /// The volume (or snapshot, read-only) as a block device.
+    pub fn volume(self: &Arc<Self>, name: &str) -> io::Result<VolumeDevice> {
+        let st = self.state.read();
+        let id = st.id_of(name)?;
+        let read_only = st.volumes[&id].record.kind == VolumeKind::Snapshot;
+        Ok(VolumeDevice::new(self.clone(), id, read_only))
+    }
+
+    /// Makes every completed write durable: data devices first, then the
+    /// mappings that point at the data.
+    pub fn flush(&self) -> io::Result<()> {
+        let _order = self.commit_lock.lock();
+        let delta = self.state.write().take_delta();
+        if let Err(e) = self.layout.flush().and_then(|()| self.store.apply(&delta)) {
+            self.state.write().restore_delta(delta);
+            return Err(e);
+        }
+        self.finish_commit(&delta);
+        Ok(())
+    }
+
+    fn finish_commit(&self, delta: &Delta) {
+        for &unit in &delta.freed {
+            // Only a hint to thin data devices; the unit is free either way.
+            let _ = self.layout.release(unit);
+        }
+        self.state
+            .write()
+            .space
+            .committed(&delta.refs, &delta.freed);
+    }
+
+    /// Runs a volume operation and commits it before any I/O sees its
+    /// effect. `op` must check everything before it changes anything.
+    fn operate<R>(&self, op: impl FnOnce(&mut State) -> io::Result<R>) -> io::Result<R> {
+        let _order = self.commit_lock.lock();
+        let mut st = self.state.write();
+        let out = op(&mut st)?;
+        let delta = st.take_delta();
+        if let Err(e) = self.layout.flush().and_then(|()| self.store.apply(&delta)) {
+            st.restore_delta(delta);
+            return Err(e);
+        }
+        for &unit in &delta.freed {
+            let _ = self.layout.release(unit);
+        }
+        st.space.committed(&delta.refs, &delta.freed);
+        Ok(out)
+    }
+
+    /// A new, empty (all zeros) volume of `size` bytes.
+    pub fn create_volume(&self, name: &str, size: u64) -> io::Result<VolumeInfo> {
+        if size == 0 || !size.is_multiple_of(512) {
+            return Err(invalid("a volume size is a positive multiple of 512"));
+        }
+        self.operate(|st| {
+            st.name_free(name)?;
+            let id = st.new_id();
+            st.put_record(
+                id,
+                VolumeRecord {
+                    name: name.to_string(),
+                    kind: VolumeKind::Volume,
+                    size,
+                    parent: None,
+                },
+            );
+            st.info_of(id)
+        })
+    }
+
+    /// A read-only image of `volume` as of now.
+    pub fn snapshot(&self, volume: &str, name: &str) -> io::Result<VolumeInfo> {
+        self.operate(|st| {
+            let src = st.id_of(volume)?;
+            let rec = st.volumes[&src].record.clone();
+            if rec.kind != VolumeKind::Volume {
+                return Err(invalid("only a volume can be snapshotted"));
+            }
+            st.name_free(name)?;
+            let id = st.new_id();
+            let record = VolumeRecord {
+                name: name.to_string(),
+                kind: VolumeKind::Snapshot,
+                size: rec.size,
+                parent: Some(src),
+            };
+            st.copy_volume(src, id, record);
+            st.info_of(id)
+        })
+    }
+
+    /// A writable volume starting as a copy of `snapshot`.
+    pub fn clone_snapshot(&self, snapshot: &str, name: &str) -> io::Result<VolumeInfo> {
+        self.operate(|st| {
+            let src = st.id_of(snapshot)?;
+            let rec = st.volumes[&src].record.clone();
+            if rec.kind != VolumeKind::Snapshot {
+                return Err(invalid("only a snapshot can be cloned"));
+            }
+            st.name_free(name)?;
+            let id = st.new_id();
+            let record = VolumeRecord {
+                name: name.to_string(),
+                kind: VolumeKind::Volume,
+                size: rec.size,
+                parent: Some(src),
+            };
+            st.copy_volume(src, id, record);
+            st.info_of(id)
+        })
+    }
+
+    /// Makes `volume` read as `snapshot` (one of its own snapshots) again.
+    pub fn rollback(&self, volume: &str, snapshot: &str) -> io::Result<()> {
+        self.operate(|st| {
+            let vol = st.id_of(volume)?;
+            let snap = st.id_of(snapshot)?;
+            let srec = &st.volumes[&snap].record;
+            if srec.kind != VolumeKind::Snapshot || srec.parent != Some(vol) {
+                return Err(invalid(&format!(
+                    "{snapshot} is not a snapshot of {volume}"
+                )));
+            }
+            let old: Vec<u64> = st.volumes[&vol].map.keys().copied().collect();
+            let new: Vec<(u64, u64)> = st.volumes[&snap]
+                .map
+                .iter()
+                .map(|(&v, &p)| (v, p))
+                .collect();
+            // Take the snapshot's references first so shared units never
+            // pass through zero.
+            for &(vunit, unit) in &new {
+                st.set_mapping(vol, vunit, Some(unit));
+            }
+            let keep: BTreeSet<u64> = new.iter().map(|&(v, _)| v).collect();
+            for vunit in old {
+                if !keep.contains(&vunit) {
+                    st.set_mapping(vol, vunit, None);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Swaps the lineage of a clone and its origin: the clone's source
+    /// snapshot, and the origin's older snapshots, become snapshots of the
+    /// clone, and the origin becomes a clone of that snapshot. Data is not
+    /// touched: shared units are reference counted either way.
+    pub fn promote(&self, clone: &str) -> io::Result<()> {
+        self.operate(|st| {
+            let c = st.id_of(clone)?;
+            let crec = st.volumes[&c].record.clone();
+            let snap = match (crec.kind, crec.parent) {
+                (VolumeKind::Volume, Some(s)) => s,
+                _ => return Err(invalid(&format!("{clone} is not a clone"))),
+            };
+            let origin = st.volumes.get(&snap).and_then(|s| s.record.parent);
+            let moved: Vec<u64> = st
+                .volumes
+                .iter()
+                .filter(|(&id, v)| {
+                    v.record.kind == VolumeKind::Snapshot
+                        && v.record.parent == origin
+                        && origin.is_some()
+                        && id <= snap
+                })
+                .map(|(&id, _)| id)
+                .collect();
+            let origin_parent = origin.and_then(|o| st.volumes[&o].record.parent);
+            for id in moved {
+                let mut r = st.volumes[&id].record.clone();
+                r.parent = Some(c);
+                st.put_record(id, r);
+            }
+            let mut r = crec;
+            r.parent = origin_parent;
+            st.put_record(c, r);
+            if let Some(o) = origin {
+                let mut r = st.volumes[&o].record.clone();
+                r.parent = Some(snap);
+                st.put_record(o, r);
+            }
+            Ok(())
+        })
+    }
+
+    /// Deletes a volume or snapshot, freeing the units no one else maps.
+    /// A volume with snapshots is kept (delete them first).
+    pub fn delete(&self, name: &str) -> io::Result<()> {
+        self.operate(|st| {
+            let id = st.id_of(name)?;
+            let kind = st.volumes[&id].record.kind;
+            let children: Vec<u64> = st
+                .volumes
+                .iter()
+                .filter(|(_, v)| v.record.parent == Some(id))
+                .map(|(&c, _)| c)
+                .collect();
+            if kind == VolumeKind::Volume {
+                let snaps: Vec<String> = children
+                    .iter()
+                    .filter(|c| st.volumes[c].record.kind == VolumeKind::Snapshot)
+                    .map(|c| st.volumes[c].record.name.clone())
+                    .collect();
+                if !snaps.is_empty() {
+                    return Err(invalid(&format!(
+                        "{name} has snapshots: {}",
+                        snaps.join(", ")
+                    )));
+                }
+            }
+            for c in children {
+                let mut r = st.volumes[&c].record.clone();
+                r.parent = None;
+                st.put_record(c, r);
+            }
+            let vunits: Vec<u64> = st.volumes[&id].map.keys().copied().collect();
+            for vunit in vunits {
+                st.set_mapping(id, vunit, None);
+            }
+            st.volumes.remove(&id);
+            st.dirty.maps.retain(|&(v, _), _| v != id);
+            st.dirty.volumes.insert(id, None);
+            Ok(())
+        })
+    }
+
+    /// Grows a volume; the new space reads as zeros.
+    pub fn resize(&self, name: &str, size: u64) -> io::Result<()> {
+        if !size.is_multiple_of(512) {
+            return Err(invalid("a volume size is a multiple of 512"));
+        }
+        self.operate(|st| {
+            let id = st.id_of(name)?;
+            let mut r = st.volumes[&id].record.clone();
+            if r.kind != VolumeKind::Volume {
+                return Err(invalid("a snapshot cannot be resized"));
+            }
+            if size < r.size {
+                return Err(invalid("a volume can only grow"));
+            }
+            r.size = size;
+            st.put_record(id, r);
+            Ok(())
+        })
+    }
+}

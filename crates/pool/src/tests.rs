@@ -1,0 +1,187 @@
+//! Behaviour of the pool engine on RAM devices.
+
+use std::sync::Arc;
+
+use block::{Allocation, BlockDevice, MemDevice};
+
+use crate::{MetadataLocation, Pool, VolumeKind};
+
+const UNIT: u64 = 4096;
+
+fn new_pool(units: u64) -> (Arc<Pool>, Arc<dyn BlockDevice>, MetadataLocation) {
+    let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new((units + 1) * UNIT));
+    let meta = MetadataLocation::Device(Arc::new(MemDevice::new(8 << 20)));
+    let pool = Pool::create("p", vec![data.clone()], &meta, UNIT).unwrap();
+    (pool, data, meta)
+}
+
+fn read(dev: &dyn BlockDevice, offset: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0xEE; len];
+    dev.read_at(&mut buf, offset).unwrap();
+    buf
+}
+
+#[test]
+fn unwritten_volume_reads_zeros_and_uses_no_space() {
+    let (pool, _, _) = new_pool(16);
+    pool.create_volume("v", 1 << 30).unwrap();
+    let v = pool.volume("v").unwrap();
+    assert_eq!(v.size(), 1 << 30);
+    assert_eq!(read(&v, 12345, 100), vec![0; 100]);
+    assert_eq!(pool.space().used_units, 0);
+    assert_eq!(
+        v.allocation(0, 1 << 20).unwrap(),
+        (Allocation::Deallocated, 1 << 20)
+    );
+    let caps = v.capabilities();
+    assert!(caps.thin && caps.discard && caps.discard_zeroes && caps.volatile_cache);
+}
+
+#[test]
+fn writes_allocate_units_and_discard_frees_them() {
+    let (pool, _, _) = new_pool(16);
+    pool.create_volume("v", 64 * UNIT).unwrap();
+    let v = pool.volume("v").unwrap();
+    v.write_at(b"hello", UNIT + 10, false).unwrap();
+    assert_eq!(read(&v, UNIT + 8, 9), b"\0\0hello\0\0");
+    assert_eq!(pool.space().used_units, 1);
+    assert_eq!(
+        v.allocation(0, 4 * UNIT).unwrap(),
+        (Allocation::Deallocated, UNIT)
+    );
+    assert_eq!(
+        v.allocation(UNIT, 4 * UNIT).unwrap(),
+        (Allocation::Mapped, UNIT)
+    );
+    // A partial discard zeroes, a whole-unit discard frees.
+    v.discard(UNIT + 11, 2).unwrap();
+    assert_eq!(read(&v, UNIT + 10, 5), b"h\0\0lo");
+    v.discard(UNIT, UNIT).unwrap();
+    assert_eq!(read(&v, UNIT + 10, 5), vec![0; 5]);
+    let s = pool.space();
+    assert_eq!((s.used_units, s.held_units), (0, 1));
+    pool.flush().unwrap();
+    assert_eq!(pool.space().free_units, 16);
+    assert!(pool.check().unwrap().is_clean());
+}
+
+#[test]
+fn snapshots_share_units_until_written() {
+    let (pool, _, _) = new_pool(16);
+    pool.create_volume("v", 8 * UNIT).unwrap();
+    let v = pool.volume("v").unwrap();
+    v.write_at(&vec![1; 2 * UNIT as usize], 0, false).unwrap();
+    pool.snapshot("v", "s").unwrap();
+    assert_eq!(pool.space().used_units, 2);
+    v.write_at(&[2; 10], 5, false).unwrap();
+    assert_eq!(pool.space().used_units, 3, "copy on write");
+    let s = pool.volume("s").unwrap();
+    assert_eq!(read(&s, 0, 16), vec![1; 16]);
+    assert_eq!(read(&v, 4, 3), vec![1, 2, 2]);
+    assert!(s.write_at(b"x", 0, false).is_err());
+    assert_eq!(pool.volume_info("s").unwrap().kind, VolumeKind::Snapshot);
+
+    let c = pool.clone_snapshot("s", "c").unwrap();
+    assert_eq!(c.parent.as_deref(), Some("s"));
+    let cdev = pool.volume("c").unwrap();
+    cdev.write_at(&[3; 4], UNIT, false).unwrap();
+    assert_eq!(read(&cdev, UNIT - 1, 3), vec![1, 3, 3]);
+    assert_eq!(read(&s, UNIT, 1), vec![1]);
+    assert!(pool.delete("v").is_err(), "v has a snapshot");
+
+    pool.rollback("v", "s").unwrap();
+    assert_eq!(read(&v, 4, 3), vec![1, 1, 1]);
+    pool.delete("s").unwrap();
+    assert_eq!(pool.volume_info("c").unwrap().parent, None);
+    pool.delete("c").unwrap();
+    pool.delete("v").unwrap();
+    pool.flush().unwrap();
+    assert_eq!(pool.space().used_units, 0);
+    assert_eq!(pool.space().free_units, 16);
+    assert!(pool.check().unwrap().is_clean());
+}
+
+#[test]
+fn promote_swaps_lineage() {
+    let (pool, _, _) = new_pool(8);
+    pool.create_volume("v", 4 * UNIT).unwrap();
+    pool.snapshot("v", "s").unwrap();
+    pool.clone_snapshot("s", "c").unwrap();
+    pool.promote("c").unwrap();
+    assert_eq!(pool.volume_info("s").unwrap().parent.as_deref(), Some("c"));
+    assert_eq!(pool.volume_info("v").unwrap().parent.as_deref(), Some("s"));
+    assert_eq!(pool.volume_info("c").unwrap().parent, None);
+    pool.delete("v").unwrap();
+    assert!(pool.promote("c").is_err());
+    assert!(pool.check().unwrap().is_clean());
+}
+
+#[test]
+fn resize_grows_online_with_zeros() {
+    let (pool, _, _) = new_pool(8);
+    pool.create_volume("v", 1000 * 512).unwrap();
+    let v = pool.volume("v").unwrap();
+    v.write_at(&[9; 512], 999 * 512, false).unwrap();
+    pool.resize("v", 2000 * 512).unwrap();
+    assert_eq!(v.size(), 2000 * 512);
+    assert_eq!(read(&v, 999 * 512 + 510, 4), vec![9, 9, 0, 0]);
+    assert!(pool.resize("v", 512).is_err());
+}
+
+#[test]
+fn full_pool_fails_writes_with_no_space() {
+    let (pool, _, _) = new_pool(2);
+    pool.create_volume("v", 8 * UNIT).unwrap();
+    let v = pool.volume("v").unwrap();
+    v.write_at(&[1; 8], 0, false).unwrap();
+    v.write_at(&[1; 8], UNIT, false).unwrap();
+    let err = v.write_at(&[1; 8], 2 * UNIT, false).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::StorageFull);
+    assert!(pool.check().unwrap().is_clean());
+}
+
+#[test]
+fn reopen_keeps_what_was_flushed() {
+    let (pool, data, meta) = new_pool(8);
+    pool.create_volume("v", 8 * UNIT).unwrap();
+    let v = pool.volume("v").unwrap();
+    v.write_at(b"kept", 0, false).unwrap();
+    pool.flush().unwrap();
+    v.write_at(b"lost", UNIT, false).unwrap();
+    drop(v);
+    drop(pool);
+    let pool = Pool::open("p", vec![data.clone()], &meta).unwrap();
+    let v = pool.volume("v").unwrap();
+    assert_eq!(read(&v, 0, 4), b"kept");
+    assert_eq!(read(&v, UNIT, 4), vec![0; 4], "unflushed mapping is gone");
+    assert_eq!(pool.space().used_units, 1);
+    assert!(pool.check().unwrap().is_clean());
+    // The wrong devices are refused.
+    let other: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(9 * UNIT));
+    assert!(Pool::open("p", vec![other], &meta).is_err());
+    assert!(Pool::create("p", vec![data], &meta, UNIT).is_err());
+}
+
+#[test]
+fn fua_write_commits_its_mapping() {
+    let (pool, data, meta) = new_pool(8);
+    pool.create_volume("v", 8 * UNIT).unwrap();
+    pool.volume("v").unwrap().write_at(b"fua", 0, true).unwrap();
+    drop(pool);
+    let pool = Pool::open("p", vec![data], &meta).unwrap();
+    assert_eq!(read(&pool.volume("v").unwrap(), 0, 3), b"fua");
+}
+
+#[test]
+fn metadata_in_a_file_beside_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool.redb");
+    let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * UNIT));
+    let meta = MetadataLocation::File(path);
+    let pool = Pool::open_or_create("p", vec![data.clone()], &meta, UNIT).unwrap();
+    pool.create_volume("v", UNIT).unwrap();
+    drop(pool);
+    let pool = Pool::open_or_create("p", vec![data], &meta, UNIT).unwrap();
+    assert_eq!(pool.volumes().len(), 1);
+    assert_eq!(pool.space().total_units, 63);
+}

@@ -1,0 +1,269 @@
+//! A volume as a block device, and the data path through the unit map:
+//! reads of unmapped units are zeros without I/O, writes to a unit owned
+//! by this volume alone go in place, writes to an unmapped or shared unit
+//! go to a freshly allocated one (copying the shared content first).
+
+use std::io;
+use std::sync::Arc;
+
+use block::{Allocation, BlockDevice, Capabilities};
+
+use crate::pool::Pool;
+use crate::record::VolumeKind;
+
+/// One volume of a pool. Snapshots are read-only.
+pub struct VolumeDevice {
+    pool: Arc<Pool>,
+    id: u64,
+    read_only: bool,
+}
+
+/// The piece of an I/O that falls in one virtual unit.
+struct Piece {
+    vunit: u64,
+    /// Offset inside the unit.
+    within: u64,
+    /// Offset inside the caller's buffer.
+    at: usize,
+    len: usize,
+}
+
+fn pieces(unit_size: u64, offset: u64, len: u64) -> impl Iterator<Item = Piece> {
+    let mut pos = offset;
+    let end = offset + len;
+    std::iter::from_fn(move || {
+        if pos >= end {
+            return None;
+        }
+        let within = pos % unit_size;
+        let n = (unit_size - within).min(end - pos);
+        let piece = Piece {
+            vunit: pos / unit_size,
+            within,
+            at: (pos - offset) as usize,
+            len: n as usize,
+        };
+        pos += n;
+        Some(piece)
+    })
+}
+
+fn gone() -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, "the volume was deleted")
+}
+
+impl VolumeDevice {
+    pub(crate) fn new(pool: Arc<Pool>, id: u64, read_only: bool) -> VolumeDevice {
+        VolumeDevice {
+            pool,
+            id,
+            read_only,
+        }
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    fn check(&self, offset: u64, len: u64) -> io::Result<()> {
+        let size = self.size();
+        match offset.checked_add(len) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("range {offset}+{len} is beyond the volume size {size}"),
+            )),
+        }
+    }
+
+    /// Writes one piece if its unit belongs to this volume alone.
+    fn write_in_place(&self, p: &Piece, data: &[u8], fua: bool) -> io::Result<bool> {
+        let st = self.pool.state.read();
+        let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
+        match vol.map.get(&p.vunit) {
+            Some(&unit) if st.space.exclusive(unit) => {
+                self.pool.layout.write(unit, p.within, data, fua)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Writes one piece into a newly allocated unit, or in place if the
+    /// unit became exclusive meanwhile.
+    fn write_allocating(&self, p: &Piece, data: &[u8]) -> io::Result<()> {
+        let layout = &self.pool.layout;
+        let unit_size = layout.unit_size();
+        let mut st = self.pool.state.write();
+        let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
+        let old = vol.map.get(&p.vunit).copied();
+        if let Some(unit) = old {
+            if st.space.exclusive(unit) {
+                return layout.write(unit, p.within, data, false);
+            }
+        }
+        let new = st.space.find_free()?;
+        if old.is_none() && data.len() as u64 == unit_size {
+            layout.write(new, 0, data, false)?;
+        } else {
+            let mut whole = vec![0u8; unit_size as usize];
+            if let Some(unit) = old {
+                layout.read(unit, 0, &mut whole)?;
+            }
+            whole[p.within as usize..p.within as usize + data.len()].copy_from_slice(data);
+            layout.write(new, 0, &whole, false)?;
+        }
+        st.set_mapping(self.id, p.vunit, Some(new));
+        Ok(())
+    }
+
+    /// Drops the mapping of a whole unit.
+    fn unmap(&self, vunit: u64) -> io::Result<()> {
+        let mut st = self.pool.state.write();
+        if !st.volumes.contains_key(&self.id) {
+            return Err(gone());
+        }
+        st.set_mapping(self.id, vunit, None);
+        Ok(())
+    }
+
+    fn is_mapped(&self, vunit: u64) -> io::Result<bool> {
+        let st = self.pool.state.read();
+        let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
+        Ok(vol.map.contains_key(&vunit))
+    }
+}
+
+impl BlockDevice for VolumeDevice {
+    fn size(&self) -> u64 {
+        let st = self.pool.state.read();
+        st.volumes.get(&self.id).map_or(0, |v| v.record.size)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check(offset, buf.len() as u64)?;
+        let st = self.pool.state.read();
+        let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
+        let unit_size = self.pool.layout.unit_size();
+        for p in pieces(unit_size, offset, buf.len() as u64) {
+            let out = &mut buf[p.at..p.at + p.len];
+            match vol.map.get(&p.vunit) {
+                Some(&unit) => self.pool.layout.read(unit, p.within, out)?,
+                None => out.fill(0),
+            }
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        self.check(offset, buf.len() as u64)?;
+        let unit_size = self.pool.layout.unit_size();
+        let mut allocated = false;
+        for p in pieces(unit_size, offset, buf.len() as u64) {
+            let data = &buf[p.at..p.at + p.len];
+            if !self.write_in_place(&p, data, fua)? {
+                self.write_allocating(&p, data)?;
+                allocated = true;
+            }
+        }
+        if fua && allocated {
+            // The new mappings must be as durable as the data.
+            self.pool.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.pool.flush()
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        self.check(offset, len)?;
+        let size = self.size();
+        let unit_size = self.pool.layout.unit_size();
+        for p in pieces(unit_size, offset, len) {
+            let unit_end = (p.vunit + 1) * unit_size;
+            let piece_end = p.vunit * unit_size + p.within + p.len as u64;
+            if p.within == 0 && (piece_end == unit_end || piece_end >= size) {
+                self.unmap(p.vunit)?;
+            } else if self.is_mapped(p.vunit)? {
+                // Part of a unit: it must read as zeros afterwards.
+                let zeros = vec![0u8; p.len];
+                let at = p.vunit * unit_size + p.within;
+                self.write_at(&zeros, at, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.discard(offset, len)
+    }
+
+    fn allocation(&self, offset: u64, len: u64) -> io::Result<(Allocation, u64)> {
+        self.check(offset, len)?;
+        let st = self.pool.state.read();
+        let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
+        let unit_size = self.pool.layout.unit_size();
+        let state_of = |vunit: u64| {
+            if vol.map.contains_key(&vunit) {
+                Allocation::Mapped
+            } else {
+                Allocation::Deallocated
+            }
+        };
+        let first = state_of(offset / unit_size);
+        let mut extent = 0;
+        for p in pieces(unit_size, offset, len) {
+            if state_of(p.vunit) != first {
+                break;
+            }
+            extent += p.len as u64;
+        }
+        Ok((first, extent))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            thin: true,
+            volatile_cache: true,
+            may_block: true,
+            discard_zeroes: true,
+            discard: !self.read_only,
+            read_only: self.read_only,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let st = self.pool.state.read();
+        let name = st
+            .volumes
+            .get(&self.id)
+            .map_or("<deleted>".to_string(), |v| v.record.name.clone());
+        let kind = match st.volumes.get(&self.id).map(|v| v.record.kind) {
+            Some(VolumeKind::Snapshot) => "snapshot",
+            _ => "volume",
+        };
+        format!("{kind}:{}/{name}", self.pool.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_split_at_unit_boundaries() {
+        let ps: Vec<(u64, u64, usize, usize)> = pieces(100, 150, 220)
+            .map(|p| (p.vunit, p.within, p.at, p.len))
+            .collect();
+        assert_eq!(ps, vec![(1, 50, 0, 50), (2, 0, 50, 100), (3, 0, 150, 70)]);
+        assert_eq!(pieces(100, 0, 0).count(), 0);
+    }
+}
