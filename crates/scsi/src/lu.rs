@@ -4,7 +4,7 @@
 //! attention of its I_T nexus, the operation code and CDB fields, a running
 //! sanitize, reservations. Then the handler of its module runs.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -66,16 +66,43 @@ pub(crate) struct LuState {
     pub sanitize: SanitizeState,
     /// (target port group, relative target port) of every nexus seen.
     pub ports: BTreeSet<(u16, u16)>,
+    /// Initiators already told about the power on.
+    pub greeted: HashSet<Arc<str>>,
 }
+
+/// Bound on [`LuState::greeted`]; when full it starts over.
+const MAX_GREETED_INITIATORS: usize = 4096;
 
 impl LuState {
     pub fn nexus(&mut self, n: &Nexus) -> &mut NexusState {
         if !self.nexuses.contains_key(n) {
-            self.ports.insert((n.portal_group, n.relative_port));
+            self.admit_nexus(n);
         }
-        self.nexuses
-            .entry(n.clone())
-            .or_insert_with(NexusState::fresh)
+        self.nexuses.entry(n.clone()).or_default()
+    }
+
+    /// Starts tracking `n`. The first I_T nexus of each initiator since the
+    /// LU came up is told POWER ON, RESET OR BUS DEVICE RESET OCCURRED.
+    /// Later nexuses of that initiator are not: an initiator that
+    /// reconnects (libiscsi with a fresh ISID every time) resends its
+    /// pending command at once and would receive the unit attention
+    /// instead of its status, again after every reconnect.
+    fn admit_nexus(&mut self, n: &Nexus) {
+        self.ports.insert((n.portal_group, n.relative_port));
+        let first = if self.greeted.contains(&n.initiator_name) {
+            false
+        } else {
+            if self.greeted.len() >= MAX_GREETED_INITIATORS {
+                self.greeted.clear();
+            }
+            self.greeted.insert(n.initiator_name.clone())
+        };
+        let state = if first {
+            NexusState::fresh()
+        } else {
+            NexusState::default()
+        };
+        self.nexuses.insert(n.clone(), state);
     }
 
     /// Establishes a unit attention for every known nexus except `except`.
@@ -183,6 +210,7 @@ impl LogicalUnit {
                 spc2: None,
                 sanitize: SanitizeState::Idle,
                 ports: BTreeSet::new(),
+                greeted: HashSet::new(),
             }),
             locks: RangeLock::default(),
             sanitize_waiters: Mutex::new(Vec::new()),
@@ -394,8 +422,9 @@ impl LogicalUnit {
     /// A new I_T nexus: it starts with the power on unit attention.
     pub(crate) fn nexus_added(&self, n: &Nexus) {
         let mut st = self.state.lock();
-        st.ports.insert((n.portal_group, n.relative_port));
-        st.nexuses.insert(n.clone(), NexusState::fresh());
+        if !st.nexuses.contains_key(n) {
+            st.admit_nexus(n);
+        }
     }
 
     /// An I_T nexus is gone: its RESERVE(6/10) reservation, PREVENT state
@@ -597,6 +626,28 @@ mod tests {
         assert_eq!(sense_of(&r), (key::UNIT_ATTENTION, 0x29, 0x00));
         assert_eq!(r.data_out_wanted, None);
         assert_eq!(run(&lu, &a, &[0; 6], &[]).status, status::GOOD);
+    }
+
+    #[test]
+    fn power_on_unit_attention_goes_to_the_first_nexus_of_each_initiator() {
+        let lu = lu();
+        let a1 = nexus("a");
+        let a2 = Nexus {
+            isid: [0x80, 0, 0, 0, 0, 2],
+            ..nexus("a")
+        };
+        lu.nexus_added(&a1);
+        assert_eq!(
+            sense_of(&run(&lu, &a1, &[0; 6], &[])).0,
+            key::UNIT_ATTENTION
+        );
+        lu.nexus_lost(&a1);
+        lu.nexus_added(&a2);
+        assert_eq!(run(&lu, &a2, &[0; 6], &[]).status, status::GOOD);
+        assert_eq!(
+            sense_of(&run(&lu, &nexus("b"), &[0; 6], &[])).0,
+            key::UNIT_ATTENTION
+        );
     }
 
     #[test]
