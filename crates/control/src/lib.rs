@@ -18,8 +18,8 @@ use std::path::Path;
 
 pub use error::{ConfigError, Issue, Location};
 pub use model::{
-    Config, Daemon, Device, DeviceKind, Lun, Portal, Target, DEFAULT_DEVICE_SIZE,
-    DEFAULT_ISCSI_PORT,
+    Chap, Config, Daemon, Device, DeviceKind, Group, Lun, Portal, Target, DEFAULT_DEVICE_SIZE,
+    DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
 };
 pub use names::check_iscsi_name;
 pub use runtime::{build, Runtime};
@@ -43,7 +43,27 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
             format!("cannot read the configuration: {e}"),
         )
     })?;
-    parse_config(&text, &origin)
+    let config = parse_config(&text, &origin)?;
+    warn_if_secrets_are_readable(path, &config);
+    Ok(config)
+}
+
+/// CHAP secrets belong in a file only its owner can read (mode 0600).
+fn warn_if_secrets_are_readable(path: &Path, config: &Config) {
+    use std::os::unix::fs::PermissionsExt;
+    if !config.has_secrets() {
+        return;
+    }
+    if let Ok(meta) = std::fs::metadata(path) {
+        let mode = meta.permissions().mode();
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                file = %path.display(),
+                mode = format_args!("{:o}", mode & 0o777),
+                "the configuration holds CHAP secrets but others may read it; chmod 600 it"
+            );
+        }
+    }
 }
 
 /// Parses and validates configuration text; `origin` names it in errors.

@@ -20,7 +20,15 @@ pub struct Config {
     pub portals: Vec<Portal>,
     pub devices: Vec<Device>,
     pub targets: Vec<Target>,
+    /// CHAP every discovery session must pass.
+    pub discovery_chap: Option<Chap>,
 }
+
+/// CHAP credentials (secrets are hidden from `Debug`).
+pub type Chap = iscsi::auth_chap::ChapRequirement;
+
+/// Name of the group that serves initiators no other group names.
+pub const DEFAULT_GROUP: &str = "default";
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Daemon {
@@ -69,6 +77,22 @@ pub struct Target {
     pub alias: Option<String>,
     /// Portals this target is offered on; `None` means every portal.
     pub portals: Option<Vec<SocketAddr>>,
+    /// LUNs every initiator sees; empty when the target has groups.
+    pub luns: Vec<Lun>,
+    /// CHAP every login to the target must pass, unless its group has its own.
+    pub chap: Option<Chap>,
+    /// Initiator groups; with any, initiators no group names are refused
+    /// unless there is a group named [`DEFAULT_GROUP`].
+    pub groups: Vec<Group>,
+    pub at: Option<Location>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub name: String,
+    /// Initiator names or patterns with `*` and `?`.
+    pub initiators: Vec<String>,
+    pub chap: Option<Chap>,
     pub luns: Vec<Lun>,
     pub at: Option<Location>,
 }
@@ -78,6 +102,8 @@ pub struct Lun {
     pub lun: u64,
     /// Name of a [`Device`].
     pub device: String,
+    /// Writes through this mapping fail with DATA PROTECT.
+    pub read_only: bool,
     pub at: Option<Location>,
 }
 
@@ -97,6 +123,15 @@ impl Config {
         for target in &mut self.targets {
             target.portals = None;
         }
+    }
+
+    /// Whether any CHAP secret is configured.
+    pub fn has_secrets(&self) -> bool {
+        self.discovery_chap.is_some()
+            || self
+                .targets
+                .iter()
+                .any(|t| t.chap.is_some() || t.groups.iter().any(|g| g.chap.is_some()))
     }
 
     pub fn device(&self, name: &str) -> Option<&Device> {

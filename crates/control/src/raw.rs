@@ -8,6 +8,7 @@ use toml::Spanned;
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     pub daemon: Option<RawDaemon>,
+    pub discovery: Option<RawDiscovery>,
     #[serde(default)]
     pub portal: Vec<Spanned<RawPortal>>,
     #[serde(default)]
@@ -20,6 +21,24 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub struct RawDaemon {
     pub state_dir: Option<Spanned<String>>,
+}
+
+/// Settings of discovery (SendTargets) sessions.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDiscovery {
+    pub chap: Option<Spanned<RawChap>>,
+}
+
+/// CHAP credentials: what initiators must know, and for mutual CHAP what
+/// the target answers with.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawChap {
+    pub user: Spanned<String>,
+    pub secret: Spanned<String>,
+    pub mutual_user: Option<Spanned<String>>,
+    pub mutual_secret: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -59,6 +78,21 @@ pub struct RawTarget {
     pub name: Spanned<String>,
     pub alias: Option<Spanned<String>>,
     pub portals: Option<Spanned<Vec<Spanned<String>>>>,
+    pub chap: Option<Spanned<RawChap>>,
+    #[serde(default)]
+    pub lun: Vec<Spanned<RawLun>>,
+    #[serde(default)]
+    pub group: Vec<Spanned<RawGroup>>,
+}
+
+/// An initiator group of a target with its own LUN map.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGroup {
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub initiators: Vec<Spanned<String>>,
+    pub chap: Option<Spanned<RawChap>>,
     #[serde(default)]
     pub lun: Vec<Spanned<RawLun>>,
 }
@@ -68,4 +102,5 @@ pub struct RawTarget {
 pub struct RawLun {
     pub lun: Spanned<i64>,
     pub device: Spanned<String>,
+    pub read_only: Option<bool>,
 }

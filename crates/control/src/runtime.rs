@@ -11,7 +11,10 @@ use block::{BlockDevice, FileDevice, FileOptions, MemDevice, NullDevice};
 use scsi::{LogicalUnit, LuConfig, LuRegistry};
 
 use crate::error::{ConfigError, Issue};
-use crate::model::{Config, Device, DeviceKind};
+use crate::model::{Config, Device, DeviceKind, Lun, DEFAULT_GROUP};
+use iscsi::access::{AccessList, Group, InitiatorPattern, SharedAccess, TargetAccess};
+use iscsi::auth_chap::ChapAuthenticator;
+use scsi_api::ScsiTarget;
 
 /// Every iSCSI target of one configuration sits in one portal group.
 const PORTAL_GROUP: u16 = 1;
@@ -20,6 +23,9 @@ pub struct Runtime {
     pub targets: Vec<iscsi::Target>,
     pub listen: Vec<SocketAddr>,
     pub options: iscsi::ServerOptions,
+    /// Who may use which target, and the CHAP they must pass; replaced on
+    /// a live configuration change.
+    pub access: Arc<SharedAccess>,
     /// Every logical unit by device name, to flush them on shutdown.
     units: Vec<(String, Arc<LogicalUnit>)>,
 }
@@ -125,9 +131,16 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
     let used: BTreeSet<&str> = config
         .targets
         .iter()
-        .flat_map(|t| t.luns.iter().map(|l| l.device.as_str()))
+        .flat_map(|t| {
+            t.luns
+                .iter()
+                .chain(t.groups.iter().flat_map(|g| g.luns.iter()))
+                .map(|l| l.device.as_str())
+        })
         .collect();
     let mut units: HashMap<&str, Arc<LogicalUnit>> = HashMap::new();
+    // The devices under the units, for read-only mappings of them.
+    let mut opened: HashMap<&str, Arc<dyn BlockDevice>> = HashMap::new();
     for (i, dev) in config.devices.iter().enumerate() {
         if !used.contains(dev.name.as_str()) {
             tracing::warn!(device = %dev.name, "device is not mapped to any target; not opened");
@@ -161,9 +174,10 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
             tracing::warn!(device = %dev.name, size, block_size = dev.block_size, "size is not a whole number of blocks; the tail is not used");
         }
         tracing::info!(device = %dev.name, backing = %device.describe(), size, "opened device");
-        match LogicalUnit::new(device, lu_config(config, dev)) {
+        match LogicalUnit::new(device.clone(), lu_config(config, dev)) {
             Ok(lu) => {
                 units.insert(dev.name.as_str(), lu);
+                opened.insert(dev.name.as_str(), device);
             }
             Err(e) => fail(
                 dev.at,
@@ -177,14 +191,57 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
     }
 
     let registry = LuRegistry::new();
+    let mut views = Views {
+        config,
+        units: &units,
+        devices: &opened,
+        read_only: HashMap::new(),
+        error: None,
+    };
+    let mut access = AccessList::new();
+    access.discovery_chap = config.discovery_chap.clone();
     let mut targets = Vec::with_capacity(config.targets.len());
     for target in &config.targets {
-        let luns: BTreeMap<u64, Arc<LogicalUnit>> = target
-            .luns
-            .iter()
-            .filter_map(|l| units.get(l.device.as_str()).map(|lu| (l.lun, lu.clone())))
-            .collect();
-        let scsi_target = scsi::Target::new(&target.name, luns, registry.clone());
+        let scsi_target = if target.groups.is_empty() {
+            let view = views.view(&target.name, &target.luns, Some(&registry));
+            if target.chap.is_some() {
+                access.set_target(
+                    &target.name,
+                    TargetAccess {
+                        groups: Vec::new(),
+                        default_view: Some(view.clone()),
+                        chap: target.chap.clone(),
+                    },
+                );
+            }
+            view
+        } else {
+            let mut rules = TargetAccess {
+                chap: target.chap.clone(),
+                ..TargetAccess::default()
+            };
+            for group in &target.groups {
+                // A group's EXTENDED COPY reaches only the LUs it sees.
+                let view: Arc<dyn ScsiTarget> = views.view(&target.name, &group.luns, None);
+                if group.name == DEFAULT_GROUP {
+                    rules.default_view = Some(view);
+                    continue;
+                }
+                rules.groups.push(Group {
+                    name: group.name.clone(),
+                    members: group
+                        .initiators
+                        .iter()
+                        .map(|i| InitiatorPattern::new(i))
+                        .collect(),
+                    view,
+                    chap: group.chap.clone(),
+                });
+            }
+            access.set_target(&target.name, rules);
+            // Sessions always get a group's view; this one is never used.
+            scsi::Target::new(&target.name, BTreeMap::new(), LuRegistry::new())
+        };
         targets.push(iscsi::Target {
             name: target.name.clone(),
             alias: target.alias.clone(),
@@ -193,6 +250,22 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
             scsi: scsi_target,
         });
     }
+    if let Some((name, e)) = views.error.take() {
+        return Err(ConfigError::new(
+            origin,
+            vec![Issue {
+                location: config.device(&name).and_then(|d| d.at),
+                field: format!("device `{name}`"),
+                reason: format!("cannot create the read-only logical unit: {e}"),
+            }],
+        ));
+    }
+    let access = SharedAccess::new(access);
+    let options = iscsi::ServerOptions {
+        authenticator: Arc::new(ChapAuthenticator::new(access.clone())),
+        access: access.clone(),
+        ..iscsi::ServerOptions::default()
+    };
 
     let mut units: Vec<(String, Arc<LogicalUnit>)> = units
         .into_iter()
@@ -202,9 +275,75 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
     Ok(Runtime {
         targets,
         listen: config.portals.iter().map(|p| p.listen).collect(),
-        options: iscsi::ServerOptions::default(),
+        options,
+        access,
         units,
     })
+}
+
+/// Builds the SCSI views (LUN maps) of targets and groups.
+struct Views<'a> {
+    config: &'a Config,
+    units: &'a HashMap<&'a str, Arc<LogicalUnit>>,
+    devices: &'a HashMap<&'a str, Arc<dyn BlockDevice>>,
+    /// Read-only logical units over the devices of read-only mappings.
+    read_only: HashMap<String, Arc<LogicalUnit>>,
+    error: Option<(String, io::Error)>,
+}
+
+impl Views<'_> {
+    /// A SCSI target with `luns`. `shared` is the daemon-wide registry for
+    /// EXTENDED COPY; without it, or when a mapping is read-only, the view
+    /// gets a registry of its own LUs only, so a copy cannot reach around
+    /// the mapping.
+    fn view(
+        &mut self,
+        name: &str,
+        luns: &[Lun],
+        shared: Option<&Arc<LuRegistry>>,
+    ) -> Arc<scsi::Target> {
+        let mut map = BTreeMap::new();
+        for l in luns {
+            let lu = if l.read_only {
+                self.read_only_unit(&l.device)
+            } else {
+                self.units.get(l.device.as_str()).cloned()
+            };
+            if let Some(lu) = lu {
+                map.insert(l.lun, lu);
+            }
+        }
+        let registry = match shared {
+            Some(r) if !luns.iter().any(|l| l.read_only) => r.clone(),
+            _ => LuRegistry::new(),
+        };
+        scsi::Target::new(name, map, registry)
+    }
+
+    /// The read-only logical unit of `device`: the same device and
+    /// identity, refusing writes. It keeps its own reservations.
+    fn read_only_unit(&mut self, device: &str) -> Option<Arc<LogicalUnit>> {
+        if let Some(lu) = self.read_only.get(device) {
+            return Some(lu.clone());
+        }
+        let block = self.devices.get(device)?.clone();
+        let dev = self.config.device(device)?;
+        let config = LuConfig {
+            read_only: true,
+            pr_state_file: None,
+            ..lu_config(self.config, dev)
+        };
+        match LogicalUnit::new(block, config) {
+            Ok(ro) => {
+                self.read_only.insert(device.to_string(), ro.clone());
+                Some(ro)
+            }
+            Err(e) => {
+                self.error.get_or_insert((device.to_string(), e));
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -306,6 +445,99 @@ device = "img"
         assert_eq!(runtime.targets[1].portals.len(), 2);
         assert_eq!(runtime.targets[1].alias.as_deref(), Some("second"));
         runtime.flush_all().unwrap();
+    }
+
+    #[test]
+    fn groups_become_views_and_access_rules() {
+        use iscsi::access::{AccessPolicy, Admission};
+        use iscsi::auth_chap::ChapPolicy;
+        use scsi_api::{Nexus, ScsiCommand, TaskAttr};
+
+        let text = r#"
+[[portal]]
+listen = "127.0.0.1:3260"
+[[device]]
+name = "d"
+kind = "mem"
+size = "1M"
+[[target]]
+name = "iqn.2026-11.org.example:open"
+[[target.lun]]
+lun = 0
+device = "d"
+[[target]]
+name = "iqn.2026-11.org.example:guarded"
+chap = { user = "u", secret = "twelve-bytes" }
+[[target.group]]
+name = "hosts"
+initiators = ["iqn.2026-11.org.example:host*"]
+[[target.group.lun]]
+lun = 201
+device = "d"
+read_only = true
+[[target.group]]
+name = "default"
+[[target.group.lun]]
+lun = 5
+device = "d"
+"#;
+        let runtime = build(&parse_config(text, "t.toml").unwrap()).unwrap();
+        let access = runtime.access.current();
+        assert!(matches!(
+            access.admit("iqn.any", "iqn.2026-11.org.example:open"),
+            Admission::Open
+        ));
+        assert!(access
+            .chap_for("iqn.any", Some("iqn.2026-11.org.example:open"))
+            .is_none());
+        assert!(access.chap_for("iqn.any", None).is_none());
+        let guarded = "iqn.2026-11.org.example:guarded";
+        assert_eq!(
+            access
+                .chap_for("iqn.any", Some(guarded))
+                .unwrap()
+                .initiator
+                .user,
+            "u"
+        );
+        let Admission::View(host) = access.admit("iqn.2026-11.org.example:host1", guarded) else {
+            panic!("hosts are admitted")
+        };
+        let Admission::View(other) = access.admit("iqn.2026-11.org.example:other", guarded) else {
+            panic!("the default group admits the rest")
+        };
+        let nexus = Nexus {
+            initiator_name: "iqn.2026-11.org.example:host1".into(),
+            isid: [0; 6],
+            target_name: guarded.into(),
+            relative_port: 1,
+            portal_group: 1,
+        };
+        assert!(host.lun_exists(&nexus, 201));
+        assert!(!host.lun_exists(&nexus, 5));
+        assert!(other.lun_exists(&nexus, 5));
+        // WRITE(10) of one block through the read-only mapping.
+        let cdb = [0x2a, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+        let data = vec![0u8; 512];
+        let cmd = ScsiCommand {
+            lun: 201,
+            cdb: &cdb,
+            data_out: &data,
+            data_in_len: 0,
+            data_out_len: 512,
+            task_attr: TaskAttr::Simple,
+            tag: 1,
+        };
+        host.nexus_added(&nexus);
+        // The first command reports the power-on unit attention.
+        let mut r = host.execute(&nexus, &cmd);
+        if r.sense.get(2).is_some_and(|k| k & 0x0f == 0x06) {
+            r = host.execute(&nexus, &cmd);
+        }
+        assert_eq!(r.status, 0x02);
+        // DATA PROTECT, WRITE PROTECTED.
+        assert_eq!(r.sense[2] & 0x0f, 0x07);
+        assert_eq!((r.sense[12], r.sense[13]), (0x27, 0x00));
     }
 
     #[test]

@@ -320,3 +320,118 @@ fn load_config_names_unreadable_files() {
         "{err}"
     );
 }
+
+const GROUPS: &str = r#"
+[[portal]]
+listen = "127.0.0.1:3260"
+
+[discovery]
+chap = { user = "disc", secret = "discovery-secret" }
+
+[[device]]
+name = "d0"
+kind = "mem"
+
+[[target]]
+name = "iqn.2026-11.org.example:t0"
+chap = { user = "tuser", secret = "target-secret-1", mutual_user = "tgt", mutual_secret = "mutual-secret-1" }
+
+[[target.group]]
+name = "esx"
+initiators = ["iqn.1998-01.com.vmware:esx1", "iqn.1998-01.com.vmware:esx-*"]
+[[target.group.lun]]
+lun = 201
+device = "d0"
+
+[[target.group]]
+name = "backup"
+initiators = ["iqn.2026-11.org.example:backup"]
+chap = { user = "buser", secret = "backup-secret-1" }
+[[target.group.lun]]
+lun = 0
+device = "d0"
+read_only = true
+"#;
+
+#[test]
+fn groups_and_chap_parse() {
+    let c = parse_config(GROUPS, "test.toml").unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.has_secrets());
+    assert_eq!(c.discovery_chap.as_ref().unwrap().initiator.user, "disc");
+    let t = &c.targets[0];
+    assert!(t.luns.is_empty());
+    let chap = t.chap.as_ref().unwrap();
+    assert_eq!(chap.mutual.as_ref().unwrap().user, "tgt");
+    assert_eq!(t.groups.len(), 2);
+    assert_eq!(t.groups[0].initiators.len(), 2);
+    assert_eq!(t.groups[0].luns[0].lun, 201);
+    assert!(!t.groups[0].luns[0].read_only);
+    assert!(t.groups[1].luns[0].read_only);
+    assert_eq!(t.groups[1].chap.as_ref().unwrap().initiator.user, "buser");
+    // Secrets stay out of debug output.
+    assert!(!format!("{c:?}").contains("target-secret-1"));
+    assert!(!parse_config(MINIMAL, "m.toml").unwrap().has_secrets());
+}
+
+#[test]
+fn access_errors_name_the_field_and_never_the_secret() {
+    let short = GROUPS.replace("backup-secret-1", "short");
+    let msg = errors(&short);
+    assert!(
+        msg.contains("test.toml:26:") && msg.contains("target[0].group[1].chap.secret"),
+        "{msg}"
+    );
+    assert!(msg.contains("at least 12 bytes"), "{msg}");
+    assert!(!msg.contains("short\""), "{msg}");
+
+    assert_error(
+        &GROUPS.replace("mutual-secret-1", "target-secret-1"),
+        &["target[0].chap.mutual_secret: must differ from `secret`"],
+    );
+    assert_error(
+        &GROUPS.replace(", mutual_secret = \"mutual-secret-1\"", ""),
+        &["target[0].chap.mutual_user: mutual CHAP needs both"],
+    );
+    assert_error(
+        &GROUPS.replace(
+            "\"iqn.2026-11.org.example:backup\"",
+            "\"iqn.1998-01.com.vmware:esx1\"",
+        ),
+        &["target[0].group[1].initiators[0]: `iqn.1998-01.com.vmware:esx1` is already a member of group `esx`"],
+    );
+    assert_error(
+        &GROUPS.replace("name = \"backup\"", "name = \"esx\""),
+        &["target[0].group[1].name: group `esx` is already defined"],
+    );
+    assert_error(
+        &GROUPS.replace("esx-*", "esx *"),
+        &["target[0].group[0].initiators[1]: an initiator pattern has no spaces"],
+    );
+    assert_error(
+        &GROUPS.replace("\"iqn.2026-11.org.example:backup\"", "\"not-a-name\""),
+        &["target[0].group[1].initiators[0]"],
+    );
+    assert_error(
+        &GROUPS.replace("name = \"backup\"", "name = \"default\""),
+        &["target[0].group[1].initiators: the `default` group serves initiators no other group names"],
+    );
+    assert_error(
+        &GROUPS.replace("lun = 201\ndevice = \"d0\"", "lun = 201\ndevice = \"nope\""),
+        &["target[0].group[0].lun[0].device: no [[device]] is named `nope`"],
+    );
+    let with_target_luns = GROUPS.replace(
+        "[[target.group]]\nname = \"esx\"",
+        "[[target.lun]]\nlun = 3\ndevice = \"d0\"\n\n[[target.group]]\nname = \"esx\"",
+    );
+    assert_error(
+        &with_target_luns,
+        &["target[0].lun: a target with groups maps LUNs in its groups"],
+    );
+    assert_error(
+        &GROUPS.replace(
+            "[discovery]\nchap = { user = \"disc\", ",
+            "[discovery]\nchap = { user = \"\", ",
+        ),
+        &["discovery.chap.user: must not be empty"],
+    );
+}

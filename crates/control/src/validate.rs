@@ -6,15 +6,16 @@ use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::path::PathBuf;
 
+use iscsi::auth_chap::{ChapCredentials, Secret};
 use toml::Spanned;
 
 use crate::error::{ConfigError, Issue, Location};
 use crate::model::{
-    Config, Daemon, Device, DeviceKind, Lun, Portal, Target, DEFAULT_DEVICE_SIZE,
-    DEFAULT_ISCSI_PORT,
+    Chap, Config, Daemon, Device, DeviceKind, Group, Lun, Portal, Target, DEFAULT_DEVICE_SIZE,
+    DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
 };
 use crate::names::{check_ascii_field, check_device_name, check_iscsi_name, parse_naa};
-use crate::raw::{RawConfig, RawDevice, RawKind, RawTarget};
+use crate::raw::{RawChap, RawConfig, RawDevice, RawGroup, RawKind, RawLun, RawTarget};
 use crate::size::parse_size;
 
 /// Highest LUN the flat addressing of SAM can carry.
@@ -312,6 +313,198 @@ impl Checker<'_> {
         out
     }
 
+    /// A LUN map: `[[...lun]]` entries under `prefix`.
+    fn lun_map(&mut self, prefix: &str, raw: Vec<Spanned<RawLun>>, devices: &[String]) -> Vec<Lun> {
+        let mut luns: Vec<Lun> = Vec::new();
+        for (j, entry) in raw.into_iter().enumerate() {
+            let at = self.at(&entry.span());
+            let lun = entry.into_inner();
+            let lfield = |name: &str| format!("{prefix}.lun[{j}].{name}");
+            let number = *lun.lun.get_ref();
+            let Ok(number) = u64::try_from(number).map_err(drop).and_then(|n| {
+                if n <= MAX_LUN {
+                    Ok(n)
+                } else {
+                    Err(())
+                }
+            }) else {
+                self.fail(
+                    &lun.lun.span(),
+                    lfield("lun"),
+                    format!("LUN {number} is outside 0..={MAX_LUN}"),
+                );
+                continue;
+            };
+            if luns.iter().any(|l| l.lun == number) {
+                self.fail(
+                    &lun.lun.span(),
+                    lfield("lun"),
+                    format!("LUN {number} is already mapped here"),
+                );
+                continue;
+            }
+            let device = lun.device.get_ref();
+            if !devices.contains(device) {
+                self.fail(
+                    &lun.device.span(),
+                    lfield("device"),
+                    format!("no [[device]] is named `{device}`"),
+                );
+                continue;
+            }
+            luns.push(Lun {
+                lun: number,
+                device: device.clone(),
+                read_only: lun.read_only.unwrap_or(false),
+                at,
+            });
+        }
+        luns.sort_by_key(|l| l.lun);
+        luns
+    }
+
+    /// CHAP credentials under `prefix`.
+    fn chap(&mut self, prefix: &str, raw: Spanned<RawChap>) -> Option<Chap> {
+        let before = self.issues.len();
+        let table = raw.span();
+        let raw = raw.into_inner();
+        let user = self.chap_user(prefix, "user", &raw.user);
+        let secret = self.chap_secret(prefix, "secret", &raw.secret);
+        let mutual = match (&raw.mutual_user, &raw.mutual_secret) {
+            (None, None) => None,
+            (Some(u), Some(s)) => {
+                let user = self.chap_user(prefix, "mutual_user", u);
+                let secret = self.chap_secret(prefix, "mutual_secret", s);
+                if s.get_ref() == raw.secret.get_ref() {
+                    self.fail(
+                        &s.span(),
+                        format!("{prefix}.mutual_secret"),
+                        "must differ from `secret`: each direction has its own secret",
+                    );
+                }
+                user.zip(secret)
+            }
+            _ => {
+                self.fail(
+                    &table,
+                    format!("{prefix}.mutual_user"),
+                    "mutual CHAP needs both `mutual_user` and `mutual_secret`",
+                );
+                None
+            }
+        };
+        if self.issues.len() != before {
+            return None;
+        }
+        Some(Chap {
+            initiator: ChapCredentials {
+                user: user?,
+                secret: secret?,
+            },
+            mutual: mutual.map(|(user, secret)| ChapCredentials { user, secret }),
+        })
+    }
+
+    fn chap_user(&mut self, prefix: &str, name: &str, raw: &Spanned<String>) -> Option<String> {
+        let text = raw.get_ref();
+        let ok = if text.is_empty() {
+            Err("must not be empty".to_string())
+        } else if text.len() > 255 {
+            Err("a CHAP name has at most 255 bytes".to_string())
+        } else if text.chars().any(char::is_control) {
+            Err("a CHAP name has no control characters".to_string())
+        } else {
+            Ok(text.clone())
+        };
+        self.check(&raw.span(), || format!("{prefix}.{name}"), ok)
+    }
+
+    /// The reason never quotes the secret.
+    fn chap_secret(&mut self, prefix: &str, name: &str, raw: &Spanned<String>) -> Option<Secret> {
+        self.check(
+            &raw.span(),
+            || format!("{prefix}.{name}"),
+            Secret::new(raw.get_ref()),
+        )
+    }
+
+    fn groups(&mut self, i: usize, raw: Vec<Spanned<RawGroup>>, devices: &[String]) -> Vec<Group> {
+        let mut out: Vec<Group> = Vec::new();
+        // Exact initiator names already placed in a group, with the group.
+        let mut placed: HashMap<String, String> = HashMap::new();
+        for (j, entry) in raw.into_iter().enumerate() {
+            let before = self.issues.len();
+            let table = entry.span();
+            let raw = entry.into_inner();
+            let prefix = format!("target[{i}].group[{j}]");
+            let name = raw.name.get_ref().clone();
+            self.check(
+                &raw.name.span(),
+                || format!("{prefix}.name"),
+                check_device_name(&name),
+            );
+            if out.iter().any(|g| g.name == name) {
+                self.fail(
+                    &raw.name.span(),
+                    format!("{prefix}.name"),
+                    format!("group `{name}` is already defined in this target"),
+                );
+            }
+            let is_default = name == DEFAULT_GROUP;
+            if is_default && !raw.initiators.is_empty() {
+                self.fail(
+                    &raw.initiators[0].span(),
+                    format!("{prefix}.initiators"),
+                    format!("the `{DEFAULT_GROUP}` group serves initiators no other group names; it lists none"),
+                );
+            }
+            if !is_default && raw.initiators.is_empty() {
+                self.fail(
+                    &table,
+                    format!("{prefix}.initiators"),
+                    "lists no initiator (names, or patterns with `*` and `?`)",
+                );
+            }
+            let mut initiators = Vec::new();
+            for (k, entry) in raw.initiators.iter().enumerate() {
+                let text = entry.get_ref();
+                let ifield = || format!("{prefix}.initiators[{k}]");
+                let ok = check_initiator(text);
+                if self.check(&entry.span(), ifield, ok).is_none() {
+                    continue;
+                }
+                if !text.contains(['*', '?']) {
+                    let key = text.to_ascii_lowercase();
+                    if let Some(other) = placed.get(&key) {
+                        self.fail(
+                            &entry.span(),
+                            ifield(),
+                            format!("`{text}` is already a member of group `{other}`"),
+                        );
+                        continue;
+                    }
+                    placed.insert(key, name.clone());
+                }
+                initiators.push(text.clone());
+            }
+            let chap = raw
+                .chap
+                .and_then(|c| self.chap(&format!("{prefix}.chap"), c));
+            let luns = self.lun_map(&prefix, raw.lun, devices);
+            if self.issues.len() != before {
+                continue;
+            }
+            out.push(Group {
+                name,
+                initiators,
+                chap,
+                luns,
+                at: self.at(&table),
+            });
+        }
+        out
+    }
+
     fn target(
         &mut self,
         i: usize,
@@ -370,50 +563,24 @@ impl Checker<'_> {
             addrs
         });
 
-        let mut luns: Vec<Lun> = Vec::new();
-        for (j, entry) in raw.lun.into_iter().enumerate() {
-            let at = self.at(&entry.span());
-            let lun = entry.into_inner();
-            let lfield = |name: &str| format!("target[{i}].lun[{j}].{name}");
-            let number = *lun.lun.get_ref();
-            let Ok(number) = u64::try_from(number).map_err(drop).and_then(|n| {
-                if n <= MAX_LUN {
-                    Ok(n)
-                } else {
-                    Err(())
-                }
-            }) else {
+        let has_groups = !raw.group.is_empty();
+        if has_groups {
+            if let Some(first) = raw.lun.first() {
                 self.fail(
-                    &lun.lun.span(),
-                    lfield("lun"),
-                    format!("LUN {number} is outside 0..={MAX_LUN}"),
+                    &first.span(),
+                    field("lun"),
+                    format!(
+                        "a target with groups maps LUNs in its groups; \
+                         a group named `{DEFAULT_GROUP}` serves initiators no group names"
+                    ),
                 );
-                continue;
-            };
-            if luns.iter().any(|l| l.lun == number) {
-                self.fail(
-                    &lun.lun.span(),
-                    lfield("lun"),
-                    format!("LUN {number} is already mapped in this target"),
-                );
-                continue;
             }
-            let device = lun.device.get_ref();
-            if !devices.contains(device) {
-                self.fail(
-                    &lun.device.span(),
-                    lfield("device"),
-                    format!("no [[device]] is named `{device}`"),
-                );
-                continue;
-            }
-            luns.push(Lun {
-                lun: number,
-                device: device.clone(),
-                at,
-            });
         }
-        luns.sort_by_key(|l| l.lun);
+        let luns = self.lun_map(&format!("target[{i}]"), raw.lun, devices);
+        let chap = raw
+            .chap
+            .and_then(|c| self.chap(&format!("target[{i}].chap"), c));
+        let groups = self.groups(i, raw.group, devices);
 
         if self.issues.len() != before {
             return None;
@@ -423,6 +590,8 @@ impl Checker<'_> {
             alias,
             portals: target_portals,
             luns,
+            chap,
+            groups,
             at: self.at(table),
         })
     }
@@ -434,6 +603,10 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
         issues: Vec::new(),
     };
     let daemon = c.daemon(raw.daemon);
+    let discovery_chap = raw
+        .discovery
+        .and_then(|d| d.chap)
+        .and_then(|chap| c.chap("discovery.chap", chap));
     let portals = c.portals(raw.portal);
     let (devices, declared) = c.devices(raw.device);
     let targets = c.targets(raw.target, &declared, &portals);
@@ -449,5 +622,21 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
         portals,
         devices,
         targets,
+        discovery_chap,
     })
+}
+
+/// An initiator in a group: an iSCSI name, or a pattern with `*` and `?`.
+fn check_initiator(text: &str) -> Result<(), String> {
+    if text.contains(['*', '?']) {
+        if text.len() > 223 {
+            return Err("an initiator pattern has at most 223 bytes".into());
+        }
+        if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err("an initiator pattern has no spaces or control characters".into());
+        }
+        Ok(())
+    } else {
+        check_iscsi_name(text)
+    }
 }
