@@ -87,19 +87,15 @@ impl LogicalUnit {
 
     /// The Data-Out of a write of `e`: all of it, or the whole blocks that
     /// arrived when the initiator sent less than the CDB describes (the
-    /// transport reports the shortfall as residual overflow). A partial
-    /// block cannot be written.
-    fn write_data<'a>(&self, ctx: &'a Ctx<'_>, e: &Extent) -> Result<&'a [u8], Sense> {
+    /// transport reports the shortfall as residual overflow). A trailing
+    /// part of a block is not written: a block is written whole or not at
+    /// all.
+    fn write_data<'a>(&self, ctx: &'a Ctx<'_>, e: &Extent) -> &'a [u8] {
         let bs = u64::from(self.block_size);
         let want = (e.blocks * bs) as usize;
         let data = ctx.cmd.data_out;
-        if data.len() >= want {
-            return Ok(&data[..want]);
-        }
-        if !(data.len() as u64).is_multiple_of(bs) {
-            return Err(Sense::illegal(asc::INVALID_FIELD_IN_INFORMATION_UNIT));
-        }
-        Ok(data)
+        let whole = (data.len() as u64 / bs * bs) as usize;
+        &data[..want.min(whole)]
     }
 
     pub(crate) fn read(&self, ctx: &Ctx<'_>) -> Outcome {
@@ -116,7 +112,7 @@ impl LogicalUnit {
         let e = extent(cdb);
         self.check_transfer(&e)?;
         self.check_writable()?;
-        let data = self.write_data(ctx, &e)?;
+        let data = self.write_data(ctx, &e);
         if !data.is_empty() {
             self.write_blocks(e.lba, data, fua_of(cdb))?;
         }
@@ -171,7 +167,7 @@ impl LogicalUnit {
         let e = extent(cdb);
         self.check_transfer(&e)?;
         self.check_writable()?;
-        let data = self.write_data(ctx, &e)?;
+        let data = self.write_data(ctx, &e);
         if data.is_empty() {
             return Ok(ScsiResponse::good());
         }
@@ -192,7 +188,7 @@ impl LogicalUnit {
         let e = extent(cdb);
         self.check_transfer(&e)?;
         self.check_writable()?;
-        let data = self.write_data(ctx, &e)?;
+        let data = self.write_data(ctx, &e);
         if data.is_empty() {
             return Ok(ScsiResponse::good());
         }
@@ -390,9 +386,11 @@ mod tests {
         assert_eq!(r.data_out_wanted, Some(1024));
         let back = run(&lu, &a, &rw10(op::READ_10, 0, 0, 2), &[]).data_in;
         assert!(back[..512].iter().all(|&b| b == b'b') && back[512..].iter().all(|&b| b == b'a'));
-        // Part of a block cannot be written.
+        // Part of a block is not written.
         let r = run(&lu, &a, &rw10(op::WRITE_10, 0, 0, 1), &[0; 200]);
-        assert_eq!(sense_of(&r), (key::ILLEGAL_REQUEST, 0x0E, 0x03));
+        assert_eq!(r.status, status::GOOD);
+        let back = run(&lu, &a, &rw10(op::READ_10, 0, 0, 1), &[]).data_in;
+        assert!(back.iter().all(|&b| b == b'b'));
         // Nothing sent at all: nothing written, GOOD.
         assert_eq!(
             run(&lu, &a, &rw10(op::WRITE_10, 0, 0, 1), &[]).status,
