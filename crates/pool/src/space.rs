@@ -76,6 +76,11 @@ impl Space {
         self.refs.get(i) == Some(&1) && self.committed.get(i).is_some_and(|&c| c <= 1)
     }
 
+    /// Whether the committed state maps the unit at all.
+    pub fn is_committed(&self, unit: u64) -> bool {
+        self.committed.get(unit as usize).is_some_and(|&c| c > 0)
+    }
+
     /// A unit that nothing refers to and that is not held.
     pub fn find_free(&mut self) -> io::Result<u64> {
         let total = self.total();

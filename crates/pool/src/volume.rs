@@ -48,6 +48,16 @@ fn pieces(unit_size: u64, offset: u64, len: u64) -> impl Iterator<Item = Piece> 
     })
 }
 
+/// What became of a write to a unit this volume may own alone.
+enum InPlace {
+    /// Written to a unit whose mapping is committed.
+    Done,
+    /// Written, but the unit's mapping is not committed yet.
+    DoneUncommitted,
+    /// The unit is shared or unmapped: the write needs a new unit.
+    Shared,
+}
+
 fn gone() -> io::Error {
     io::Error::new(io::ErrorKind::NotFound, "the volume was deleted")
 }
@@ -77,15 +87,19 @@ impl VolumeDevice {
     }
 
     /// Writes one piece if its unit belongs to this volume alone.
-    fn write_in_place(&self, p: &Piece, data: &[u8], fua: bool) -> io::Result<bool> {
+    fn write_in_place(&self, p: &Piece, data: &[u8], fua: bool) -> io::Result<InPlace> {
         let st = self.pool.state.read();
         let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
         match vol.map.get(&p.vunit) {
             Some(&unit) if st.space.exclusive(unit) => {
                 self.pool.layout.write(unit, p.within, data, fua)?;
-                Ok(true)
+                if st.space.is_committed(unit) {
+                    Ok(InPlace::Done)
+                } else {
+                    Ok(InPlace::DoneUncommitted)
+                }
             }
-            _ => Ok(false),
+            _ => Ok(InPlace::Shared),
         }
     }
 
@@ -161,16 +175,21 @@ impl BlockDevice for VolumeDevice {
         }
         self.check(offset, buf.len() as u64)?;
         let unit_size = self.pool.layout.unit_size();
-        let mut allocated = false;
+        // Whether a mapping this write relies on is not committed yet.
+        let mut uncommitted = false;
         for p in pieces(unit_size, offset, buf.len() as u64) {
             let data = &buf[p.at..p.at + p.len];
-            if !self.write_in_place(&p, data, fua)? {
-                self.write_allocating(&p, data)?;
-                allocated = true;
+            match self.write_in_place(&p, data, fua)? {
+                InPlace::Done => {}
+                InPlace::DoneUncommitted => uncommitted = true,
+                InPlace::Shared => {
+                    self.write_allocating(&p, data)?;
+                    uncommitted = true;
+                }
             }
         }
-        if fua && allocated {
-            // The new mappings must be as durable as the data.
+        if fua && uncommitted {
+            // The mappings must be as durable as the data.
             self.pool.flush()?;
         }
         Ok(())
