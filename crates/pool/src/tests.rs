@@ -185,3 +185,35 @@ fn metadata_in_a_file_beside_the_pool() {
     assert_eq!(pool.volumes().len(), 1);
     assert_eq!(pool.space().total_units, 63);
 }
+
+#[test]
+fn a_unit_still_shared_in_committed_metadata_is_copied_before_writing() {
+    use block::FaultyDevice;
+    let data = Arc::new(FaultyDevice::new(Arc::new(MemDevice::new(9 * UNIT))));
+    let meta = MetadataLocation::Device(Arc::new(MemDevice::new(8 << 20)));
+    let devices: Vec<Arc<dyn BlockDevice>> = vec![data.clone()];
+    let pool = Pool::create("p", devices.clone(), &meta, UNIT).unwrap();
+    pool.create_volume("a", 2 * UNIT).unwrap();
+    pool.volume("a")
+        .unwrap()
+        .write_at(&vec![1; UNIT as usize], 0, false)
+        .unwrap();
+    pool.snapshot("a", "s").unwrap();
+    pool.clone_snapshot("s", "c").unwrap();
+    pool.delete("s").unwrap();
+    // a and c share one committed unit; a lets go of it without a commit.
+    pool.volume("a").unwrap().discard(0, UNIT).unwrap();
+    pool.volume("c")
+        .unwrap()
+        .write_at(&[2; 512], 0, true)
+        .unwrap();
+    data.drop_unflushed();
+    data.set_fail_writes(true);
+    drop(pool);
+    data.set_fail_writes(false);
+    let pool = Pool::open("p", devices, &meta).unwrap();
+    let a = read(&pool.volume("a").unwrap(), 0, 512);
+    assert!(a == vec![1; 512] || a == vec![0; 512], "a reads c's write");
+    assert_eq!(read(&pool.volume("c").unwrap(), 0, 512), vec![2; 512]);
+    assert!(pool.check().unwrap().is_clean());
+}
