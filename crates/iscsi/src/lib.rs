@@ -38,6 +38,8 @@
 //!   response goes out, so the initiator never sees both.
 
 pub mod access;
+#[cfg(test)]
+mod access_property;
 pub mod auth;
 pub mod auth_chap;
 pub mod cmdsn;
