@@ -9,6 +9,7 @@ mod error;
 mod locate;
 mod model;
 mod names;
+mod pools;
 mod raw;
 mod runtime;
 mod size;
@@ -18,8 +19,8 @@ use std::path::Path;
 
 pub use error::{ConfigError, Issue, Location};
 pub use model::{
-    Chap, Config, Daemon, Device, DeviceKind, Group, Lun, Portal, Target, DEFAULT_DEVICE_SIZE,
-    DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
+    Chap, Config, Daemon, Device, DeviceKind, Group, Lun, PoolConfig, Portal, Target,
+    DEFAULT_DEVICE_SIZE, DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
 };
 pub use names::check_iscsi_name;
 pub use runtime::{build, Runtime};

@@ -18,6 +18,7 @@ pub struct Config {
     pub origin: String,
     pub daemon: Daemon,
     pub portals: Vec<Portal>,
+    pub pools: Vec<PoolConfig>,
     pub devices: Vec<Device>,
     pub targets: Vec<Target>,
     /// CHAP every discovery session must pass.
@@ -48,6 +49,21 @@ pub enum DeviceKind {
     File,
     Mem,
     Null,
+    /// A thin volume of a pool.
+    Volume,
+}
+
+/// A storage pool: data devices, a metadata store and the allocation unit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    pub name: String,
+    pub devices: Vec<PathBuf>,
+    /// Create or extend data files to this size.
+    pub device_size: Option<u64>,
+    pub metadata: PathBuf,
+    /// Allocation unit used when the pool is created.
+    pub unit_size: u64,
+    pub at: Option<Location>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +84,9 @@ pub struct Device {
     pub block_size: u32,
     pub read_only: bool,
     pub write_cache: bool,
+    /// For `volume`: the pool and the volume's name in it.
+    pub pool: Option<String>,
+    pub volume: Option<String>,
     pub at: Option<Location>,
 }
 

@@ -12,6 +12,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub portal: Vec<Spanned<RawPortal>>,
     #[serde(default)]
+    pub pool: Vec<Spanned<RawPool>>,
+    #[serde(default)]
     pub device: Vec<Spanned<RawDevice>>,
     #[serde(default)]
     pub target: Vec<Spanned<RawTarget>>,
@@ -53,6 +55,22 @@ pub enum RawKind {
     File,
     Mem,
     Null,
+    Volume,
+}
+
+/// A storage pool over data files, holding thin volumes.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPool {
+    pub name: Spanned<String>,
+    /// Data files or block devices, in pool order.
+    pub devices: Spanned<Vec<Spanned<String>>>,
+    /// Create or extend each data file to this size (like `size`).
+    pub device_size: Option<Spanned<toml::Value>>,
+    /// The metadata store file; defaults to the first device's path + `.meta`.
+    pub metadata: Option<Spanned<String>>,
+    /// Allocation unit when the pool is created, e.g. "64K".
+    pub unit_size: Option<Spanned<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -70,6 +88,10 @@ pub struct RawDevice {
     pub block_size: Option<Spanned<i64>>,
     pub read_only: Option<bool>,
     pub write_cache: Option<bool>,
+    /// For `volume`: the pool holding it.
+    pub pool: Option<Spanned<String>>,
+    /// For `volume`: its name in the pool (default: the device name).
+    pub volume: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]

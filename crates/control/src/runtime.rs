@@ -50,8 +50,12 @@ impl Runtime {
     }
 }
 
-fn open_device(dev: &Device) -> io::Result<Arc<dyn BlockDevice>> {
+fn open_device(
+    dev: &Device,
+    pools: &HashMap<String, Arc<pool::Pool>>,
+) -> io::Result<Arc<dyn BlockDevice>> {
     Ok(match dev.kind {
+        DeviceKind::Volume => crate::pools::open_volume(pools, dev)?,
         DeviceKind::Mem => Arc::new(MemDevice::new(
             dev.size.unwrap_or(crate::DEFAULT_DEVICE_SIZE),
         )),
@@ -138,6 +142,10 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
                 .map(|l| l.device.as_str())
         })
         .collect();
+    let (pools, pool_issues) = crate::pools::open_pools(config, &used);
+    for issue in pool_issues {
+        fail(issue.location, issue.field, issue.reason);
+    }
     let mut units: HashMap<&str, Arc<LogicalUnit>> = HashMap::new();
     // The devices under the units, for read-only mappings of them.
     let mut opened: HashMap<&str, Arc<dyn BlockDevice>> = HashMap::new();
@@ -151,7 +159,7 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
         } else {
             format!("device[{i}]")
         };
-        let device = match open_device(dev) {
+        let device = match open_device(dev, &pools) {
             Ok(d) => d,
             Err(e) => {
                 fail(dev.at, field, e.to_string());

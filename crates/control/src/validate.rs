@@ -11,11 +11,11 @@ use toml::Spanned;
 
 use crate::error::{ConfigError, Issue, Location};
 use crate::model::{
-    Chap, Config, Daemon, Device, DeviceKind, Group, Lun, Portal, Target, DEFAULT_DEVICE_SIZE,
-    DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
+    Chap, Config, Daemon, Device, DeviceKind, Group, Lun, PoolConfig, Portal, Target,
+    DEFAULT_DEVICE_SIZE, DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
 };
 use crate::names::{check_ascii_field, check_device_name, check_iscsi_name, parse_naa};
-use crate::raw::{RawChap, RawConfig, RawDevice, RawGroup, RawKind, RawLun, RawTarget};
+use crate::raw::{RawChap, RawConfig, RawDevice, RawGroup, RawKind, RawLun, RawPool, RawTarget};
 use crate::size::parse_size;
 
 /// Highest LUN the flat addressing of SAM can carry.
@@ -49,6 +49,8 @@ pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
 struct Checker<'a> {
     text: &'a str,
     issues: Vec<Issue>,
+    /// Names of the pools declared, for `volume` devices.
+    pools: Vec<String>,
 }
 
 impl Checker<'_> {
@@ -165,7 +167,9 @@ impl Checker<'_> {
             RawKind::File => DeviceKind::File,
             RawKind::Mem => DeviceKind::Mem,
             RawKind::Null => DeviceKind::Null,
+            RawKind::Volume => DeviceKind::Volume,
         };
+        let (pool, volume) = self.volume_of(&field, table, kind, &raw);
         let path = match (&raw.path, kind) {
             (None, DeviceKind::File) => {
                 self.fail(
@@ -213,7 +217,7 @@ impl Checker<'_> {
         };
 
         let size = match &raw.size {
-            None if kind == DeviceKind::File => None,
+            None if matches!(kind, DeviceKind::File | DeviceKind::Volume) => None,
             None => Some(DEFAULT_DEVICE_SIZE),
             Some(v) => {
                 let parsed = match v.get_ref() {
@@ -280,8 +284,149 @@ impl Checker<'_> {
             block_size,
             read_only: raw.read_only.unwrap_or(false),
             write_cache: raw.write_cache.unwrap_or(true),
+            pool,
+            volume,
             at: self.at(table),
         })
+    }
+
+    /// The pool and volume name of a `volume` device; other kinds have none.
+    fn volume_of(
+        &mut self,
+        field: &dyn Fn(&str) -> String,
+        table: &Range<usize>,
+        kind: DeviceKind,
+        raw: &RawDevice,
+    ) -> (Option<String>, Option<String>) {
+        if kind != DeviceKind::Volume {
+            for (name, value) in [("pool", &raw.pool), ("volume", &raw.volume)] {
+                if let Some(v) = value {
+                    self.fail(&v.span(), field(name), "only `volume` devices have this");
+                }
+            }
+            return (None, None);
+        }
+        let pool = match &raw.pool {
+            None => {
+                self.fail(table, field("pool"), "a `volume` device needs `pool`");
+                None
+            }
+            Some(p) if !self.pools.contains(p.get_ref()) => {
+                let reason = format!("no [[pool]] named `{}`", p.get_ref());
+                self.fail(&p.span(), field("pool"), reason);
+                None
+            }
+            Some(p) => Some(p.get_ref().clone()),
+        };
+        let volume = match &raw.volume {
+            Some(v) if v.get_ref().is_empty() || v.get_ref().len() > 200 => {
+                self.fail(
+                    &v.span(),
+                    field("volume"),
+                    "a volume name has 1 to 200 bytes",
+                );
+                None
+            }
+            Some(v) => Some(v.get_ref().clone()),
+            None => Some(raw.name.get_ref().clone()),
+        };
+        (pool, volume)
+    }
+
+    /// A size given as bytes or a string such as "64K".
+    fn size_value(&mut self, v: &Spanned<toml::Value>, field: String) -> Option<u64> {
+        let parsed = match v.get_ref() {
+            toml::Value::Integer(n) if *n > 0 => Ok(*n as u64),
+            toml::Value::String(s) => parse_size(s).and_then(|n| {
+                if n == 0 {
+                    Err("must be more than zero".to_string())
+                } else {
+                    Ok(n)
+                }
+            }),
+            _ => Err("expected a positive size such as 65536 or \"64K\"".to_string()),
+        };
+        self.check(&v.span(), || field, parsed)
+    }
+
+    fn pools(&mut self, raw: Vec<Spanned<RawPool>>) -> Vec<PoolConfig> {
+        let mut out: Vec<PoolConfig> = Vec::new();
+        for (i, entry) in raw.into_iter().enumerate() {
+            let table = entry.span();
+            let raw = entry.into_inner();
+            let before = self.issues.len();
+            let field = |name: &str| format!("pool[{i}].{name}");
+            let name = raw.name.get_ref().clone();
+            self.check(&raw.name.span(), || field("name"), check_device_name(&name));
+            if out.iter().any(|p| p.name == name) {
+                self.fail(
+                    &raw.name.span(),
+                    field("name"),
+                    format!("pool `{name}` is already defined"),
+                );
+            }
+            let devices: Vec<PathBuf> = raw
+                .devices
+                .get_ref()
+                .iter()
+                .map(|d| PathBuf::from(d.get_ref()))
+                .collect();
+            if devices.is_empty() || devices.iter().any(|d| d.as_os_str().is_empty()) {
+                self.fail(
+                    &raw.devices.span(),
+                    field("devices"),
+                    "list one or more data files",
+                );
+            }
+            let device_size = raw
+                .device_size
+                .as_ref()
+                .and_then(|v| self.size_value(v, field("device_size")));
+            let unit_size = match &raw.unit_size {
+                None => pool::DEFAULT_UNIT_SIZE,
+                Some(v) => match self.size_value(v, field("unit_size")) {
+                    Some(n) if n.is_power_of_two() && (4096..=64 << 20).contains(&n) => n,
+                    Some(_) => {
+                        self.fail(
+                            &v.span(),
+                            field("unit_size"),
+                            "a power of two from 4K to 64M",
+                        );
+                        0
+                    }
+                    None => 0,
+                },
+            };
+            let metadata = match &raw.metadata {
+                Some(m) if m.get_ref().is_empty() => {
+                    self.fail(&m.span(), field("metadata"), "must not be empty");
+                    PathBuf::new()
+                }
+                Some(m) => PathBuf::from(m.get_ref()),
+                None => {
+                    let mut first = devices
+                        .first()
+                        .cloned()
+                        .unwrap_or_default()
+                        .into_os_string();
+                    first.push(".meta");
+                    PathBuf::from(first)
+                }
+            };
+            self.pools.push(name.clone());
+            if self.issues.len() != before {
+                continue;
+            }
+            out.push(PoolConfig {
+                name,
+                devices,
+                device_size,
+                metadata,
+                unit_size,
+                at: self.at(&table),
+            });
+        }
+        out
     }
 
     fn targets(
@@ -601,6 +746,7 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
     let mut c = Checker {
         text,
         issues: Vec::new(),
+        pools: Vec::new(),
     };
     let daemon = c.daemon(raw.daemon);
     let discovery_chap = raw
@@ -608,6 +754,7 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
         .and_then(|d| d.chap)
         .and_then(|chap| c.chap("discovery.chap", chap));
     let portals = c.portals(raw.portal);
+    let pools = c.pools(raw.pool);
     let (devices, declared) = c.devices(raw.device);
     let targets = c.targets(raw.target, &declared, &portals);
     if !c.issues.is_empty() {
@@ -620,6 +767,7 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
         origin: origin.to_string(),
         daemon,
         portals,
+        pools,
         devices,
         targets,
         discovery_chap,
