@@ -182,14 +182,15 @@ fn an_unlisted_initiator_can_neither_discover_nor_log_in() {
         err.to_string().contains("status class 0x2 detail 0x2"),
         "authorization failure expected: {err}"
     );
-    // The audit line names initiator, target, portal and status.
+    // The audit line names initiator, target, portal, status and reason.
     let log = daemon.log();
     assert!(
         log.lines().any(|l| l.contains("login refused")
             && l.contains(STRANGER)
             && l.contains(GROUPS_TARGET)
             && l.contains("portal=127.0.0.1:")
-            && l.contains("0x0202")),
+            && l.contains("0x0202")
+            && l.contains("authorization failure")),
         "{log}"
     );
 }

@@ -101,6 +101,28 @@ impl LoginStatus {
     pub fn code(self) -> u16 {
         u16::from(self.class) << 8 | u16::from(self.detail)
     }
+
+    /// What the status means, for log lines.
+    pub fn reason(self) -> &'static str {
+        match (self.class, self.detail) {
+            (0, _) => "success",
+            (2, 0x01) => "authentication failure",
+            (2, 0x02) => "authorization failure",
+            (2, 0x03) => "target not found",
+            (2, 0x04) => "target removed",
+            (2, 0x05) => "unsupported version",
+            (2, 0x06) => "too many connections",
+            (2, 0x07) => "missing parameter",
+            (2, 0x08) => "cannot include in session",
+            (2, 0x09) => "session type not supported",
+            (2, 0x0a) => "session does not exist",
+            (2, 0x0b) => "invalid request during login",
+            (2, _) => "initiator error",
+            (3, 0x01) => "service unavailable",
+            (3, 0x02) => "out of resources",
+            _ => "target error",
+        }
+    }
 }
 
 /// What the login needs to know about a target.
@@ -497,6 +519,11 @@ mod tests {
             panic!()
         };
         assert_eq!(status.code(), 0x0202);
+        assert_eq!(status.reason(), "authorization failure");
+        assert_eq!(
+            LoginStatus::AUTHENTICATION_FAILURE.reason(),
+            "authentication failure"
+        );
         let mut m = machine();
         let r = req(1, 3, true, "InitiatorName=iqn.allowed;TargetName=iqn.t;");
         assert!(matches!(m.step(&r, &Guarded), LoginStep::Complete(..)));

@@ -126,6 +126,7 @@ fn log_refused(machine: &LoginMachine, peer: SocketAddr, local: SocketAddr, stat
         %peer,
         portal = %local,
         status = format_args!("{:#06x}", status.code()),
+        reason = status.reason(),
         "login refused"
     );
 }
