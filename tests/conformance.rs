@@ -210,3 +210,39 @@ fn lun_numbered_201() {
     );
     check("lun201", &run_suite("lun201", &[url]));
 }
+
+const THIN_CONFIG: &str = r#"
+[[pool]]
+name = "tank"
+devices = ["@DIR@/tank0.img", "@DIR@/tank1.img"]
+device_size = "192M"
+
+[[device]]
+name = "thin0"
+kind = "volume"
+pool = "tank"
+size = "256M"
+
+[[target]]
+name = "iqn.2026-11.org.openarray:thin"
+
+[[target.lun]]
+lun = 0
+device = "thin0"
+"#;
+
+/// A 256 MiB thin volume of a pool over two files: UNMAP, WRITE SAME with
+/// UNMAP and GET LBA STATUS run against real allocation.
+#[test]
+fn thin_volume_lun() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = THIN_CONFIG.replace("@DIR@", dir.path().to_str().expect("utf-8"));
+    let path = dir.path().join("openarray.toml");
+    std::fs::write(&path, config).expect("write config");
+    let daemon = Daemon::start_portals(Some(&path), 1);
+    let url = format!(
+        "iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:thin/0",
+        daemon.port()
+    );
+    check("thin", &run_suite("thin", &[url]));
+}
