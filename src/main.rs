@@ -1,5 +1,6 @@
 //! `openarray`: the storage array daemon and its command line.
 
+mod pool_cli;
 mod serve;
 
 use std::io::IsTerminal;
@@ -47,6 +48,12 @@ enum Command {
     },
     /// Print the built-in default configuration.
     DefaultConfig,
+    /// Storage pools of a configuration (while the daemon is stopped).
+    #[command(subcommand)]
+    Pool(pool_cli::PoolCommand),
+    /// Thin volumes, snapshots and clones of a pool (while the daemon is stopped).
+    #[command(subcommand)]
+    Volume(pool_cli::VolumeCommand),
 }
 
 fn init_logging(level: Option<&str>) -> Result<(), String> {
@@ -110,6 +117,8 @@ fn main() -> ExitCode {
             }
         },
         Command::CheckConfig { file } => check_config(&file),
+        Command::Pool(cmd) => pool_cli::run_pool(cmd),
+        Command::Volume(cmd) => pool_cli::run_volume(cmd),
         Command::DefaultConfig => {
             print!("{}", control::DEFAULT_CONFIG_TOML);
             ExitCode::SUCCESS

@@ -23,6 +23,7 @@ pub use model::{
     DEFAULT_DEVICE_SIZE, DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
 };
 pub use names::check_iscsi_name;
+pub use pools::open_pool;
 pub use runtime::{build, Runtime};
 pub use size::parse_size;
 pub use validate::{parse_listen, MAX_LUN};
