@@ -5,6 +5,7 @@
 //! line:column, field path and reason; [`build`] then opens the devices
 //! and creates the logical units and targets the transports serve.
 
+mod diff;
 mod error;
 mod locate;
 mod model;
@@ -17,6 +18,7 @@ mod validate;
 
 use std::path::Path;
 
+pub use diff::diff;
 pub use error::{ConfigError, Issue, Location};
 pub use model::{
     Chap, Config, Daemon, Device, DeviceKind, Group, Lun, PoolConfig, Portal, Target,
@@ -24,7 +26,7 @@ pub use model::{
 };
 pub use names::check_iscsi_name;
 pub use pools::open_pool;
-pub use runtime::{build, Runtime};
+pub use runtime::{build, rebuild, Runtime};
 pub use size::parse_size;
 pub use validate::{parse_listen, MAX_LUN};
 

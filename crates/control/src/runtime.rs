@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use block::{BlockDevice, FileDevice, FileOptions, MemDevice, NullDevice};
 use scsi::{LogicalUnit, LuConfig, LuRegistry};
@@ -28,6 +28,40 @@ pub struct Runtime {
     pub access: Arc<SharedAccess>,
     /// Every logical unit by device name, to flush them on shutdown.
     units: Vec<(String, Arc<LogicalUnit>)>,
+    /// The live objects a later configuration change reuses.
+    live: Live,
+    /// Changes to live objects made by [`Runtime::commit`].
+    pending: Mutex<Option<Pending>>,
+}
+
+/// Objects that outlive a configuration change when their settings stay.
+#[derive(Default)]
+struct Live {
+    /// By device name: the settings it was opened with (without source
+    /// positions), the device and its logical unit.
+    devices: HashMap<String, LiveDevice>,
+    /// Read-only logical units by device name.
+    read_only: HashMap<String, Arc<LogicalUnit>>,
+    /// SCSI views by (target name in lower case, group name or "", own
+    /// registry?).
+    views: HashMap<ViewKey, Arc<scsi::Target>>,
+    registry: Option<Arc<LuRegistry>>,
+}
+
+type ViewKey = (String, String, bool);
+
+/// A device's settings (without source positions), the device and its LU.
+type LiveDevice = (Device, Arc<dyn BlockDevice>, Arc<LogicalUnit>);
+
+/// A reused view and the LUN map it gets on commit.
+type ViewUpdate = (Arc<scsi::Target>, BTreeMap<u64, Arc<LogicalUnit>>);
+
+/// A device's settings without where they were written.
+fn settings(dev: &Device) -> Device {
+    Device {
+        at: None,
+        ..dev.clone()
+    }
 }
 
 impl Runtime {
@@ -105,6 +139,22 @@ fn lu_config(config: &Config, dev: &Device) -> LuConfig {
 /// Opens the devices the targets use and creates every live object.
 /// Nothing is served yet; the caller binds `listen` and starts the server.
 pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
+    let runtime = build_from(config, None)?;
+    runtime.commit(None);
+    Ok(runtime)
+}
+
+/// Builds `config` while `previous` is being served: devices whose
+/// settings did not change keep their logical units (data, reservations,
+/// sessions' I/O), and the SCSI views of targets and groups that remain are
+/// updated in place, so their sessions see the new LUN map (with REPORTED
+/// LUNS DATA HAS CHANGED) without logging in again. Nothing live changes
+/// until [`Runtime::commit`]; a returned error leaves `previous` as it was.
+pub fn rebuild(config: &Config, previous: &Runtime) -> Result<Runtime, ConfigError> {
+    build_from(config, Some(previous))
+}
+
+fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, ConfigError> {
     let origin = config.origin.as_str();
     let mut issues = Vec::new();
     let mut fail = |location, field: String, reason: String| {
@@ -142,7 +192,19 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
                 .map(|l| l.device.as_str())
         })
         .collect();
-    let (pools, pool_issues) = crate::pools::open_pools(config, &used);
+    let reusable = |dev: &Device| {
+        previous
+            .and_then(|p| p.live.devices.get(&dev.name))
+            .filter(|(was, _, _)| *was == settings(dev))
+            .map(|(_, device, lu)| (device.clone(), lu.clone()))
+    };
+    let to_open: BTreeSet<&str> = config
+        .devices
+        .iter()
+        .filter(|d| used.contains(d.name.as_str()) && reusable(d).is_none())
+        .map(|d| d.name.as_str())
+        .collect();
+    let (pools, pool_issues) = crate::pools::open_pools(config, &to_open);
     for issue in pool_issues {
         fail(issue.location, issue.field, issue.reason);
     }
@@ -152,6 +214,11 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
     for (i, dev) in config.devices.iter().enumerate() {
         if !used.contains(dev.name.as_str()) {
             tracing::warn!(device = %dev.name, "device is not mapped to any target; not opened");
+            continue;
+        }
+        if let Some((device, lu)) = reusable(dev) {
+            units.insert(dev.name.as_str(), lu);
+            opened.insert(dev.name.as_str(), device);
             continue;
         }
         let field = if dev.kind == DeviceKind::File {
@@ -198,20 +265,25 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
         return Err(ConfigError::new(origin, issues));
     }
 
-    let registry = LuRegistry::new();
+    let registry = previous
+        .and_then(|p| p.live.registry.clone())
+        .unwrap_or_default();
     let mut views = Views {
         config,
         units: &units,
         devices: &opened,
         read_only: HashMap::new(),
         error: None,
+        previous: previous.map(|p| &p.live),
+        built: HashMap::new(),
+        updates: Vec::new(),
     };
     let mut access = AccessList::new();
     access.discovery_chap = config.discovery_chap.clone();
     let mut targets = Vec::with_capacity(config.targets.len());
     for target in &config.targets {
         let scsi_target = if target.groups.is_empty() {
-            let view = views.view(&target.name, &target.luns, Some(&registry));
+            let view = views.view(&target.name, "", &target.luns, Some(&registry));
             if target.chap.is_some() {
                 access.set_target(
                     &target.name,
@@ -230,7 +302,8 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
             };
             for group in &target.groups {
                 // A group's EXTENDED COPY reaches only the LUs it sees.
-                let view: Arc<dyn ScsiTarget> = views.view(&target.name, &group.luns, None);
+                let view: Arc<dyn ScsiTarget> =
+                    views.view(&target.name, &group.name, &group.luns, None);
                 if group.name == DEFAULT_GROUP {
                     rules.default_view = Some(view);
                     continue;
@@ -248,7 +321,9 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
             }
             access.set_target(&target.name, rules);
             // Sessions always get a group's view; this one is never used.
-            scsi::Target::new(&target.name, BTreeMap::new(), LuRegistry::new())
+            let empty: Arc<dyn ScsiTarget> =
+                scsi::Target::new(&target.name, BTreeMap::new(), LuRegistry::new());
+            empty
         };
         targets.push(iscsi::Target {
             name: target.name.clone(),
@@ -268,13 +343,26 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
             }],
         ));
     }
-    let access = SharedAccess::new(access);
+    // A change keeps the server's access handle and replaces its rules
+    // on commit; a first build starts with them.
+    let (shared_access, pending_access) = match previous {
+        Some(p) => (p.access.clone(), Some(access)),
+        None => (SharedAccess::new(access), None),
+    };
+    let access = shared_access;
+    let Views {
+        read_only,
+        built,
+        updates,
+        ..
+    } = views;
     let options = iscsi::ServerOptions {
         authenticator: Arc::new(ChapAuthenticator::new(access.clone())),
         access: access.clone(),
         ..iscsi::ServerOptions::default()
     };
 
+    let units_by_name = units.clone();
     let mut units: Vec<(String, Arc<LogicalUnit>)> = units
         .into_iter()
         .map(|(n, lu)| (n.to_string(), lu))
@@ -286,7 +374,63 @@ pub fn build(config: &Config) -> Result<Runtime, ConfigError> {
         options,
         access,
         units,
+        live: Live {
+            devices: config
+                .devices
+                .iter()
+                .filter_map(|d| {
+                    let lu = units_by_name.get(d.name.as_str())?.clone();
+                    let device = opened.get(d.name.as_str())?.clone();
+                    Some((d.name.clone(), (settings(d), device, lu)))
+                })
+                .collect(),
+            read_only,
+            views: built,
+            registry: Some(registry),
+        },
+        pending: Mutex::new(Some(Pending {
+            updates,
+            access: pending_access,
+        })),
     })
+}
+
+/// Changes to live objects that wait for [`Runtime::commit`].
+struct Pending {
+    /// Existing views and their new LUN maps.
+    updates: Vec<ViewUpdate>,
+    /// New rules for the server's access handle.
+    access: Option<AccessList>,
+}
+
+impl Runtime {
+    /// Makes a rebuilt runtime live: existing views get their new LUN maps,
+    /// views `previous` had and this runtime dropped lose every LUN, and the
+    /// access rules are replaced. The caller then hands `targets` to the
+    /// server. Committing twice does nothing.
+    pub fn commit(&self, previous: Option<&Runtime>) {
+        let taken = self
+            .pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let Some(pending) = taken else {
+            return;
+        };
+        for (view, luns) in pending.updates {
+            view.set_luns(luns);
+        }
+        if let Some(previous) = previous {
+            for (key, view) in &previous.live.views {
+                if !self.live.views.contains_key(key) {
+                    view.set_luns(BTreeMap::new());
+                }
+            }
+        }
+        if let Some(list) = pending.access {
+            self.access.replace(list);
+        }
+    }
 }
 
 /// Builds the SCSI views (LUN maps) of targets and groups.
@@ -297,6 +441,12 @@ struct Views<'a> {
     /// Read-only logical units over the devices of read-only mappings.
     read_only: HashMap<String, Arc<LogicalUnit>>,
     error: Option<(String, io::Error)>,
+    /// What the running configuration has, to reuse.
+    previous: Option<&'a Live>,
+    /// Views of this configuration.
+    built: HashMap<ViewKey, Arc<scsi::Target>>,
+    /// Reused views and their new LUN maps, applied on commit.
+    updates: Vec<ViewUpdate>,
 }
 
 impl Views<'_> {
@@ -307,6 +457,7 @@ impl Views<'_> {
     fn view(
         &mut self,
         name: &str,
+        group: &str,
         luns: &[Lun],
         shared: Option<&Arc<LuRegistry>>,
     ) -> Arc<scsi::Target> {
@@ -321,11 +472,21 @@ impl Views<'_> {
                 map.insert(l.lun, lu);
             }
         }
-        let registry = match shared {
-            Some(r) if !luns.iter().any(|l| l.read_only) => r.clone(),
-            _ => LuRegistry::new(),
-        };
-        scsi::Target::new(name, map, registry)
+        let shared = shared.filter(|_| !luns.iter().any(|l| l.read_only));
+        let key = (
+            name.to_ascii_lowercase(),
+            group.to_string(),
+            shared.is_none(),
+        );
+        if let Some(view) = self.previous.and_then(|p| p.views.get(&key)) {
+            self.updates.push((view.clone(), map));
+            self.built.insert(key, view.clone());
+            return view.clone();
+        }
+        let registry = shared.cloned().unwrap_or_default();
+        let view = scsi::Target::new(name, map, registry);
+        self.built.insert(key, view.clone());
+        view
     }
 
     /// The read-only logical unit of `device`: the same device and
@@ -333,6 +494,18 @@ impl Views<'_> {
     fn read_only_unit(&mut self, device: &str) -> Option<Arc<LogicalUnit>> {
         if let Some(lu) = self.read_only.get(device) {
             return Some(lu.clone());
+        }
+        // Over the same device as before: keep it (and its state).
+        if let Some(lu) = self.previous.and_then(|p| p.read_only.get(device)) {
+            let same = self.units.get(device).is_some_and(|rw| {
+                self.previous
+                    .and_then(|p| p.devices.get(device))
+                    .is_some_and(|(_, _, was)| Arc::ptr_eq(was, rw))
+            });
+            if same {
+                self.read_only.insert(device.to_string(), lu.clone());
+                return Some(lu.clone());
+            }
         }
         let block = self.devices.get(device)?.clone();
         let dev = self.config.device(device)?;
@@ -546,6 +719,85 @@ device = "d"
         // DATA PROTECT, WRITE PROTECTED.
         assert_eq!(r.sense[2] & 0x0f, 0x07);
         assert_eq!((r.sense[12], r.sense[13]), (0x27, 0x00));
+    }
+
+    #[test]
+    fn rebuild_keeps_units_and_views_and_commits_at_once() {
+        use iscsi::access::{AccessPolicy, Admission};
+        use scsi_api::Nexus;
+
+        let base = r#"
+[[portal]]
+listen = "127.0.0.1:3260"
+[[device]]
+name = "d0"
+kind = "mem"
+size = "1M"
+[[device]]
+name = "d1"
+kind = "mem"
+size = "1M"
+[[target]]
+name = "iqn.2026-11.org.example:t"
+[[target.group]]
+name = "esx"
+initiators = ["iqn.2026-11.org.example:esx"]
+[[target.group.lun]]
+lun = 201
+device = "d0"
+[[target.group]]
+name = "old"
+initiators = ["iqn.2026-11.org.example:old"]
+[[target.group.lun]]
+lun = 0
+device = "d1"
+"#;
+        let t = "iqn.2026-11.org.example:t";
+        let view_of = |r: &Runtime, i: &str| match r.access.admit(i, t) {
+            Admission::View(v) => Some(v),
+            _ => None,
+        };
+        let first = build(&parse_config(base, "t.toml").unwrap()).unwrap();
+        let esx = view_of(&first, "iqn.2026-11.org.example:esx").unwrap();
+        let old = view_of(&first, "iqn.2026-11.org.example:old").unwrap();
+        let nexus = Nexus {
+            initiator_name: "iqn.2026-11.org.example:esx".into(),
+            isid: [0; 6],
+            target_name: t.into(),
+            relative_port: 1,
+            portal_group: 1,
+        };
+
+        let changed = base
+            .replace(
+                "lun = 201\ndevice = \"d0\"",
+                "lun = 201\ndevice = \"d0\"\n[[target.group.lun]]\nlun = 5\ndevice = \"d1\"",
+            )
+            .replace(
+                "name = \"old\"\ninitiators = [\"iqn.2026-11.org.example:old\"]",
+                "name = \"new\"\ninitiators = [\"iqn.2026-11.org.example:new\"]",
+            );
+        let second = rebuild(&parse_config(&changed, "t.toml").unwrap(), &first).unwrap();
+        // Nothing is live before the commit.
+        assert!(!esx.lun_exists(&nexus, 5));
+        assert!(view_of(&first, "iqn.2026-11.org.example:new").is_none());
+        second.commit(Some(&first));
+        assert!(esx.lun_exists(&nexus, 5) && esx.lun_exists(&nexus, 201));
+        // The same view object, so live sessions see the new map.
+        let again = view_of(&second, "iqn.2026-11.org.example:esx").unwrap();
+        assert!(Arc::ptr_eq(&again, &esx));
+        // Units whose settings stayed are the same logical units.
+        let units = |r: &Runtime| -> Vec<Arc<LogicalUnit>> {
+            r.logical_units().map(|(_, lu)| lu.clone()).collect()
+        };
+        assert!(units(&first)
+            .iter()
+            .zip(units(&second).iter())
+            .all(|(a, b)| Arc::ptr_eq(a, b)));
+        // A dropped group's view loses its LUNs; the new group is admitted.
+        assert!(!old.lun_exists(&nexus, 0));
+        assert!(view_of(&second, "iqn.2026-11.org.example:old").is_none());
+        assert!(view_of(&second, "iqn.2026-11.org.example:new").is_some());
     }
 
     #[test]

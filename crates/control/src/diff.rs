@@ -1,0 +1,256 @@
+//! What differs between two configurations, entity by entity, as lines an
+//! administrator reads: the drift between a file and the running state,
+//! or what an apply is about to change. Source positions do not count, and
+//! secrets are never shown (only that they changed).
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+
+use crate::model::{Chap, Config, Device, Group, Lun, Target};
+
+/// Every difference from `old` to `new`; empty when they are the same.
+pub fn diff(old: &Config, new: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    let old_portals: BTreeSet<_> = old.portals.iter().map(|p| p.listen).collect();
+    let new_portals: BTreeSet<_> = new.portals.iter().map(|p| p.listen).collect();
+    for p in old_portals.difference(&new_portals) {
+        out.push(format!("- portal {p}"));
+    }
+    for p in new_portals.difference(&old_portals) {
+        out.push(format!("+ portal {p}"));
+    }
+    if old.daemon != new.daemon {
+        out.push(format!("~ daemon: {:?} -> {:?}", old.daemon, new.daemon));
+    }
+    chap_change(
+        &mut out,
+        "discovery",
+        &old.discovery_chap,
+        &new.discovery_chap,
+    );
+
+    by_name(
+        &mut out,
+        &old.devices,
+        &new.devices,
+        |d| d.name.as_str(),
+        |out, a, b| {
+            let (a, b) = (plain_device(a), plain_device(b));
+            if a != b {
+                out.push(format!("~ device {}: {a:?} -> {b:?}", a.name));
+            }
+        },
+        "device",
+    );
+    by_name(
+        &mut out,
+        &old.targets,
+        &new.targets,
+        |t| t.name.as_str(),
+        target_changes,
+        "target",
+    );
+    out
+}
+
+fn plain_device(d: &Device) -> Device {
+    Device {
+        at: None,
+        ..d.clone()
+    }
+}
+
+/// Removed, added and (through `changes`) changed entities of one kind.
+fn by_name<T>(
+    out: &mut Vec<String>,
+    old: &[T],
+    new: &[T],
+    name: impl Fn(&T) -> &str,
+    changes: impl Fn(&mut Vec<String>, &T, &T),
+    kind: &str,
+) {
+    for o in old {
+        match new.iter().find(|n| name(n) == name(o)) {
+            None => out.push(format!("- {kind} {}", name(o))),
+            Some(n) => changes(out, o, n),
+        }
+    }
+    for n in new {
+        if !old.iter().any(|o| name(o) == name(n)) {
+            out.push(format!("+ {kind} {}", name(n)));
+        }
+    }
+}
+
+fn target_changes(out: &mut Vec<String>, a: &Target, b: &Target) {
+    let at = format!("target {}", a.name);
+    field(out, &at, "alias", &a.alias, &b.alias);
+    field(out, &at, "portals", &a.portals, &b.portals);
+    chap_change(out, &at, &a.chap, &b.chap);
+    lun_changes(out, &at, &a.luns, &b.luns);
+    for g in &a.groups {
+        match b.groups.iter().find(|h| h.name == g.name) {
+            None => out.push(format!("- {at} group {}", g.name)),
+            Some(h) => group_changes(out, &at, g, h),
+        }
+    }
+    for h in &b.groups {
+        if !a.groups.iter().any(|g| g.name == h.name) {
+            out.push(format!("+ {at} group {}", h.name));
+        }
+    }
+}
+
+fn group_changes(out: &mut Vec<String>, target: &str, a: &Group, b: &Group) {
+    let at = format!("{target} group {}", a.name);
+    field(out, &at, "initiators", &a.initiators, &b.initiators);
+    chap_change(out, &at, &a.chap, &b.chap);
+    lun_changes(out, &at, &a.luns, &b.luns);
+}
+
+fn lun_changes(out: &mut Vec<String>, at: &str, a: &[Lun], b: &[Lun]) {
+    let show = |l: &Lun| {
+        format!(
+            "LUN {} = {}{}",
+            l.lun,
+            l.device,
+            if l.read_only { " (read-only)" } else { "" }
+        )
+    };
+    for l in a {
+        match b.iter().find(|m| m.lun == l.lun) {
+            None => out.push(format!("- {at} {}", show(l))),
+            Some(m) if (m.device.as_str(), m.read_only) != (l.device.as_str(), l.read_only) => {
+                out.push(format!("~ {at} {} -> {}", show(l), show(m)))
+            }
+            Some(_) => {}
+        }
+    }
+    for m in b {
+        if !a.iter().any(|l| l.lun == m.lun) {
+            out.push(format!("+ {at} {}", show(m)));
+        }
+    }
+}
+
+fn field<T: PartialEq + Debug>(out: &mut Vec<String>, at: &str, name: &str, a: &T, b: &T) {
+    if a != b {
+        out.push(format!("~ {at} {name}: {a:?} -> {b:?}"));
+    }
+}
+
+/// CHAP changes by user name; a changed secret is named, never shown.
+fn chap_change(out: &mut Vec<String>, at: &str, a: &Option<Chap>, b: &Option<Chap>) {
+    match (a, b) {
+        (None, None) => {}
+        (Some(_), None) => out.push(format!("- {at} chap")),
+        (None, Some(c)) => out.push(format!("+ {at} chap (user {})", c.initiator.user)),
+        (Some(x), Some(y)) if x != y => {
+            let users = |c: &Chap| {
+                (
+                    c.initiator.user.clone(),
+                    c.mutual.as_ref().map(|m| m.user.clone()),
+                )
+            };
+            if users(x) != users(y) {
+                out.push(format!(
+                    "~ {at} chap users: {:?} -> {:?}",
+                    users(x),
+                    users(y)
+                ));
+            } else {
+                out.push(format!("~ {at} chap secret changed"));
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse_config;
+
+    const BASE: &str = r#"
+[[portal]]
+listen = "127.0.0.1:3260"
+[[device]]
+name = "d0"
+kind = "mem"
+[[device]]
+name = "d1"
+kind = "mem"
+[[target]]
+name = "iqn.2026-11.org.example:t"
+chap = { user = "u", secret = "first-secret-1" }
+[[target.group]]
+name = "esx"
+initiators = ["iqn.1998-01.com.vmware:esx1"]
+[[target.group.lun]]
+lun = 201
+device = "d0"
+"#;
+
+    fn config(text: &str) -> Config {
+        parse_config(text, "t.toml").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn same_file_elsewhere_in_the_text_is_no_change() {
+        let moved = format!("\n\n# comment\n{BASE}");
+        assert!(diff(&config(BASE), &config(&moved)).is_empty());
+    }
+
+    #[test]
+    fn changes_are_named_and_secrets_hidden() {
+        let changed = BASE
+            .replace("first-secret-1", "second-secret-2")
+            .replace("lun = 201\ndevice = \"d0\"", "lun = 201\ndevice = \"d1\"")
+            .replace("esx1\"]", "esx1\", \"iqn.1998-01.com.vmware:esx2\"]")
+            + r#"
+[[target.group]]
+name = "backup"
+initiators = ["iqn.2026-11.org.example:backup"]
+[[target.group.lun]]
+lun = 0
+device = "d0"
+read_only = true
+"#;
+        let lines = diff(&config(BASE), &config(&changed));
+        let t = "iqn.2026-11.org.example:t";
+        assert_eq!(
+            lines,
+            vec![
+                format!("~ target {t} chap secret changed"),
+                format!(
+                    "~ target {t} group esx initiators: [\"iqn.1998-01.com.vmware:esx1\"] -> [\"iqn.1998-01.com.vmware:esx1\", \"iqn.1998-01.com.vmware:esx2\"]"
+                ),
+                format!("~ target {t} group esx LUN 201 = d0 -> LUN 201 = d1"),
+                format!("+ target {t} group backup"),
+            ]
+        );
+        assert!(!lines.iter().any(|l| l.contains("secret-")));
+        let back = diff(&config(&changed), &config(BASE));
+        assert!(back.contains(&format!("- target {t} group backup")));
+    }
+
+    #[test]
+    fn devices_portals_and_targets() {
+        let changed = BASE
+            .replace(
+                "name = \"d1\"\nkind = \"mem\"",
+                "name = \"d2\"\nkind = \"null\"",
+            )
+            .replace("127.0.0.1:3260", "127.0.0.1:3261");
+        let lines = diff(&config(BASE), &config(&changed));
+        assert_eq!(
+            lines,
+            vec![
+                "- portal 127.0.0.1:3260".to_string(),
+                "+ portal 127.0.0.1:3261".to_string(),
+                "- device d1".to_string(),
+                "+ device d2".to_string(),
+            ]
+        );
+    }
+}
