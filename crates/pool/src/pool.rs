@@ -434,6 +434,10 @@ impl Pool {
     pub fn flush(&self) -> io::Result<()> {
         let _order = self.commit_lock.lock();
         let delta = self.state.write().take_delta();
+        if delta.is_empty() {
+            // Nothing to commit: in-place writes only need the data flush.
+            return self.layout.flush();
+        }
         if let Err(e) = self.layout.flush().and_then(|()| self.store.apply(&delta)) {
             self.state.write().restore_delta(delta);
             return Err(e);

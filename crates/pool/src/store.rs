@@ -58,6 +58,17 @@ pub struct Delta {
     pub freed: Vec<u64>,
 }
 
+impl Delta {
+    /// Whether committing would change nothing but the volume id counter,
+    /// which only volume operations (always committed) advance.
+    pub fn is_empty(&self) -> bool {
+        self.maps.is_empty()
+            && self.refs.is_empty()
+            && self.volumes.is_empty()
+            && self.freed.is_empty()
+    }
+}
+
 pub struct Store {
     db: Database,
 }
