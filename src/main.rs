@@ -1,5 +1,7 @@
 //! `openarray`: the storage array daemon and its command line.
 
+mod admin;
+mod admin_cli;
 mod pool_cli;
 mod serve;
 
@@ -40,6 +42,11 @@ enum Command {
         /// IPv6 as [::1]:3260.
         #[arg(long, value_name = "ADDR:PORT", value_parser = control::parse_listen)]
         listen: Vec<SocketAddr>,
+
+        /// Serve the administration API (`openarray config ...`) on this
+        /// unix socket, usable by its owner only.
+        #[arg(long, value_name = "PATH")]
+        admin_socket: Option<PathBuf>,
     },
     /// Validate a configuration file and print every problem found.
     CheckConfig {
@@ -54,6 +61,14 @@ enum Command {
     /// Thin volumes, snapshots and clones of a pool (while the daemon is stopped).
     #[command(subcommand)]
     Volume(pool_cli::VolumeCommand),
+    /// The running configuration of a daemon: show, diff, apply, save.
+    Config {
+        /// The daemon's administration socket.
+        #[arg(long, value_name = "PATH", default_value = admin_cli::DEFAULT_SOCKET)]
+        socket: PathBuf,
+        #[command(subcommand)]
+        command: admin_cli::ConfigCommand,
+    },
 }
 
 fn init_logging(level: Option<&str>) -> Result<(), String> {
@@ -105,7 +120,11 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     match cli.command {
-        Command::Serve { config, listen } => match serve::run(config.as_deref(), &listen) {
+        Command::Serve {
+            config,
+            listen,
+            admin_socket,
+        } => match serve::run(config.as_deref(), &listen, admin_socket.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 match e.downcast_ref::<control::ConfigError>() {
@@ -119,6 +138,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { file } => check_config(&file),
         Command::Pool(cmd) => pool_cli::run_pool(cmd),
         Command::Volume(cmd) => pool_cli::run_volume(cmd),
+        Command::Config { socket, command } => admin_cli::run(&socket, command),
         Command::DefaultConfig => {
             print!("{}", control::DEFAULT_CONFIG_TOML);
             ExitCode::SUCCESS

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
@@ -12,15 +12,29 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinSet;
 
+use crate::admin;
+
 /// How long shutdown waits for the accept loops to return.
 const ACCEPT_LOOP_GRACE: Duration = Duration::from_secs(10);
 
-pub fn run(config_path: Option<&Path>, listen: &[SocketAddr]) -> anyhow::Result<()> {
-    let mut config = match config_path {
-        Some(path) => control::load_config(path)?,
+pub fn run(
+    config_path: Option<&Path>,
+    listen: &[SocketAddr],
+    admin_socket: Option<&Path>,
+) -> anyhow::Result<()> {
+    let (mut config, text) = match config_path {
+        Some(path) => {
+            let config = control::load_config(path)?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            (config, text)
+        }
         None => {
             tracing::info!("no --config given: serving the built-in default configuration");
-            control::default_config()
+            (
+                control::default_config(),
+                control::DEFAULT_CONFIG_TOML.to_string(),
+            )
         }
     };
     if !listen.is_empty() {
@@ -31,7 +45,14 @@ pub fn run(config_path: Option<&Path>, listen: &[SocketAddr]) -> anyhow::Result<
         .enable_all()
         .build()
         .context("cannot start the I/O runtime")?;
-    tokio.block_on(serve(runtime))
+    let current = admin::Current {
+        config,
+        text,
+        path: config_path.map(Path::to_path_buf),
+        runtime,
+        listen_override: listen.to_vec(),
+    };
+    tokio.block_on(serve(current, admin_socket))
 }
 
 /// A listening socket. IPv6 sockets are IPv6-only so that `0.0.0.0:3260`
@@ -48,11 +69,12 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
-async fn serve(mut runtime: control::Runtime) -> anyhow::Result<()> {
+async fn serve(mut current: admin::Current, admin_socket: Option<&Path>) -> anyhow::Result<()> {
     // Handlers first, so a signal arriving while we start is not lost.
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
 
+    let runtime = &mut current.runtime;
     let mut listeners = Vec::with_capacity(runtime.listen.len());
     for &addr in &runtime.listen {
         listeners.push((
@@ -66,6 +88,17 @@ async fn serve(mut runtime: control::Runtime) -> anyhow::Result<()> {
         tracing::info!(target_name = %t.name, portals = ?t.portals, "target ready");
     }
     let server = iscsi::Server::new(runtime.options.clone(), targets);
+    let admin_listener = admin_socket.map(admin::bind).transpose()?;
+    let admin = Arc::new(admin::Admin {
+        current: Mutex::new(current),
+        server: server.clone(),
+    });
+    let admin_task = admin_listener.map(|listener| {
+        if let Some(path) = admin_socket {
+            tracing::info!(socket = %path.display(), "administration API listening");
+        }
+        tokio::spawn(admin::serve(admin.clone(), listener))
+    });
     let mut accept_loops = JoinSet::new();
     for (addr, listener) in listeners {
         tracing::info!(%addr, "listening");
@@ -108,9 +141,19 @@ async fn serve(mut runtime: control::Runtime) -> anyhow::Result<()> {
         accept_loops.abort_all();
     }
 
-    let flushed = tokio::task::spawn_blocking(move || runtime.flush_all())
-        .await
-        .context("flush task failed")?;
+    // No configuration change may start while the devices are flushed.
+    if let Some(task) = admin_task {
+        task.abort();
+    }
+    if let Some(path) = admin_socket {
+        let _ = std::fs::remove_file(path);
+    }
+    let flushed = tokio::task::spawn_blocking(move || {
+        let current = admin.current.lock().unwrap_or_else(|p| p.into_inner());
+        current.runtime.flush_all()
+    })
+    .await
+    .context("flush task failed")?;
     flushed.context("flushing the logical units failed")?;
     tracing::info!("all logical units flushed; exiting");
     outcome

@@ -1,0 +1,354 @@
+//! The administration API: HTTP/1.1 with JSON bodies on a unix socket that
+//! only its owner may use (mode 0600).
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | `GET /v1/config` | `{"path", "toml"}`: the running configuration |
+//! | `POST /v1/config/diff` (TOML body) | `{"changes": [...]}` from running to the body |
+//! | `POST /v1/config/apply` (TOML body) | `{"changes": [...], "applied"}` |
+//! | `POST /v1/config/save` | `{"path"}`: the running configuration written out |
+//!
+//! Errors answer 4xx/5xx with `{"error"}`; a configuration error names the
+//! file, line, field and reason. `apply` validates the whole file, builds
+//! the new objects over the running ones, writes the file atomically, and
+//! only then makes the change live; a change that fails anywhere leaves the
+//! running state and the file as they were. Applying what is already
+//! running changes nothing.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+
+/// Largest request head and body accepted.
+const MAX_HEAD: usize = 16 * 1024;
+const MAX_BODY: usize = 4 << 20;
+
+/// The configuration being served and the objects built from it.
+pub struct Current {
+    pub config: control::Config,
+    /// The text `config` was read from (what `save` writes).
+    pub text: String,
+    /// Where the configuration is kept; `None` when serving the built-in
+    /// default, which has nowhere to persist changes to.
+    pub path: Option<PathBuf>,
+    pub runtime: control::Runtime,
+    /// `--listen` addresses that replace every configuration's portals.
+    pub listen_override: Vec<SocketAddr>,
+}
+
+pub struct Admin {
+    pub current: Mutex<Current>,
+    pub server: Arc<iscsi::Server>,
+}
+
+impl Admin {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A unix socket only its owner can connect to. A socket file left by a
+/// daemon that is gone is replaced; one in use is not.
+pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            anyhow::bail!("{} is in use by another daemon", path.display());
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("cannot remove the stale socket {}", path.display()))?;
+    }
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("cannot restrict {}", path.display()))?;
+    Ok(listener)
+}
+
+/// Answer requests until the task is dropped.
+pub async fn serve(admin: Arc<Admin>, listener: UnixListener) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin socket accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection(admin, stream).await {
+                tracing::debug!(error = %e, "admin request failed");
+            }
+        });
+    }
+}
+
+struct Request {
+    method: String,
+    path: String,
+    origin: Option<String>,
+    body: Vec<u8>,
+}
+
+async fn read_request(stream: &mut UnixStream) -> Result<Request, (u16, String)> {
+    let mut buf = Vec::new();
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err((431, "request head too large".into()));
+        }
+        let mut chunk = [0u8; 4096];
+        let n = stream
+            .read(&mut chunk)
+            .await
+            .map_err(|e| (400, e.to_string()))?;
+        if n == 0 {
+            return Err((400, "connection closed mid-request".into()));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head =
+        std::str::from_utf8(&buf[..head_end]).map_err(|_| (400, "head is not UTF-8".into()))?;
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next().unwrap_or("").split_whitespace();
+    let method = first.next().unwrap_or("").to_string();
+    let path = first.next().unwrap_or("").to_string();
+    let mut length = 0usize;
+    let mut origin = None;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            length = value
+                .parse()
+                .map_err(|_| (400, "bad Content-Length".to_string()))?;
+        } else if name.eq_ignore_ascii_case("x-config-origin") {
+            origin = Some(value.to_string());
+        }
+    }
+    if length > MAX_BODY {
+        return Err((413, "body too large".into()));
+    }
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < length {
+        let mut chunk = vec![0u8; (length - body.len()).min(64 * 1024)];
+        let n = stream
+            .read(&mut chunk)
+            .await
+            .map_err(|e| (400, e.to_string()))?;
+        if n == 0 {
+            return Err((400, "connection closed mid-body".into()));
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    body.truncate(length);
+    Ok(Request {
+        method,
+        path,
+        origin,
+        body,
+    })
+}
+
+async fn connection(admin: Arc<Admin>, mut stream: UnixStream) -> std::io::Result<()> {
+    let (status, body) = match read_request(&mut stream).await {
+        Ok(req) => {
+            let admin = admin.clone();
+            tokio::task::spawn_blocking(move || route(&admin, req))
+                .await
+                .unwrap_or_else(|e| (500, json!({ "error": e.to_string() })))
+        }
+        Err((status, message)) => (status, json!({ "error": message })),
+    };
+    let text = body.to_string();
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        409 => "Conflict",
+        413 => "Payload Too Large",
+        431 => "Request Header Fields Too Large",
+        _ => "Internal Server Error",
+    };
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        text.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(text.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+fn error(status: u16, message: impl std::fmt::Display) -> (u16, Value) {
+    (status, json!({ "error": message.to_string() }))
+}
+
+fn route(admin: &Admin, req: Request) -> (u16, Value) {
+    match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/v1/config") => {
+            let current = admin.lock();
+            (
+                200,
+                json!({
+                    "path": current.path.as_ref().map(|p| p.display().to_string()),
+                    "toml": current.text,
+                }),
+            )
+        }
+        ("POST", "/v1/config/diff") => {
+            let current = admin.lock();
+            match proposed(&current, &req) {
+                Ok((config, _)) => (
+                    200,
+                    json!({ "changes": control::diff(&current.config, &config) }),
+                ),
+                Err(e) => e,
+            }
+        }
+        ("POST", "/v1/config/apply") => apply(admin, &req),
+        ("POST", "/v1/config/save") => {
+            let current = admin.lock();
+            let Some(path) = current.path.clone() else {
+                return error(
+                    409,
+                    "serving the built-in default: there is no file to save to",
+                );
+            };
+            match write_atomically(&path, &current.text) {
+                Ok(()) => (200, json!({ "path": path.display().to_string() })),
+                Err(e) => error(500, format!("cannot write {}: {e}", path.display())),
+            }
+        }
+        (_, "/v1/config" | "/v1/config/diff" | "/v1/config/apply" | "/v1/config/save") => {
+            error(405, "method not allowed")
+        }
+        _ => error(404, format!("no such resource {}", req.path)),
+    }
+}
+
+/// The configuration in a request body, validated, with the daemon's
+/// `--listen` override applied as at start.
+fn proposed(current: &Current, req: &Request) -> Result<(control::Config, String), (u16, Value)> {
+    let text = String::from_utf8(req.body.clone())
+        .map_err(|_| error(400, "the configuration is not UTF-8"))?;
+    let origin = req.origin.clone().unwrap_or_else(|| "<request>".into());
+    let mut config = control::parse_config(&text, &origin).map_err(|e| error(400, e))?;
+    if !current.listen_override.is_empty() {
+        config.override_listen(&current.listen_override);
+    }
+    Ok((config, text))
+}
+
+fn apply(admin: &Admin, req: &Request) -> (u16, Value) {
+    let mut current = admin.lock();
+    let (config, text) = match proposed(&current, req) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let changes = control::diff(&current.config, &config);
+    if changes.is_empty() {
+        return (200, json!({ "changes": changes, "applied": false }));
+    }
+    let Some(path) = current.path.clone() else {
+        return error(
+            409,
+            "serving the built-in default: start with --config FILE to change the configuration",
+        );
+    };
+    let portals = |c: &control::Config| {
+        let mut p: Vec<SocketAddr> = c.portals.iter().map(|p| p.listen).collect();
+        p.sort();
+        p
+    };
+    if portals(&config) != portals(&current.config) {
+        return error(400, "portal: the portals change only with a restart");
+    }
+    let mut runtime = match control::rebuild(&config, &current.runtime) {
+        Ok(r) => r,
+        Err(e) => return error(400, e),
+    };
+    // Persist before going live: a file that cannot be written leaves
+    // everything as it was.
+    if let Err(e) = write_atomically(&path, &text) {
+        return error(500, format!("cannot write {}: {e}", path.display()));
+    }
+    runtime.commit(Some(&current.runtime));
+    admin
+        .server
+        .replace_targets(std::mem::take(&mut runtime.targets));
+    let previous = std::mem::replace(&mut current.runtime, runtime);
+    current.config = config;
+    current.text = text;
+    // Devices the new configuration dropped are flushed before they go.
+    if let Err(e) = previous.flush_all() {
+        tracing::warn!(error = %e, "flushing the previous configuration's devices");
+    }
+    for change in &changes {
+        tracing::info!(change = %change, "configuration applied");
+    }
+    (200, json!({ "changes": changes, "applied": true }))
+}
+
+/// Replace `path` with `text` so that a crash leaves the old file or the
+/// new one, never a mix: a temporary file beside it (mode 0600, for the
+/// secrets), fsync, rename over, fsync the directory.
+pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_with_owner_only_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "old").unwrap();
+        write_atomically(&path, "new text").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new text");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // No temporary file is left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        // A directory that does not exist fails without touching anything.
+        assert!(write_atomically(&dir.path().join("no/c.toml"), "x").is_err());
+    }
+}
