@@ -1,24 +1,17 @@
 //! One SCSI command on a connection: its state while data arrives and
 //! while it runs, and how its result becomes Data-In / SCSI Response PDUs.
 
-use std::sync::atomic::AtomicU8;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use bytes::Bytes;
-use scsi_api::{status, ScsiResponse, TaskAttr};
-use tokio::sync::watch;
-
+use super::exec::Finished;
 use super::io::{OutPdu, StatSn};
 use crate::datain;
 use crate::dataout::WriteState;
 use crate::pdu::target::{self, DataInStatus, Residual};
-
-/// Execution state shared between the connection loop and the worker
-/// running the command. Exactly one side wins the race between a response
-/// going out and an abort.
-pub(crate) const RUNNING: u8 = 0;
-pub(crate) const ABORTED: u8 = 1;
-pub(crate) const RESPONDING: u8 = 2;
+use bytes::Bytes;
+use scsi_api::{status, ScsiResponse, TaskAttr};
 
 /// iSCSI Response codes of the SCSI Response PDU.
 pub(crate) const RESPONSE_COMPLETED: u8 = 0x00;
@@ -32,10 +25,10 @@ pub(crate) enum Phase {
     Draining { finals_left: u32 },
     /// Data complete, waiting for an ORDERED task ahead of it.
     Blocked,
-    /// Running on a worker.
+    /// Running on the I/O pool. An aborted task's result is dropped.
     Executing {
-        state: Arc<AtomicU8>,
-        done: watch::Receiver<bool>,
+        aborted: bool,
+        finished: Arc<Finished>,
     },
 }
 
@@ -61,6 +54,35 @@ pub(crate) struct Task {
     pub reserved: u64,
     pub phase: Phase,
 }
+
+/// Hashes ITTs for the task table. SipHash guards against crafted keys,
+/// but the table never holds more than the commands one connection may
+/// have open (the CmdSN window and those waiting for Data-Out), so a
+/// multiplicative hash does, at a fraction of the cost per lookup.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IttHasher(u64);
+
+impl Hasher for IttHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u32(u32::from(b) ^ (self.0 as u32).rotate_left(8));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        let x = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // Fold the well-mixed high half into the low bits too: the table
+        // picks buckets by the low bits and tags by the high ones.
+        self.0 = x ^ (x >> 32);
+    }
+}
+
+/// The tasks of a connection by ITT.
+pub(crate) type TaskTable = HashMap<u32, Task, BuildHasherDefault<IttHasher>>;
 
 /// Task attribute of the SCSI Command ATTR field (RFC 7143 11.3.1.2).
 pub(crate) fn task_attr(raw: u8) -> TaskAttr {
@@ -327,6 +349,16 @@ mod tests {
         resp.data_out_wanted = Some(1 << 20);
         let pdus = response_pdus(&s, resp);
         assert_eq!(pdus[0].bhs.u32_at(36), 4);
+    }
+
+    #[test]
+    fn itt_hash_spreads_sequential_tags() {
+        use std::hash::BuildHasher;
+        let build = BuildHasherDefault::<IttHasher>::default();
+        let buckets: std::collections::HashSet<u64> =
+            (0u32..64).map(|itt| build.hash_one(itt) & 63).collect();
+        assert!(buckets.len() > 32, "{} of 64 buckets used", buckets.len());
+        assert_ne!(build.hash_one(1u32), build.hash_one(2u32));
     }
 
     #[test]

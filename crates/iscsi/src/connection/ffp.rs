@@ -6,22 +6,22 @@
 //! server or other sessions, and a housekeeping tick. Responses leave
 //! through the writer task.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use scsi_api::TaskAttr;
-use tokio::io::BufReader;
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::command::{Phase, Task};
+use super::command::{Phase, TaskTable};
+use super::exec::{Completion, ConnExec, Finished};
 use super::gate::Gate;
-use super::io::{self, OutPdu, Outgoing, ReadError, StatSn, Writer};
+use super::io::{OutPdu, Outgoing, PduReader, ReadError, StatSn, Writer};
 use super::login_phase::Established;
 use super::SessionCtx;
 use crate::cmdsn::{Arrival, CmdWindow};
@@ -35,9 +35,7 @@ use crate::session::Control;
 
 /// Housekeeping period (pings, logout deadline).
 const TICK: Duration = Duration::from_secs(1);
-const INCOMING_QUEUE: usize = 8;
 const OUTGOING_QUEUE: usize = 512;
-const READ_BUFFER: usize = 64 * 1024;
 /// Data-Out PDUs kept for one command held back by CmdSN ordering.
 pub(super) const HELD_PDU_LIMIT: usize = 64;
 /// How long teardown waits for queued responses to be written.
@@ -57,15 +55,10 @@ pub(super) enum Flow {
     Close(&'static str),
 }
 
-/// Reported by a command worker when it is done.
+/// Reported by the I/O pool.
 pub(super) enum Event {
-    Finished {
-        itt: u32,
-        serial: u64,
-        responded: bool,
-        tracked: bool,
-        attr: TaskAttr,
-    },
+    /// Commands that ran on the pool, in the order they finished.
+    Completed(Vec<Completion>),
 }
 
 /// A non-immediate command that arrived ahead of a missing CmdSN, with any
@@ -91,7 +84,7 @@ pub(super) enum HeldScope {
 #[derive(Default)]
 pub(super) struct Aborted {
     /// Completion signals of tasks that were running.
-    pub waiters: Vec<watch::Receiver<bool>>,
+    pub waiters: Vec<Arc<Finished>>,
     /// ITTs whose abort took effect (no response will be sent).
     pub aborted: Vec<u32>,
 }
@@ -102,7 +95,11 @@ pub(super) struct Conn {
     pub out: mpsc::Sender<Outgoing>,
     pub window: Arc<Mutex<CmdWindow>>,
     pub events: mpsc::UnboundedSender<Event>,
-    pub tasks: HashMap<u32, Task>,
+    /// Results of commands run on the I/O pool.
+    pub(super) events_rx: mpsc::UnboundedReceiver<Event>,
+    /// What the I/O pool needs of this connection, made on first use.
+    pub(super) exec: Option<Arc<ConnExec>>,
+    pub tasks: TaskTable,
     pub held: Vec<Held>,
     /// CmdSNs counted as received although their command never came
     /// (aborted by RefCmdSN before arrival).
@@ -116,6 +113,9 @@ pub(super) struct Conn {
     pub(super) text_negotiator: Negotiator,
     pub(super) ping: Option<(u32, Instant)>,
     pub(super) last_rx: Instant,
+    /// A PDU arrived since the last tick; `last_rx` moves on the tick, so
+    /// that the clock is not read for every PDU.
+    pub(super) rx_since_tick: bool,
     pub(super) logout_deadline: Option<Instant>,
 }
 
@@ -129,12 +129,7 @@ pub(crate) async fn run(server: Arc<Server>, stream: TcpStream, est: Established
         max_data_segment: ctx.params.target_mrdsl,
     };
     let (rd, wr) = stream.into_split();
-    let (in_tx, in_rx) = mpsc::channel(INCOMING_QUEUE);
-    let reader = tokio::spawn(io::reader_task(
-        BufReader::with_capacity(READ_BUFFER, rd),
-        framing,
-        in_tx,
-    ));
+    let mut reader = PduReader::new(rd, framing);
     let window = Arc::new(Mutex::new(CmdWindow::new(
         est.exp_cmdsn,
         server.options.cmdsn_window,
@@ -154,7 +149,9 @@ pub(crate) async fn run(server: Arc<Server>, stream: TcpStream, est: Established
         out: out_tx,
         window,
         events: events_tx,
-        tasks: HashMap::new(),
+        events_rx,
+        exec: None,
+        tasks: TaskTable::default(),
         held: Vec::new(),
         consumed: Vec::new(),
         next_serial: 0,
@@ -165,10 +162,12 @@ pub(crate) async fn run(server: Arc<Server>, stream: TcpStream, est: Established
         text: None,
         ping: None,
         last_rx: Instant::now(),
+        rx_since_tick: false,
         logout_deadline: None,
     };
-    let cause = conn.main_loop(in_rx, est.control_rx, events_rx).await;
-    conn.teardown(cause, reader, writer, est.closed_tx).await;
+    let cause = conn.main_loop(&mut reader, est.control_rx).await;
+    drop(reader);
+    conn.teardown(cause, writer, est.closed_tx).await;
 }
 
 pub(super) fn next_tag(t: u32) -> u32 {
@@ -183,26 +182,21 @@ pub(super) fn next_tag(t: u32) -> u32 {
 impl Conn {
     async fn main_loop(
         &mut self,
-        mut incoming: mpsc::Receiver<Result<Pdu, ReadError>>,
+        reader: &mut PduReader<OwnedReadHalf>,
         mut control: mpsc::UnboundedReceiver<Control>,
-        mut events: mpsc::UnboundedReceiver<Event>,
     ) -> &'static str {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            // Completions first, so a finished task's ITT is free before the
-            // initiator's next command is read.
+            // Completions first: answering frees window slots and ITTs.
             let flow = tokio::select! {
                 biased;
-                Some(ev) = events.recv() => self.on_event(ev).await,
+                Some(ev) = self.events_rx.recv() => self.on_event(ev).await,
                 Some(c) = control.recv() => self.on_control(c).await,
-                msg = incoming.recv() => match msg {
-                    None => Flow::Close("connection closed by initiator"),
-                    Some(Ok(pdu)) => {
-                        self.last_rx = Instant::now();
-                        self.on_pdu(pdu).await
-                    }
-                    Some(Err(e)) => self.on_read_error(e).await,
+                r = reader.fill() => match r {
+                    Ok(true) => self.on_bytes(reader).await,
+                    Ok(false) => Flow::Close("connection closed by initiator"),
+                    Err(e) => self.on_read_error(e).await,
                 },
                 _ = tick.tick() => self.on_tick().await,
             };
@@ -220,10 +214,14 @@ impl Conn {
     /// Queue a PDU for the writer; false when the connection is gone or
     /// the initiator stopped reading.
     pub(super) async fn send(&self, pdu: OutPdu) -> bool {
-        self.out
-            .send_timeout(Outgoing::Pdu(pdu), WRITE_STALL)
-            .await
-            .is_ok()
+        // Without waiting first: arming the stall timer reads the clock.
+        match self.out.try_send(Outgoing::Pdu(pdu)) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(out)) => {
+                self.out.send_timeout(out, WRITE_STALL).await.is_ok()
+            }
+        }
     }
 
     pub(super) async fn send_or_close(&self, pdu: OutPdu) -> Flow {
@@ -243,6 +241,29 @@ impl Conn {
         );
         pdu.frees_window_slot = frees_window_slot;
         self.send_or_close(pdu).await
+    }
+
+    /// Handle every PDU that the last read completed.
+    async fn on_bytes(&mut self, reader: &mut PduReader<OwnedReadHalf>) -> Flow {
+        while let Some(r) = reader.next() {
+            self.rx_since_tick = true;
+            let flow = match r {
+                Ok(pdu) => self.on_pdu(pdu).await,
+                Err(e) => {
+                    let in_sync = matches!(e, ReadError::Pdu { in_sync: true, .. });
+                    let flow = self.on_read_error(e).await;
+                    if !in_sync {
+                        // The stream can no longer be framed.
+                        return Flow::Close("protocol error");
+                    }
+                    flow
+                }
+            };
+            if let Flow::Close(c) = flow {
+                return Flow::Close(c);
+            }
+        }
+        Flow::Continue
     }
 
     async fn on_read_error(&mut self, e: ReadError) -> Flow {
@@ -455,7 +476,7 @@ impl Conn {
         let itts: Vec<u32> = self.tasks.keys().copied().collect();
         for itt in itts {
             match self.tasks.get(&itt).map(|t| &t.phase) {
-                Some(Phase::Executing { done, .. }) => waiters.push(done.clone()),
+                Some(Phase::Executing { finished, .. }) => waiters.push(finished.clone()),
                 _ => {
                     if let Some(t) = self.tasks.remove(&itt) {
                         self.write_budget += t.reserved;
@@ -463,8 +484,14 @@ impl Conn {
                 }
             }
         }
-        for mut w in waiters {
-            let _ = w.wait_for(|d| *d).await;
+        for w in waiters {
+            w.wait().await;
+        }
+        // Their results are queued by now: answer them first.
+        while let Ok(ev) = self.events_rx.try_recv() {
+            if let Flow::Close(c) = self.on_event(ev).await {
+                return Flow::Close(c);
+            }
         }
         let bhs = target::logout_response(l.itt, LOGOUT_OK, 0, 0);
         let _ = self
@@ -497,8 +524,8 @@ impl Conn {
                 let scope = lun.map_or(HeldScope::All, HeldScope::Lun);
                 let aborted = self.abort_matching(scope, |t| lun.is_none_or(|l| t.lun == l));
                 tokio::spawn(async move {
-                    for mut w in aborted.waiters {
-                        let _ = w.wait_for(|d| *d).await;
+                    for w in aborted.waiters {
+                        w.wait().await;
                     }
                     let _ = done.send(());
                 });
@@ -509,6 +536,9 @@ impl Conn {
 
     async fn on_tick(&mut self) -> Flow {
         let now = Instant::now();
+        if std::mem::take(&mut self.rx_since_tick) {
+            self.last_rx = now;
+        }
         if self.logout_deadline.is_some_and(|d| now >= d) {
             return Flow::Close("initiator did not log out");
         }
@@ -538,11 +568,9 @@ impl Conn {
     async fn teardown(
         mut self,
         cause: &'static str,
-        reader: JoinHandle<()>,
         writer: JoinHandle<()>,
         closed: watch::Sender<bool>,
     ) {
-        reader.abort();
         let aborted = self.abort_matching(HeldScope::All, |_| true);
         // Write whatever is queued (a last response), then close the socket.
         let (ack_tx, ack_rx) = oneshot::channel();
@@ -550,8 +578,8 @@ impl Conn {
             let _ = tokio::time::timeout(FLUSH_WAIT, ack_rx).await;
         }
         writer.abort();
-        for mut w in aborted.waiters {
-            let _ = w.wait_for(|d| *d).await;
+        for w in aborted.waiters {
+            w.wait().await;
         }
         if let (Some(target), Some(nexus)) = (self.ctx.target.clone(), self.ctx.nexus.clone()) {
             let _ = tokio::task::spawn_blocking(move || target.scsi.nexus_lost(&nexus)).await;

@@ -88,28 +88,108 @@ pub(crate) async fn read_pdu<R: AsyncRead + Unpin>(
     }))
 }
 
-/// Read PDUs until the stream ends or fails, passing them on. Ends when the
-/// receiver is gone.
-pub(crate) async fn reader_task<R: AsyncRead + Unpin>(
-    mut r: R,
+/// Frames PDUs out of the byte stream of a connection in the full feature
+/// phase, for the connection loop to read without a task of its own.
+///
+/// [`PduReader::fill`] is the only await and is cancel-safe (bytes read
+/// stay in the buffer), so the loop can wait on the socket and on other
+/// things at once; [`PduReader::next`] then frames every PDU that is
+/// complete. One socket read usually brings several PDUs. The buffer holds
+/// at most one PDU's frame, whose length the framing limits, plus one read.
+pub(crate) struct PduReader<R> {
+    r: R,
+    buf: BytesMut,
     framing: Framing,
-    tx: mpsc::Sender<Result<Pdu, ReadError>>,
-) {
-    loop {
-        match read_pdu(&mut r, &framing).await {
-            Ok(Some(pdu)) => {
-                if tx.send(Ok(pdu)).await.is_err() {
-                    return;
-                }
+}
+
+/// Bytes asked of the socket per read.
+const READ_CHUNK: usize = 64 * 1024;
+
+impl<R: AsyncRead + Unpin> PduReader<R> {
+    pub fn new(r: R, framing: Framing) -> Self {
+        PduReader {
+            r,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+            framing,
+        }
+    }
+
+    /// Read more bytes. `Ok(false)` is the end of the stream; the error
+    /// is already framed as [`ReadError`] for a stream that ends inside a
+    /// PDU. Cancel-safe.
+    pub async fn fill(&mut self) -> Result<bool, ReadError> {
+        if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+            self.buf.reserve(READ_CHUNK);
+        }
+        let n = self
+            .r
+            .read_buf(&mut self.buf)
+            .await
+            .map_err(ReadError::Io)?;
+        if n > 0 {
+            return Ok(true);
+        }
+        if self.buf.is_empty() {
+            Ok(false)
+        } else {
+            Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()))
+        }
+    }
+
+    /// The next PDU if all of it has arrived. After an error with
+    /// `in_sync: false` the stream cannot be framed any more.
+    pub fn next(&mut self) -> Option<Result<Pdu, ReadError>> {
+        let head = self.buf.get(..BHS_LEN)?;
+        let mut raw = [0u8; BHS_LEN];
+        raw.copy_from_slice(head);
+        let bhs = Bhs(raw);
+        let lens = match pdu::frame_lengths(&bhs, &self.framing) {
+            Ok(l) => l,
+            Err(error) => {
+                return Some(Err(ReadError::Pdu {
+                    error,
+                    header: Some(bhs),
+                    in_sync: false,
+                }))
             }
-            Ok(None) => return,
-            Err(e) => {
-                let fatal = !matches!(e, ReadError::Pdu { in_sync: true, .. });
-                if tx.send(Err(e)).await.is_err() || fatal {
-                    return;
-                }
+        };
+        let total = lens.total();
+        if self.buf.len() < total {
+            self.buf.reserve(total - self.buf.len());
+            return None;
+        }
+        let frame = self.buf.split_to(total);
+        let mut at = BHS_LEN;
+        let ahs = &frame[at..at + lens.ahs];
+        at += lens.ahs;
+        if lens.header_digest > 0 {
+            if let Err(error) = pdu::verify_header_digest(&bhs, ahs, &frame[at..at + DIGEST_LEN]) {
+                return Some(Err(ReadError::Pdu {
+                    error,
+                    header: Some(bhs),
+                    in_sync: false,
+                }));
+            }
+            at += DIGEST_LEN;
+        }
+        let data = &frame[at..at + lens.data + lens.padding];
+        at += lens.data + lens.padding;
+        if lens.data_digest > 0 {
+            if let Err(error) = pdu::verify_data_digest(data, &frame[at..at + DIGEST_LEN]) {
+                return Some(Err(ReadError::Pdu {
+                    error,
+                    header: Some(bhs),
+                    in_sync: true,
+                }));
             }
         }
+        // The data gets its own allocation: a small segment must not keep
+        // a whole read buffer alive while its command waits.
+        Some(Ok(Pdu {
+            bhs,
+            ahs: ahs.to_vec(),
+            data: Bytes::copy_from_slice(&data[..lens.data]),
+        }))
     }
 }
 
@@ -360,6 +440,112 @@ mod tests {
             Err(ReadError::Pdu { in_sync: true, .. })
         ));
         assert_eq!(read_pdu(&mut r, &framing).await.unwrap(), Some(pdu));
+    }
+
+    /// A reader that hands out its bytes in pieces of the given sizes.
+    struct Pieces(Vec<Vec<u8>>);
+
+    impl AsyncRead for Pieces {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            if !self.0.is_empty() {
+                let piece = self.0.remove(0);
+                buf.put_slice(&piece);
+            }
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    fn pieces(wire: &[u8], sizes: &[usize]) -> Pieces {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for &n in sizes {
+            out.push(wire[at..at + n].to_vec());
+            at += n;
+        }
+        out.push(wire[at..].to_vec());
+        Pieces(out)
+    }
+
+    #[tokio::test]
+    async fn pdu_reader_frames_several_pdus_per_read_and_split_ones() {
+        let framing = Framing {
+            header_digest: true,
+            data_digest: true,
+            max_data_segment: 1024,
+        };
+        let pdus: Vec<Pdu> = (0..3)
+            .map(|i| {
+                let mut bhs = Bhs::new(Opcode::NopOut, 0x80);
+                bhs.set_itt(i);
+                Pdu::new(bhs, Bytes::from(vec![i as u8; 5 + i as usize]))
+            })
+            .collect();
+        let mut wire = Vec::new();
+        for p in &pdus {
+            wire.extend(pdu::encode(p, &framing));
+        }
+        let one = pdu::encode(&pdus[0], &framing).len();
+        // The first read holds one PDU and part of the next.
+        let mut r = PduReader::new(pieces(&wire, &[one + 20]), framing);
+        let mut got = Vec::new();
+        while r.fill().await.unwrap() {
+            while let Some(p) = r.next() {
+                got.push(p.unwrap());
+            }
+        }
+        assert_eq!(got, pdus);
+    }
+
+    #[tokio::test]
+    async fn pdu_reader_reports_errors() {
+        let framing = Framing {
+            header_digest: false,
+            data_digest: true,
+            max_data_segment: 16,
+        };
+        let ok = Pdu::new(Bhs::new(Opcode::NopOut, 0x80), Bytes::from_static(b"abcd"));
+        let mut wire = pdu::encode(&ok, &framing);
+        let last = wire.len() - 1;
+        wire[last] ^= 0xff;
+        wire.extend(pdu::encode(&ok, &framing));
+        let big = Pdu::new(Bhs::new(Opcode::NopOut, 0x80), Bytes::from(vec![0u8; 32]));
+        wire.extend(pdu::encode(
+            &big,
+            &Framing {
+                max_data_segment: 64,
+                ..framing
+            },
+        ));
+        let mut r = PduReader::new(pieces(&wire, &[]), framing);
+        assert!(r.fill().await.unwrap());
+        assert!(matches!(
+            r.next(),
+            Some(Err(ReadError::Pdu {
+                error: PduError::DataDigest,
+                in_sync: true,
+                ..
+            }))
+        ));
+        assert_eq!(r.next().unwrap().unwrap(), ok);
+        assert!(matches!(
+            r.next(),
+            Some(Err(ReadError::Pdu {
+                error: PduError::DataSegmentTooLong { len: 32, max: 16 },
+                in_sync: false,
+                ..
+            }))
+        ));
+        // A stream that ends inside a PDU is an error, between PDUs it is not.
+        let mut r = PduReader::new(pieces(&wire[..10], &[]), framing);
+        assert!(r.fill().await.unwrap());
+        assert!(r.next().is_none());
+        assert!(matches!(r.fill().await, Err(ReadError::Io(_))));
+        let mut r = PduReader::new(Pieces(Vec::new()), framing);
+        assert!(!r.fill().await.unwrap());
     }
 
     #[tokio::test]

@@ -1,10 +1,12 @@
 //! One TCP connection: login, then the full feature phase.
 
 mod command;
+mod exec;
 mod ffp;
 mod gate;
 mod io;
 mod login_phase;
+mod pool;
 mod tasks;
 mod text;
 mod tmf;

@@ -2,48 +2,20 @@
 //! (immediate, unsolicited, R2T-solicited), ordering by task attribute,
 //! running on the SCSI target, answering, and aborting.
 
-use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use scsi_api::{Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskAttr};
-use tokio::sync::watch;
+use scsi_api::ScsiResponse;
 
-use super::command::{self, Phase, ResponseShape, Task, RESPONDING, RUNNING};
+use super::command::{self, Phase, ResponseShape, Task};
+use super::exec::{self, Completion, Finished, Job};
 use super::ffp::{next_tag, Aborted, Conn, Event, Flow, HeldScope, HELD_PDU_LIMIT};
-use super::io::{OutPdu, Outgoing, StatSn};
+use super::io::{OutPdu, StatSn};
 use crate::dataout::{WriteLimits, WriteState};
 use crate::lun;
 use crate::pdu::initiator::{Request, ScsiCommand as ScsiCommandPdu};
 use crate::pdu::target::{self, reject_reason};
 use crate::pdu::Bhs;
-
-/// Work handed to the SCSI layer.
-struct Job {
-    lun: u64,
-    cdb: Vec<u8>,
-    data_out: Bytes,
-    data_in_len: u32,
-    data_out_len: u32,
-    attr: TaskAttr,
-    tag: u64,
-}
-
-impl Job {
-    fn run(&self, scsi: &dyn ScsiTarget, nexus: &Nexus) -> ScsiResponse {
-        let cmd = ScsiCommand {
-            lun: self.lun,
-            cdb: &self.cdb,
-            data_out: &self.data_out,
-            data_in_len: self.data_in_len,
-            data_out_len: self.data_out_len,
-            task_attr: self.attr,
-            tag: self.tag,
-        };
-        scsi.execute(nexus, &cmd)
-    }
-}
 
 impl Conn {
     pub(super) async fn on_scsi_command(
@@ -56,9 +28,7 @@ impl Conn {
             // A task whose response is already on its way (or which was
             // aborted and has ended) no longer owns its ITT.
             let ended = match &existing.phase {
-                Phase::Executing { state, done } => {
-                    state.load(Ordering::Acquire) == RESPONDING || *done.borrow()
-                }
+                Phase::Executing { aborted, finished } => *aborted && finished.is_done(),
                 _ => false,
             };
             if !ended {
@@ -330,7 +300,7 @@ impl Conn {
         Flow::Continue
     }
 
-    /// Hand a task to the SCSI layer: on a worker thread when it may block,
+    /// Hand a task to the SCSI layer: on the I/O pool when it may block,
     /// inline otherwise.
     pub(super) async fn start(&mut self, itt: u32) -> Flow {
         let (Some(target), Some(nexus)) = (self.ctx.target.clone(), self.ctx.nexus.clone()) else {
@@ -365,60 +335,39 @@ impl Conn {
             tracked: task.tracked,
         };
         if target.scsi.command_may_block(job.lun, &job.cdb) {
-            let state = Arc::new(AtomicU8::new(RUNNING));
-            let (done_tx, done_rx) = watch::channel(false);
+            let finished = Arc::new(Finished::default());
             task.phase = Phase::Executing {
-                state: state.clone(),
-                done: done_rx,
+                aborted: false,
+                finished: finished.clone(),
             };
-            let (serial, tracked, attr) = (task.serial, task.tracked, task.attr);
-            self.gate.started(attr);
-            let out = self.out.clone();
-            let events = self.events.clone();
-            // The worker thread runs the command and queues its response
-            // itself: one hand-off per command.
-            tokio::task::spawn_blocking(move || {
-                let result =
-                    std::panic::catch_unwind(AssertUnwindSafe(|| job.run(&*target.scsi, &nexus)));
-                let pdus = match result {
-                    Ok(resp) => command::response_pdus(&shape, resp),
-                    Err(_) => {
-                        tracing::error!(itt, "SCSI command panicked in the target");
-                        vec![command::failure_pdu(&shape)]
-                    }
-                };
-                // Whoever moves the state first wins: a response or an abort.
-                let responded = state
-                    .compare_exchange(RUNNING, RESPONDING, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok();
-                if responded {
-                    for pdu in pdus {
-                        if out.blocking_send(Outgoing::Pdu(pdu)).is_err() {
-                            break;
-                        }
-                    }
-                }
-                let _ = done_tx.send(true);
-                let _ = events.send(Event::Finished {
-                    itt,
-                    serial,
-                    responded,
-                    tracked,
-                    attr,
-                });
+            self.gate.started(task.attr);
+            let conn = self
+                .exec
+                .get_or_insert_with(|| {
+                    Arc::new(exec::ConnExec {
+                        scsi: target.scsi.clone(),
+                        nexus,
+                        events: self.events.clone(),
+                    })
+                })
+                .clone();
+            exec::io_pool().submit(exec::Command {
+                conn,
+                job,
+                itt,
+                serial: task.serial,
+                tracked: task.tracked,
+                shape,
+                finished,
             });
             return Flow::Continue;
         }
         let reserved = task.reserved;
         self.tasks.remove(&itt);
         self.write_budget += reserved;
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| job.run(&*target.scsi, &nexus)));
-        let pdus = match result {
-            Ok(resp) => command::response_pdus(&shape, resp),
-            Err(_) => {
-                tracing::error!(itt, "SCSI command panicked in the target");
-                vec![command::failure_pdu(&shape)]
-            }
+        let pdus = match job.run(&*target.scsi, &nexus) {
+            Some(resp) => command::response_pdus(&shape, resp),
+            None => vec![command::failure_pdu(&shape)],
         };
         for pdu in pdus {
             if !self.send(pdu).await {
@@ -432,23 +381,46 @@ impl Conn {
     }
 
     pub(super) async fn on_event(&mut self, ev: Event) -> Flow {
-        let Event::Finished {
-            itt,
-            serial,
-            responded,
-            tracked,
-            attr,
-        } = ev;
-        if self.tasks.get(&itt).is_some_and(|t| t.serial == serial) {
-            if let Some(t) = self.tasks.remove(&itt) {
-                self.write_budget += t.reserved;
+        match ev {
+            Event::Completed(done) => self.on_completed(done).await,
+        }
+    }
+
+    /// Results from the I/O pool: answer the commands still wanted, then
+    /// start what their end released.
+    pub(super) async fn on_completed(&mut self, done: Vec<Completion>) -> Flow {
+        for c in done {
+            let current = self.tasks.get(&c.itt).is_some_and(|t| t.serial == c.serial);
+            // A task no longer in the table was aborted (and its ITT perhaps
+            // reused); its result is not wanted.
+            let aborted = !current
+                || matches!(
+                    self.tasks.get(&c.itt).map(|t| &t.phase),
+                    Some(Phase::Executing { aborted: true, .. })
+                );
+            if current {
+                if let Some(t) = self.tasks.remove(&c.itt) {
+                    self.write_budget += t.reserved;
+                }
+            }
+            self.gate.finished(c.attr);
+            if aborted {
+                if c.tracked {
+                    // No response will free the window slot.
+                    self.window.lock().finished();
+                }
+                continue;
+            }
+            let pdus = match c.response {
+                Some(resp) => command::response_pdus(&c.shape, resp),
+                None => vec![command::failure_pdu(&c.shape)],
+            };
+            for pdu in pdus {
+                if !self.send(pdu).await {
+                    return Flow::Close("connection lost");
+                }
             }
         }
-        if !responded && tracked {
-            // Aborted: no response will free the window slot.
-            self.window.lock().finished();
-        }
-        self.gate.finished(attr);
         if let Flow::Close(c) = self.unblock().await {
             return Flow::Close(c);
         }
@@ -472,20 +444,13 @@ impl Conn {
             .map(|(i, _)| *i)
             .collect();
         for itt in itts {
-            let running = match self.tasks.get(&itt).map(|t| &t.phase) {
-                Some(Phase::Executing { state, done }) => {
-                    if state
-                        .compare_exchange(
-                            RUNNING,
-                            command::ABORTED,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        )
-                        .is_ok()
-                    {
+            let running = match self.tasks.get_mut(&itt).map(|t| &mut t.phase) {
+                Some(Phase::Executing { aborted, finished }) => {
+                    if !*aborted {
+                        *aborted = true;
                         out.aborted.push(itt);
                     }
-                    out.waiters.push(done.clone());
+                    out.waiters.push(finished.clone());
                     true
                 }
                 Some(_) => false,

@@ -136,8 +136,8 @@ impl Conn {
         let server = self.server.clone();
         let itt = t.itt;
         tokio::spawn(async move {
-            for mut w in waiters {
-                let _ = w.wait_for(|d| *d).await;
+            for w in waiters {
+                w.wait().await;
             }
             let _ = tokio::time::timeout(CROSS_SESSION_WAIT, async {
                 for rx in others {
@@ -196,8 +196,8 @@ impl Conn {
             let out = self.out.clone();
             let itt = t.itt;
             tokio::spawn(async move {
-                for mut w in aborted.waiters {
-                    let _ = w.wait_for(|d| *d).await;
+                for w in aborted.waiters {
+                    w.wait().await;
                 }
                 let code = if took_effect {
                     let scsi = target.scsi.clone();

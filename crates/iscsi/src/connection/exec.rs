@@ -1,0 +1,178 @@
+//! Commands that may block run on a shared pool of I/O threads; their
+//! results come back to the connection loop in batches, which turns them
+//! into response PDUs.
+//!
+//! The connection loop alone decides whether a result is answered or
+//! dropped (because the task was aborted meanwhile), so no race between a
+//! worker and the loop needs settling. A [`Finished`] signal tells task
+//! management when a command has stopped running; it is raised only after
+//! the command's result is in the loop's queue.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use scsi_api::{Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskAttr};
+use tokio::sync::{mpsc, Notify};
+
+use super::command::ResponseShape;
+use super::ffp::Event;
+use super::pool::{self, Limits, Pool};
+
+/// Work handed to the SCSI layer.
+pub(super) struct Job {
+    pub lun: u64,
+    pub cdb: Vec<u8>,
+    pub data_out: Bytes,
+    pub data_in_len: u32,
+    pub data_out_len: u32,
+    pub attr: TaskAttr,
+    pub tag: u64,
+}
+
+impl Job {
+    /// Run on the SCSI target; a panic in the target becomes `None`.
+    pub fn run(&self, scsi: &dyn ScsiTarget, nexus: &Nexus) -> Option<ScsiResponse> {
+        let cmd = ScsiCommand {
+            lun: self.lun,
+            cdb: &self.cdb,
+            data_out: &self.data_out,
+            data_in_len: self.data_in_len,
+            data_out_len: self.data_out_len,
+            task_attr: self.attr,
+            tag: self.tag,
+        };
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| scsi.execute(nexus, &cmd)));
+        if result.is_err() {
+            tracing::error!(tag = self.tag, "SCSI command panicked in the target");
+        }
+        result.ok()
+    }
+}
+
+/// Raised when a command has stopped running (its result is queued for
+/// the connection loop).
+#[derive(Default)]
+pub(crate) struct Finished {
+    done: AtomicBool,
+    /// Someone waits: raising must wake them.
+    watched: AtomicBool,
+    notify: Notify,
+}
+
+impl Finished {
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::SeqCst)
+    }
+
+    fn raise(&self) {
+        self.done.store(true, Ordering::SeqCst);
+        if self.watched.load(Ordering::SeqCst) {
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// Wait until the command has stopped running.
+    pub async fn wait(&self) {
+        self.watched.store(true, Ordering::SeqCst);
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_done() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// What the I/O threads need from one connection.
+pub(super) struct ConnExec {
+    pub scsi: Arc<dyn ScsiTarget>,
+    pub nexus: Nexus,
+    pub events: mpsc::UnboundedSender<Event>,
+}
+
+/// How a command the loop handed off ended.
+pub(super) struct Completion {
+    pub itt: u32,
+    pub serial: u64,
+    pub tracked: bool,
+    pub attr: TaskAttr,
+    pub shape: ResponseShape,
+    /// `None` when the target panicked.
+    pub response: Option<ScsiResponse>,
+}
+
+/// One command on its way through the pool.
+pub(super) struct Command {
+    pub conn: Arc<ConnExec>,
+    pub job: Job,
+    pub itt: u32,
+    pub serial: u64,
+    pub tracked: bool,
+    pub shape: ResponseShape,
+    pub finished: Arc<Finished>,
+}
+
+/// Results for one connection, waiting to be delivered.
+struct Delivery {
+    conn: Arc<ConnExec>,
+    done: Vec<Completion>,
+    signals: Vec<Arc<Finished>>,
+}
+
+/// Results a worker holds until it delivers them, by connection.
+#[derive(Default)]
+pub(super) struct Deliveries {
+    conns: Vec<Delivery>,
+}
+
+impl pool::Job for Command {
+    type Batch = Deliveries;
+
+    fn run(self, batch: &mut Deliveries) {
+        let response = self.job.run(&*self.conn.scsi, &self.conn.nexus);
+        let completion = Completion {
+            itt: self.itt,
+            serial: self.serial,
+            tracked: self.tracked,
+            attr: self.job.attr,
+            shape: self.shape,
+            response,
+        };
+        match batch
+            .conns
+            .iter_mut()
+            .find(|d| Arc::ptr_eq(&d.conn, &self.conn))
+        {
+            Some(d) => {
+                d.done.push(completion);
+                d.signals.push(self.finished);
+            }
+            None => batch.conns.push(Delivery {
+                conn: self.conn,
+                done: vec![completion],
+                signals: vec![self.finished],
+            }),
+        }
+    }
+
+    fn flush(batch: &mut Deliveries) {
+        for d in batch.conns.drain(..) {
+            // A closed loop no longer wants results; waiters still do.
+            let _ = d.conn.events.send(Event::Completed(d.done));
+            for s in d.signals {
+                s.raise();
+            }
+        }
+    }
+}
+
+/// The process-wide I/O pool.
+pub(super) fn io_pool() -> &'static Pool<Command> {
+    static POOL: OnceLock<Pool<Command>> = OnceLock::new();
+    POOL.get_or_init(|| Pool::new("oa-io", Limits::default()))
+}
