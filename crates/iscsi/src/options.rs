@@ -44,6 +44,9 @@ pub struct ServerOptions {
     pub logout_timeout: Duration,
     /// Most sessions (normal and discovery) served at once.
     pub max_sessions: usize,
+    /// Most normal sessions one initiator name may hold at once (login
+    /// status 0x0302 beyond), so one host cannot take every session.
+    pub max_sessions_per_initiator: usize,
     /// The login authentication step.
     pub authenticator: Arc<dyn Authenticator>,
     /// Which initiators may log in to which targets, and what they see.
@@ -72,6 +75,7 @@ impl Default for ServerOptions {
             login_timeout: Duration::from_secs(15),
             logout_timeout: Duration::from_secs(5),
             max_sessions: 4096,
+            max_sessions_per_initiator: 64,
             authenticator: Arc::new(NoAuthentication),
             access: Arc::new(OpenAccess),
         }

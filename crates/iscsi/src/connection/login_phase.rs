@@ -226,6 +226,20 @@ async fn establish(
             // Another login with the same key won the race.
             return Err(LoginStatus::SERVICE_UNAVAILABLE);
         }
+        if let Some(k) = &key {
+            let held = reg
+                .all()
+                .iter()
+                .filter(|h| {
+                    h.key
+                        .as_ref()
+                        .is_some_and(|o| o.initiator_name == k.initiator_name)
+                })
+                .count();
+            if held >= server.options.max_sessions_per_initiator {
+                return Err(LoginStatus::OUT_OF_RESOURCES);
+            }
+        }
         reg.register(
             id,
             result.tsih,

@@ -1,0 +1,61 @@
+//! Limits that keep one initiator from taking every session.
+
+mod support;
+
+use iscsi::pdu::Opcode;
+use iscsi::ServerOptions;
+use support::*;
+
+#[tokio::test]
+async fn sessions_per_initiator_are_limited() {
+    let options = ServerOptions {
+        nop_interval: None,
+        max_sessions_per_initiator: 2,
+        ..Default::default()
+    };
+    let ram = RamTarget::new(64, false);
+    let (_server, addr) = start(options, ram).await;
+    let mut held = Vec::new();
+    for isid in 1..=2u8 {
+        let mut c = Client::connect(addr).await;
+        c.isid[5] = isid;
+        c.login_normal("").await;
+        held.push(c);
+    }
+    // A third session of the same initiator is refused: out of resources.
+    let mut third = Client::connect(addr).await;
+    third.isid[5] = 3;
+    let text = format!("InitiatorName=iqn.2024-01.test:client;TargetName={TARGET};");
+    let r = third.login(&text).await;
+    assert_eq!(r.bhs.opcode(), Some(Opcode::LoginResponse));
+    assert_eq!((r.bhs.byte(36), r.bhs.byte(37)), (3, 2));
+
+    // Another initiator is not affected.
+    let mut other = Client::connect(addr).await;
+    let r = other
+        .login(&format!(
+            "InitiatorName=iqn.2024-01.test:other;TargetName={TARGET};"
+        ))
+        .await;
+    assert_eq!((r.bhs.byte(36), r.bhs.byte(37)), (0, 0));
+
+    // Once a session ends, the initiator may log in again.
+    let mut first = held.remove(0);
+    first.logout().await;
+    drop(first);
+    let mut again = Client::connect(addr).await;
+    again.isid[5] = 4;
+    let mut ok = false;
+    for _ in 0..50 {
+        let r = again.login(&text).await;
+        if (r.bhs.byte(36), r.bhs.byte(37)) == (0, 0) {
+            ok = true;
+            break;
+        }
+        // The ended session may still be tearing down.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        again = Client::connect(addr).await;
+        again.isid[5] = 4;
+    }
+    assert!(ok, "login after a logout");
+}
