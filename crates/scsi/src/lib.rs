@@ -32,5 +32,5 @@ mod xcopy;
 pub use config::{naa_from_seed, LuConfig};
 pub use lu::{LogicalUnit, MAX_TRANSFER_BYTES};
 pub use registry::LuRegistry;
-pub use target::{encode_lun, Target, MAX_LUN};
+pub use target::{encode_lun, Mapping, Target, MAX_LUN};
 pub use transfer::data_out_wanted;

@@ -41,6 +41,11 @@ pub(crate) struct Ctx<'a> {
     pub nexus: &'a Nexus,
     pub cmd: &'a ScsiCommand<'a>,
     pub registry: &'a LuRegistry,
+    /// The LUN is mapped read-only for this target (view).
+    pub read_only: bool,
+    /// Designators of the LUs this target maps read-only, which EXTENDED
+    /// COPY must not write either.
+    pub protected: &'a [[u8; 16]],
 }
 
 impl Ctx<'_> {
@@ -481,9 +486,15 @@ impl LogicalUnit {
         }
     }
 
-    /// DATA PROTECT unless the medium may be written.
-    pub(crate) fn check_writable(&self) -> Result<(), Sense> {
-        if self.read_only() {
+    /// DATA PROTECT unless the medium may be written through `ctx`.
+    pub(crate) fn check_writable(&self, ctx: &Ctx<'_>) -> Result<(), Sense> {
+        self.check_writable_through(ctx.read_only)
+    }
+
+    /// DATA PROTECT unless the medium may be written through a mapping
+    /// that is read-only or not.
+    pub(crate) fn check_writable_through(&self, read_only_mapping: bool) -> Result<(), Sense> {
+        if self.read_only() || read_only_mapping {
             return Err(Sense::write_protected());
         }
         if self.mode_params().swp {
@@ -592,6 +603,8 @@ pub(crate) mod test_support {
             nexus: n,
             cmd: &cmd,
             registry,
+            read_only: false,
+            protected: &[],
         })
     }
 

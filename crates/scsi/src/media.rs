@@ -10,11 +10,11 @@ use crate::mode::{self, Medium};
 use crate::sense::{asc, Sense};
 
 impl LogicalUnit {
-    fn medium(&self) -> Medium {
+    fn medium(&self, ctx: &Ctx<'_>) -> Medium {
         Medium {
             blocks: self.blocks(),
             block_size: self.block_size,
-            read_only: self.read_only(),
+            read_only: self.read_only() || ctx.read_only,
         }
     }
 
@@ -98,7 +98,7 @@ impl LogicalUnit {
             ten,
             &self.mode_params(),
             &self.default_mode,
-            &self.medium(),
+            &self.medium(ctx),
         )?;
         Ok(ScsiResponse::with_data(truncate(data, alloc)))
     }
@@ -113,7 +113,7 @@ impl LogicalUnit {
         };
         let param = ctx.param(len)?;
         let mut current = self.mode.lock();
-        let new = mode::mode_select(cdb, ten, param, &current, &self.medium())?;
+        let new = mode::mode_select(cdb, ten, param, &current, &self.medium(ctx))?;
         if new == *current {
             return Ok(ScsiResponse::good());
         }

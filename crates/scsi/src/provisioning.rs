@@ -23,7 +23,7 @@ impl LogicalUnit {
             // ANCHOR: anchored LBAs are not supported (ANC_SUP = 0).
             return Err(Sense::invalid_cdb(1, Some(0)).into());
         }
-        self.check_writable()?;
+        self.check_writable(ctx)?;
         let len = usize::from(be16(cdb, 7));
         if len == 0 {
             return Ok(ScsiResponse::good());
@@ -80,7 +80,7 @@ impl LogicalUnit {
             e.blocks
         };
         self.check_range(e.lba, blocks)?;
-        self.check_writable()?;
+        self.check_writable(ctx)?;
         if blocks > self.max_transfer_blocks() {
             return Err(Sense::invalid_cdb(e.length_at, None).into());
         }

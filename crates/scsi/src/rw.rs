@@ -111,7 +111,7 @@ impl LogicalUnit {
         let cdb = ctx.cdb();
         let e = extent(cdb);
         self.check_transfer(&e)?;
-        self.check_writable()?;
+        self.check_writable(ctx)?;
         let data = self.write_data(ctx, &e);
         if !data.is_empty() {
             self.write_blocks(e.lba, data, fua_of(cdb))?;
@@ -166,7 +166,7 @@ impl LogicalUnit {
         }
         let e = extent(cdb);
         self.check_transfer(&e)?;
-        self.check_writable()?;
+        self.check_writable(ctx)?;
         let data = self.write_data(ctx, &e);
         if data.is_empty() {
             return Ok(ScsiResponse::good());
@@ -187,7 +187,7 @@ impl LogicalUnit {
         let cdb = ctx.cdb();
         let e = extent(cdb);
         self.check_transfer(&e)?;
-        self.check_writable()?;
+        self.check_writable(ctx)?;
         let data = self.write_data(ctx, &e);
         if data.is_empty() {
             return Ok(ScsiResponse::good());
@@ -226,7 +226,7 @@ impl LogicalUnit {
             return Err(Sense::invalid_cdb(13, None).into());
         }
         self.check_range(e.lba, e.blocks)?;
-        self.check_writable()?;
+        self.check_writable(ctx)?;
         if e.blocks == 0 {
             return Ok(ScsiResponse::good());
         }
@@ -249,7 +249,7 @@ impl LogicalUnit {
         let cdb = ctx.cdb();
         let e = extent(cdb);
         self.check_transfer(&e)?;
-        self.check_writable()?;
+        self.check_writable(ctx)?;
         if e.blocks == 0 {
             return Ok(ScsiResponse::good());
         }

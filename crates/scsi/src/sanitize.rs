@@ -183,14 +183,14 @@ impl LogicalUnit {
                 if len < 5 || len > self.block_size as usize + 4 {
                     return Err(Sense::invalid_cdb(7, None).into());
                 }
-                self.check_writable()?;
+                self.check_writable(ctx)?;
                 overwrite_parameters(ctx.param(len)?, self.block_size as usize)?
             }
             sa::SANITIZE_BLOCK_ERASE => {
                 if len != 0 {
                     return Err(Sense::invalid_cdb(7, None).into());
                 }
-                self.check_writable()?;
+                self.check_writable(ctx)?;
                 Operation::BlockErase
             }
             _ => {

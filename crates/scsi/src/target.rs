@@ -21,10 +21,48 @@ pub const MAX_LUN: u64 = 16383;
 
 pub struct Target {
     name: String,
-    luns: RwLock<BTreeMap<u64, Arc<LogicalUnit>>>,
+    inventory: RwLock<Inventory>,
     registry: Arc<LuRegistry>,
     /// Live I_T nexuses, to tell them when the LUN inventory changes.
     nexuses: Mutex<HashSet<Nexus>>,
+}
+
+/// How a target shows one logical unit at a LUN.
+#[derive(Clone)]
+pub struct Mapping {
+    pub lu: Arc<LogicalUnit>,
+    /// Writes through this mapping fail with DATA PROTECT and MODE SENSE
+    /// shows WP; the LU itself (reservations, other mappings) is shared.
+    pub read_only: bool,
+}
+
+impl Mapping {
+    pub fn read_write(lu: Arc<LogicalUnit>) -> Mapping {
+        Mapping {
+            lu,
+            read_only: false,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Inventory {
+    luns: BTreeMap<u64, Mapping>,
+    /// Designators of the LUs mapped read-only.
+    protected: Vec<[u8; 16]>,
+}
+
+impl Inventory {
+    fn new(luns: BTreeMap<u64, Mapping>) -> Inventory {
+        let luns: BTreeMap<u64, Mapping> =
+            luns.into_iter().filter(|(l, _)| *l <= MAX_LUN).collect();
+        let protected = luns
+            .values()
+            .filter(|m| m.read_only)
+            .map(|m| m.lu.naa())
+            .collect();
+        Inventory { luns, protected }
+    }
 }
 
 /// The 8-byte LUN of `lun`: peripheral device addressing below 256, flat
@@ -40,6 +78,12 @@ pub fn encode_lun(lun: u64) -> [u8; 8] {
     l
 }
 
+fn read_write(luns: BTreeMap<u64, Arc<LogicalUnit>>) -> BTreeMap<u64, Mapping> {
+    luns.into_iter()
+        .map(|(l, lu)| (l, Mapping::read_write(lu)))
+        .collect()
+}
+
 impl Target {
     /// `luns`: LUN number (0..=16383) -> LU. Every LU becomes reachable
     /// through `registry` for EXTENDED COPY.
@@ -48,14 +92,23 @@ impl Target {
         luns: BTreeMap<u64, Arc<LogicalUnit>>,
         registry: Arc<LuRegistry>,
     ) -> Arc<Target> {
-        let luns: BTreeMap<u64, Arc<LogicalUnit>> =
-            luns.into_iter().filter(|(l, _)| *l <= MAX_LUN).collect();
-        for lu in luns.values() {
-            registry.add(lu.clone());
+        Target::with_mappings(name, read_write(luns), registry)
+    }
+
+    /// Like [`Target::new`], with per-LUN read-only mappings: several
+    /// targets (or initiator groups) can show one LU, some read-only.
+    pub fn with_mappings(
+        name: &str,
+        luns: BTreeMap<u64, Mapping>,
+        registry: Arc<LuRegistry>,
+    ) -> Arc<Target> {
+        let inventory = Inventory::new(luns);
+        for m in inventory.luns.values() {
+            registry.add(m.lu.clone());
         }
         Arc::new(Target {
             name: name.to_string(),
-            luns: RwLock::new(luns),
+            inventory: RwLock::new(inventory),
             registry,
             nexuses: Mutex::new(HashSet::new()),
         })
@@ -66,32 +119,51 @@ impl Target {
     }
 
     pub fn lu(&self, lun: u64) -> Option<Arc<LogicalUnit>> {
-        self.luns.read().get(&lun).cloned()
+        self.inventory.read().luns.get(&lun).map(|m| m.lu.clone())
     }
 
     pub fn luns(&self) -> BTreeMap<u64, Arc<LogicalUnit>> {
-        self.luns.read().clone()
+        self.inventory
+            .read()
+            .luns
+            .iter()
+            .map(|(l, m)| (*l, m.lu.clone()))
+            .collect()
+    }
+
+    pub fn mappings(&self) -> BTreeMap<u64, Mapping> {
+        self.inventory.read().luns.clone()
     }
 
     /// Replaces the LUN inventory while sessions stay up; every live nexus
     /// is told REPORTED LUNS DATA HAS CHANGED.
     pub fn set_luns(&self, luns: BTreeMap<u64, Arc<LogicalUnit>>) {
-        let luns: BTreeMap<u64, Arc<LogicalUnit>> =
-            luns.into_iter().filter(|(l, _)| *l <= MAX_LUN).collect();
-        for lu in luns.values() {
-            self.registry.add(lu.clone());
+        self.set_mappings(read_write(luns));
+    }
+
+    /// [`Target::set_luns`] with per-LUN read-only mappings.
+    pub fn set_mappings(&self, luns: BTreeMap<u64, Mapping>) {
+        let new = Inventory::new(luns);
+        for m in new.luns.values() {
+            self.registry.add(m.lu.clone());
         }
-        let old = std::mem::replace(&mut *self.luns.write(), luns.clone());
-        if old.keys().eq(luns.keys())
+        let lus: Vec<Arc<LogicalUnit>> = new.luns.values().map(|m| m.lu.clone()).collect();
+        let old = std::mem::replace(&mut *self.inventory.write(), new);
+        let inventory = self.inventory.read();
+        let same = old.luns.len() == inventory.luns.len()
             && old
-                .values()
-                .zip(luns.values())
-                .all(|(a, b)| Arc::ptr_eq(a, b))
-        {
+                .luns
+                .iter()
+                .zip(inventory.luns.iter())
+                .all(|((la, a), (lb, b))| {
+                    la == lb && Arc::ptr_eq(&a.lu, &b.lu) && a.read_only == b.read_only
+                });
+        drop(inventory);
+        if same {
             return;
         }
         let nexuses: Vec<Nexus> = self.nexuses.lock().iter().cloned().collect();
-        for lu in luns.values() {
+        for lu in lus {
             let mut st = lu.state.lock();
             for n in &nexuses {
                 st.nexus(n).add_unit_attention(asc::REPORTED_LUNS_CHANGED);
@@ -114,7 +186,8 @@ impl Target {
             _ => return ScsiResponse::check_condition(Sense::invalid_cdb(2, None).encode(false)),
         };
         let alloc = be32(cdb, 6) as usize;
-        let luns = self.luns.read();
+        let inventory = self.inventory.read();
+        let luns = &inventory.luns;
         let mut d = vec![0u8; 8];
         if all {
             for &lun in luns.keys() {
@@ -124,8 +197,8 @@ impl Target {
         let len = (d.len() - 8) as u32;
         put32(&mut d, 0, len);
         // Reporting the inventory clears the notice that it changed.
-        for lu in luns.values() {
-            if let Some(s) = lu.state.lock().nexuses.get_mut(nexus) {
+        for m in luns.values() {
+            if let Some(s) = m.lu.state.lock().nexuses.get_mut(nexus) {
                 s.remove_unit_attention(asc::REPORTED_LUNS_CHANGED);
             }
         }
@@ -153,7 +226,12 @@ impl Target {
     }
 
     fn all_lus(&self) -> Vec<Arc<LogicalUnit>> {
-        self.luns.read().values().cloned().collect()
+        self.inventory
+            .read()
+            .luns
+            .values()
+            .map(|m| m.lu.clone())
+            .collect()
     }
 }
 
@@ -176,14 +254,20 @@ impl ScsiTarget for Target {
         if u8_at(cmd.cdb, 0) == op::REPORT_LUNS {
             return self.report_luns(nexus, cmd);
         }
-        match self.lu(cmd.lun) {
-            Some(lu) => lu.execute(&Ctx {
-                nexus,
-                cmd,
-                registry: &self.registry,
-            }),
-            None => self.unmapped(cmd),
-        }
+        let inventory = self.inventory.read();
+        let Some(mapping) = inventory.luns.get(&cmd.lun).cloned() else {
+            drop(inventory);
+            return self.unmapped(cmd);
+        };
+        let protected = inventory.protected.clone();
+        drop(inventory);
+        mapping.lu.execute(&Ctx {
+            nexus,
+            cmd,
+            registry: &self.registry,
+            read_only: mapping.read_only,
+            protected: &protected,
+        })
     }
 
     fn may_block(&self, lun: u64) -> bool {
@@ -195,7 +279,7 @@ impl ScsiTarget for Target {
     }
 
     fn lun_exists(&self, _nexus: &Nexus, lun: u64) -> bool {
-        self.luns.read().contains_key(&lun)
+        self.inventory.read().luns.contains_key(&lun)
     }
 
     fn task_management(&self, nexus: &Nexus, tmf: TaskManagement) -> TmfResult {
@@ -405,6 +489,78 @@ mod tests {
         t.task_management(&a, TaskManagement::AbortTask { lun: 0, tag: 7 });
         assert_eq!(worker.join().unwrap(), status::TASK_ABORTED);
         assert_eq!(sense_of(&exec(&t, &a, 0, &[0; 6], &[])), (2, 0x04, 0x1B));
+    }
+
+    #[test]
+    fn read_only_mapping_shares_the_lu_and_refuses_writes() {
+        let lu = lu_with(
+            1 << 20,
+            LuConfig {
+                naa: naa_from_seed("shared"),
+                ..LuConfig::default()
+            },
+        );
+        let registry = LuRegistry::new();
+        let mut rw = BTreeMap::new();
+        rw.insert(0, Mapping::read_write(lu.clone()));
+        let mut ro = BTreeMap::new();
+        ro.insert(
+            3,
+            Mapping {
+                lu: lu.clone(),
+                read_only: true,
+            },
+        );
+        let writer = Target::with_mappings("iqn.2026-11.org.openarray:rw", rw, registry.clone());
+        let reader = Target::with_mappings("iqn.2026-11.org.openarray:ro", ro, registry);
+        let (a, b) = (nexus("a"), nexus("b"));
+        exec(&writer, &a, 0, &[0; 6], &[]);
+        exec(&reader, &b, 3, &[0; 6], &[]);
+        let write = [0x2A, 0, 0, 0, 0, 1, 0, 0, 1, 0];
+        assert_eq!(exec(&writer, &a, 0, &write, &[9; 512]).status, status::GOOD);
+        assert_eq!(
+            sense_of(&exec(&reader, &b, 3, &write, &[9; 512])),
+            (7, 0x27, 0x00)
+        );
+        let read = exec(&reader, &b, 3, &[0x28, 0, 0, 0, 0, 1, 0, 0, 1, 0], &[]);
+        assert_eq!(read.data_in, vec![9; 512]);
+        let ms = exec(&reader, &b, 3, &[0x1A, 0, 0x3F, 0, 255, 0], &[]);
+        assert_eq!(ms.data_in[2] & 0x80, 0x80);
+        // One LU: a reservation taken through one view is seen in the other.
+        let mut p = vec![0u8; 24];
+        p[15] = 5;
+        assert_eq!(
+            exec(&writer, &a, 0, &[0x5F, 6, 0, 0, 0, 0, 0, 0, 24, 0], &p).status,
+            status::GOOD
+        );
+        let keys = exec(&reader, &b, 3, &[0x5E, 0, 0, 0, 0, 0, 0, 0, 255, 0], &[]);
+        assert_eq!(be32(&keys.data_in, 4), 8);
+        // EXTENDED COPY through the read-only view cannot write the LU.
+        let mut list = vec![0u8; 16];
+        list[3] = 32;
+        list[11] = 28;
+        let mut t = vec![0u8; 32];
+        t[0] = 0xE4;
+        t[4] = 1;
+        t[5] = 3;
+        t[7] = 16;
+        t[8..24].copy_from_slice(&lu.naa());
+        t[30] = 0x02;
+        list.extend_from_slice(&t);
+        let mut seg = vec![0u8; 28];
+        seg[0] = 2;
+        seg[3] = 0x18;
+        seg[11] = 1;
+        seg[27] = 8;
+        list.extend_from_slice(&seg);
+        let mut cdb = [0u8; 16];
+        cdb[0] = 0x83;
+        cdb[13] = list.len() as u8;
+        assert_eq!(
+            sense_of(&exec(&reader, &b, 3, &cdb, &list)),
+            (0x0A, 0x27, 0x00)
+        );
+        assert_eq!(exec(&writer, &a, 0, &cdb, &list).status, status::GOOD);
     }
 
     #[test]

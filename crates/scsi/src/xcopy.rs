@@ -209,7 +209,7 @@ impl LogicalUnit {
                     return Err(Failure::Status(status::RESERVATION_CONFLICT));
                 }
             }
-            if let Err(sense) = dst.check_writable() {
+            if let Err(sense) = dst.check_writable_through(ctx.protected.contains(&dst.naa)) {
                 return Err(copy_aborted((sense.asc, sense.ascq)));
             }
             copy_bytes(&src, s.source_lba, &dst, s.destination_lba, bytes)
