@@ -14,6 +14,9 @@ pub struct Space {
     /// reusable until a commit records them free, because the committed
     /// state may still map them.
     held: HashSet<u64>,
+    /// Units being filled by a write that will map them once its data is
+    /// written; nobody else may take them meanwhile.
+    reserved: HashSet<u64>,
     used: u64,
     /// Where the search for a free unit resumes.
     cursor: u64,
@@ -39,6 +42,7 @@ impl Space {
             committed: counts.clone(),
             refs: counts,
             held: HashSet::new(),
+            reserved: HashSet::new(),
             used,
             cursor: 0,
         })
@@ -57,7 +61,7 @@ impl Space {
     }
 
     pub fn free(&self) -> u64 {
-        self.total() - self.used - self.held()
+        self.total() - self.used - self.held() - self.reserved.len() as u64
     }
 
     pub fn count(&self, unit: u64) -> u32 {
@@ -89,12 +93,27 @@ impl Space {
         }
         for step in 0..total {
             let unit = (self.cursor + step) % total;
-            if self.refs[unit as usize] == 0 && !self.held.contains(&unit) {
+            if self.refs[unit as usize] == 0
+                && !self.held.contains(&unit)
+                && !self.reserved.contains(&unit)
+            {
                 self.cursor = (unit + 1) % total;
                 return Ok(unit);
             }
         }
         Err(io::Error::new(io::ErrorKind::StorageFull, "pool is full"))
+    }
+
+    /// Takes a free unit for a write that fills it before mapping it.
+    pub fn reserve(&mut self) -> io::Result<u64> {
+        let unit = self.find_free()?;
+        self.reserved.insert(unit);
+        Ok(unit)
+    }
+
+    /// Ends a reservation; the caller maps the unit or lets it go.
+    pub fn unreserve(&mut self, unit: u64) {
+        self.reserved.remove(&unit);
     }
 
     pub fn increment(&mut self, unit: u64) {

@@ -108,6 +108,48 @@ impl VolumeDevice {
     fn write_allocating(&self, p: &Piece, data: &[u8]) -> io::Result<()> {
         let layout = &self.pool.layout;
         let unit_size = layout.unit_size();
+        loop {
+            let old = {
+                let st = self.pool.state.read();
+                let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
+                vol.map.get(&p.vunit).copied()
+            };
+            if old.is_some() {
+                return self.copy_on_write(p, data);
+            }
+            // A first write to this unit: fill a reserved unit without
+            // holding the pool's lock, then map it unless another write
+            // mapped this unit meanwhile (then go through the map again).
+            let new = self.pool.state.write().space.reserve()?;
+            let filled = if data.len() as u64 == unit_size {
+                layout.write(new, 0, data, false)
+            } else {
+                let mut whole = vec![0u8; unit_size as usize];
+                whole[p.within as usize..p.within as usize + data.len()].copy_from_slice(data);
+                layout.write(new, 0, &whole, false)
+            };
+            let mut st = self.pool.state.write();
+            st.space.unreserve(new);
+            filled?;
+            let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
+            if vol.map.contains_key(&p.vunit) {
+                drop(st);
+                match self.write_in_place(p, data, false)? {
+                    InPlace::Shared => continue,
+                    InPlace::Done | InPlace::DoneUncommitted => return Ok(()),
+                }
+            }
+            st.set_mapping(self.id, p.vunit, Some(new));
+            return Ok(());
+        }
+    }
+
+    /// Writes one piece of a shared unit into a copy of it. The copy is
+    /// made under the pool's write lock: no in-place write may change the
+    /// shared unit while it is read.
+    fn copy_on_write(&self, p: &Piece, data: &[u8]) -> io::Result<()> {
+        let layout = &self.pool.layout;
+        let unit_size = layout.unit_size();
         let mut st = self.pool.state.write();
         let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
         let old = vol.map.get(&p.vunit).copied();

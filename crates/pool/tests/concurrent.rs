@@ -96,3 +96,49 @@ fn writers_snapshots_and_flushes_interleave_safely() {
     );
     assert!(pool.check().unwrap().is_clean());
 }
+
+#[test]
+fn first_writes_racing_into_one_unit_all_land() {
+    let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(200 * UNIT));
+    let meta = MetadataLocation::Device(Arc::new(MemDevice::new(32 << 20)));
+    let pool = Pool::create("r", vec![data], &meta, UNIT).unwrap();
+    const UNITS: u64 = 16;
+    const SECTORS: u64 = UNIT / 512;
+    for round in 0..40 {
+        let name = format!("v{round}");
+        pool.create_volume(&name, UNITS * UNIT).unwrap();
+        let threads: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let dev = pool.volume(&name).unwrap();
+                thread::spawn(move || {
+                    // Writer w owns every sector s with s % WRITERS == w.
+                    for unit in 0..UNITS {
+                        for s in (w..SECTORS).step_by(WRITERS as usize) {
+                            let byte = (w + 1) as u8;
+                            dev.write_at(&[byte; 512], unit * UNIT + s * 512, false)
+                                .unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let dev = pool.volume(&name).unwrap();
+        let mut got = vec![0u8; (UNITS * UNIT) as usize];
+        dev.read_at(&mut got, 0).unwrap();
+        for (i, sector) in got.chunks(512).enumerate() {
+            let want = (i as u64 % SECTORS % WRITERS + 1) as u8;
+            assert!(
+                sector.iter().all(|&b| b == want),
+                "round {round} sector {i}"
+            );
+        }
+        assert_eq!(pool.volume_info(&name).unwrap().mapped_units, UNITS);
+        pool.delete(&name).unwrap();
+        let report = pool.check().unwrap();
+        assert!(report.is_clean(), "{:?}", report.problems);
+    }
+    assert_eq!(pool.space().used_units, 0);
+}
