@@ -36,6 +36,9 @@ pub struct Daemon {
     /// Directory for state that must survive restarts (persistent
     /// reservations). Without it, APTPL reservations are not kept.
     pub state_dir: Option<PathBuf>,
+    /// Most normal sessions one initiator may hold; the transport's
+    /// default when absent.
+    pub max_sessions_per_initiator: Option<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

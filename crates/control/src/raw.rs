@@ -23,6 +23,7 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub struct RawDaemon {
     pub state_dir: Option<Spanned<String>>,
+    pub max_sessions_per_initiator: Option<Spanned<i64>>,
 }
 
 /// Settings of discovery (SendTargets) sessions.

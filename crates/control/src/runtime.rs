@@ -356,10 +356,15 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         updates,
         ..
     } = views;
+    let defaults = iscsi::ServerOptions::default();
     let options = iscsi::ServerOptions {
         authenticator: Arc::new(ChapAuthenticator::new(access.clone())),
         access: access.clone(),
-        ..iscsi::ServerOptions::default()
+        max_sessions_per_initiator: config
+            .daemon
+            .max_sessions_per_initiator
+            .unwrap_or(defaults.max_sessions_per_initiator),
+        ..defaults
     };
 
     let units_by_name = units.clone();

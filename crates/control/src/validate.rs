@@ -84,7 +84,18 @@ impl Checker<'_> {
     }
 
     fn daemon(&mut self, raw: Option<crate::raw::RawDaemon>) -> Daemon {
-        let state_dir = raw.and_then(|d| d.state_dir).and_then(|dir| {
+        let (state_dir, limit) = match raw {
+            Some(d) => (d.state_dir, d.max_sessions_per_initiator),
+            None => (None, None),
+        };
+        let max_sessions_per_initiator = limit.and_then(|n| {
+            let ok = match usize::try_from(*n.get_ref()) {
+                Ok(v) if (1..=65535).contains(&v) => Ok(v),
+                _ => Err(format!("{} is outside 1..=65535", n.get_ref())),
+            };
+            self.check(&n.span(), || "daemon.max_sessions_per_initiator".into(), ok)
+        });
+        let state_dir = state_dir.and_then(|dir| {
             if dir.get_ref().trim().is_empty() {
                 self.fail(&dir.span(), "daemon.state_dir".into(), "must not be empty");
                 None
@@ -92,7 +103,10 @@ impl Checker<'_> {
                 Some(PathBuf::from(dir.into_inner()))
             }
         });
-        Daemon { state_dir }
+        Daemon {
+            state_dir,
+            max_sessions_per_initiator,
+        }
     }
 
     fn portals(&mut self, raw: Vec<Spanned<crate::raw::RawPortal>>) -> Vec<Portal> {
