@@ -297,3 +297,70 @@ chap = { user = "disc", secret = "discovery-secret" }"#;
     // Normal sessions of that target need no CHAP.
     assert!(inq(&daemon.url(GROUPS_TARGET, 3), Some(ESX1), &[]));
 }
+
+/// (ran, passed, failed) from iscsi-test-cu's run summary.
+fn cu_summary(out: &Output) -> (u32, u32, u32) {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("tests "))
+        .unwrap_or_else(|| panic!("no summary in:\n{text}"));
+    let n: Vec<u32> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (n[1], n[2], n[3])
+}
+
+#[test]
+fn conformance_tests_with_two_group_members_over_mutual_chap() {
+    require_tool("iscsi-test-cu");
+    let config = format!(
+        r#"{DEVICES}
+[[target]]
+name = "{MUTUAL_TARGET}"
+chap = {{ user = "bob", secret = "bob-secret-12345", mutual_user = "array", mutual_secret = "array-secret-678" }}
+[[target.group]]
+name = "esx"
+initiators = ["{ESX1}", "iqn.1998-01.com.vmware:esx-*"]
+[[target.group.lun]]
+lun = 201
+device = "shared"
+"#
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let url = format!(
+        "iscsi://bob%bob-secret-12345@127.0.0.1:{}/{MUTUAL_TARGET}/201",
+        daemon.port()
+    );
+    let cu = |second: &str| {
+        let mut cmd = Command::new("iscsi-test-cu");
+        cmd.args([
+            "-i",
+            ESX1,
+            "-I",
+            second,
+            "--dataloss",
+            "--test=ALL.ProutReserve",
+        ])
+        .arg(&url)
+        .env("LIBISCSI_CHAP_TARGET_USERNAME", "array")
+        .env("LIBISCSI_CHAP_TARGET_PASSWORD", "array-secret-678");
+        run(cmd)
+    };
+    // Reservation tests log in as both initiators, both group members.
+    let (ran, passed, failed) = cu_summary(&cu(ESX_PATTERNED));
+    assert!(ran >= 10, "{ran} tests ran");
+    assert_eq!((passed, failed), (ran, 0));
+    // A second initiator outside the group cannot log in at all.
+    let out = cu(STRANGER);
+    let (_, _, failed) = cu_summary(&out);
+    assert!(failed > 0);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Authorization failure"), "{text}");
+}
