@@ -289,6 +289,8 @@ fn apply(admin: &Admin, req: &Request) -> (u16, Value) {
     admin
         .server
         .replace_targets(std::mem::take(&mut runtime.targets));
+    // Sessions whose initiator lost the target are asked to log out.
+    admin.server.end_refused_sessions();
     let previous = std::mem::replace(&mut current.runtime, runtime);
     current.config = config;
     current.text = text;

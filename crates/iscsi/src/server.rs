@@ -139,6 +139,38 @@ impl Server {
         *self.targets.write() = Arc::new(targets.into_iter().map(Arc::new).collect());
     }
 
+    /// After an access change: ask every session whose initiator may no
+    /// longer use its target, or whose target is gone, to log out (it is
+    /// closed if it does not). Returns how many were asked.
+    pub fn end_refused_sessions(&self) -> usize {
+        let sessions = self.registry.lock().all();
+        let targets = self.targets.read().clone();
+        let mut asked = 0;
+        for s in sessions {
+            let Some(key) = &s.key else {
+                continue;
+            };
+            let gone = !targets.iter().any(|t| *t.name == *key.target_name);
+            if gone
+                || self
+                    .options
+                    .access
+                    .admit(&key.initiator_name, &key.target_name)
+                    .is_refused()
+            {
+                tracing::info!(
+                    initiator = %key.initiator_name,
+                    target = %key.target_name,
+                    tsih = s.tsih,
+                    "access withdrawn: asking the session to log out"
+                );
+                let _ = s.control.send(Control::RequestLogout);
+                asked += 1;
+            }
+        }
+        asked
+    }
+
     pub(crate) fn directory(&self) -> Directory {
         Directory {
             targets: self.targets.read().clone(),

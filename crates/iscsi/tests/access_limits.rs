@@ -1,4 +1,5 @@
-//! Limits that keep one initiator from taking every session.
+//! Limits that keep one initiator from taking every session, and sessions
+//! that lose their access.
 
 mod support;
 
@@ -58,4 +59,60 @@ async fn sessions_per_initiator_are_limited() {
         again.isid[5] = 4;
     }
     assert!(ok, "login after a logout");
+}
+
+/// Access withdrawn while a session runs: the session is asked to log out.
+#[tokio::test]
+async fn withdrawn_access_ends_the_session() {
+    use iscsi::access::{AccessList, Group, InitiatorPattern, SharedAccess, TargetAccess};
+
+    let ram = RamTarget::new(64, false);
+    let rules = |members: &[&str]| {
+        let mut list = AccessList::new();
+        list.set_target(
+            TARGET,
+            TargetAccess {
+                groups: vec![Group {
+                    name: "g".into(),
+                    members: members.iter().map(|m| InitiatorPattern::new(m)).collect(),
+                    view: ram.clone(),
+                    chap: None,
+                }],
+                default_view: None,
+                chap: None,
+            },
+        );
+        list
+    };
+    let access = SharedAccess::new(rules(&[
+        "iqn.2024-01.test:client",
+        "iqn.2024-01.test:other",
+    ]));
+    let options = ServerOptions {
+        nop_interval: None,
+        access: access.clone(),
+        ..Default::default()
+    };
+    let (server, addr) = start(options, ram.clone()).await;
+    let mut c = Client::connect(addr).await;
+    c.login_normal("").await;
+    let mut other = Client::connect(addr).await;
+    other.isid[5] = 9;
+    let r = other
+        .login(&format!(
+            "InitiatorName=iqn.2024-01.test:other;TargetName={TARGET};"
+        ))
+        .await;
+    assert_eq!((r.bhs.byte(36), r.bhs.byte(37)), (0, 0));
+
+    access.replace(rules(&["iqn.2024-01.test:other"]));
+    assert_eq!(server.end_refused_sessions(), 1);
+    let p = c.recv().await;
+    assert_eq!(p.bhs.opcode(), Some(Opcode::AsyncMessage));
+    assert_eq!(p.bhs.byte(36), 1, "logout request");
+    // The session that keeps its access hears nothing.
+    assert!(other
+        .recv_within(std::time::Duration::from_millis(300))
+        .await
+        .is_none());
 }
