@@ -1,8 +1,9 @@
 //! Opens the storage pools a configuration uses, and their volumes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
 
 use block::{BlockDevice, FileDevice, FileOptions};
 use pool::{MetadataLocation, Pool};
@@ -44,7 +45,26 @@ pub fn open_pools(
     (pools, issues)
 }
 
+/// Pools open in this process, by metadata path: a live configuration
+/// change or a second device on the same pool gets the pool already open
+/// (its metadata admits one opener), and a pool no device uses any more
+/// closes.
+static OPEN: Mutex<BTreeMap<PathBuf, Weak<Pool>>> = Mutex::new(BTreeMap::new());
+
+/// The pool `p` describes: the one already open in this process, else
+/// opened (or created on first use).
 pub fn open_pool(p: &PoolConfig) -> io::Result<Arc<Pool>> {
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    open.retain(|_, pool| pool.strong_count() > 0);
+    if let Some(pool) = open.get(&p.metadata).and_then(Weak::upgrade) {
+        return Ok(pool);
+    }
+    let pool = open_pool_files(p)?;
+    open.insert(p.metadata.clone(), Arc::downgrade(&pool));
+    Ok(pool)
+}
+
+fn open_pool_files(p: &PoolConfig) -> io::Result<Arc<Pool>> {
     let mut devices: Vec<Arc<dyn BlockDevice>> = Vec::new();
     for path in &p.devices {
         let opts = FileOptions {
@@ -140,6 +160,21 @@ device = "thin0"
         let pool = super::open_pool(&cfg.pools[0]).unwrap();
         assert_eq!(pool.volume_info("thin0").unwrap().size, 2 << 30);
         assert!(pool.check().unwrap().is_clean());
+    }
+
+    #[test]
+    fn a_pool_open_in_this_process_is_shared_until_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = parse_config(&config(dir.path(), "size = \"1G\""), "t.toml").unwrap();
+        let a = super::open_pool(&cfg.pools[0]).unwrap();
+        let b = super::open_pool(&cfg.pools[0]).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&a, &b));
+        // A runtime built meanwhile uses the same pool.
+        let rt = build(&cfg).unwrap();
+        assert!(a.volume_info("thin0").is_ok());
+        drop((a, b, rt));
+        let c = super::open_pool(&cfg.pools[0]).unwrap();
+        assert!(c.volume_info("thin0").is_ok());
     }
 
     #[test]
