@@ -4,6 +4,7 @@
 //! | request | answer |
 //! | --- | --- |
 //! | `GET /v1/config` | `{"path", "toml"}`: the running configuration |
+//! | `GET /v1/objects` | devices, targets, groups, LUN maps (no secrets) |
 //! | `POST /v1/config/diff` (TOML body) | `{"changes": [...]}` from running to the body |
 //! | `POST /v1/config/apply` (TOML body) | `{"changes": [...], "applied"}` |
 //! | `POST /v1/config/save` | `{"path"}`: the running configuration written out |
@@ -208,6 +209,7 @@ fn route(admin: &Admin, req: Request) -> (u16, Value) {
                 }),
             )
         }
+        ("GET", "/v1/objects") => (200, objects(&admin.lock().config)),
         ("POST", "/v1/config/diff") => {
             let current = admin.lock();
             match proposed(&current, &req) {
@@ -232,11 +234,51 @@ fn route(admin: &Admin, req: Request) -> (u16, Value) {
                 Err(e) => error(500, format!("cannot write {}: {e}", path.display())),
             }
         }
-        (_, "/v1/config" | "/v1/config/diff" | "/v1/config/apply" | "/v1/config/save") => {
-            error(405, "method not allowed")
-        }
+        (
+            _,
+            "/v1/config" | "/v1/objects" | "/v1/config/diff" | "/v1/config/apply"
+            | "/v1/config/save",
+        ) => error(405, "method not allowed"),
         _ => error(404, format!("no such resource {}", req.path)),
     }
+}
+
+/// The running objects as JSON; CHAP shows only its user names.
+fn objects(config: &control::Config) -> Value {
+    let luns = |luns: &[control::Lun]| -> Vec<Value> {
+        luns.iter()
+            .map(|l| json!({ "lun": l.lun, "device": l.device, "read_only": l.read_only }))
+            .collect()
+    };
+    let chap = |c: &Option<control::Chap>| -> Value {
+        match c {
+            None => Value::Null,
+            Some(c) => json!({
+                "user": c.initiator.user,
+                "mutual_user": c.mutual.as_ref().map(|m| m.user.clone()),
+            }),
+        }
+    };
+    json!({
+        "portals": config.portals.iter().map(|p| p.listen.to_string()).collect::<Vec<_>>(),
+        "discovery_chap": chap(&config.discovery_chap),
+        "devices": config.devices.iter().map(|d| json!({
+            "name": d.name,
+            "kind": format!("{:?}", d.kind).to_lowercase(),
+        })).collect::<Vec<_>>(),
+        "targets": config.targets.iter().map(|t| json!({
+            "name": t.name,
+            "alias": t.alias,
+            "chap": chap(&t.chap),
+            "luns": luns(&t.luns),
+            "groups": t.groups.iter().map(|g| json!({
+                "name": g.name,
+                "initiators": g.initiators,
+                "chap": chap(&g.chap),
+                "luns": luns(&g.luns),
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// The configuration in a request body, validated, with the daemon's

@@ -18,6 +18,8 @@ pub const DEFAULT_SOCKET: &str = "/run/openarray.sock";
 pub enum ConfigCommand {
     /// Print the running configuration.
     Show,
+    /// List the running devices, targets, groups and LUN mappings.
+    List,
     /// Show what differs between FILE and the running configuration
     /// (exit status 1 when something does).
     Diff {
@@ -92,12 +94,75 @@ fn changes(json: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The objects of `GET /v1/objects` as indented lines.
+fn listing(json: &Value) -> String {
+    let empty = Vec::new();
+    let list = |v: &Value| v.as_array().unwrap_or(&empty).clone();
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let chap = |v: &Value| {
+        if v.is_null() {
+            String::new()
+        } else {
+            let mutual = if v["mutual_user"].is_null() {
+                ""
+            } else {
+                ", mutual"
+            };
+            format!(" [CHAP user {}{mutual}]", s(&v["user"]))
+        }
+    };
+    let luns = |out: &mut String, v: &Value, indent: &str| {
+        for l in list(v) {
+            let ro = if l["read_only"].as_bool() == Some(true) {
+                " (read-only)"
+            } else {
+                ""
+            };
+            out.push_str(&format!(
+                "{indent}LUN {} -> {}{ro}\n",
+                l["lun"],
+                s(&l["device"])
+            ));
+        }
+    };
+    let mut out = String::new();
+    for p in list(&json["portals"]) {
+        out.push_str(&format!("portal {}\n", s(&p)));
+    }
+    if !json["discovery_chap"].is_null() {
+        out.push_str(&format!("discovery{}\n", chap(&json["discovery_chap"])));
+    }
+    for d in list(&json["devices"]) {
+        out.push_str(&format!("device {} ({})\n", s(&d["name"]), s(&d["kind"])));
+    }
+    for t in list(&json["targets"]) {
+        out.push_str(&format!("target {}{}\n", s(&t["name"]), chap(&t["chap"])));
+        luns(&mut out, &t["luns"], "  ");
+        for g in list(&t["groups"]) {
+            let members: Vec<String> = list(&g["initiators"]).iter().map(s).collect();
+            out.push_str(&format!(
+                "  group {}{}: {}\n",
+                s(&g["name"]),
+                chap(&g["chap"]),
+                if members.is_empty() {
+                    "(initiators no other group names)".to_string()
+                } else {
+                    members.join(", ")
+                }
+            ));
+            luns(&mut out, &g["luns"], "    ");
+        }
+    }
+    out
+}
+
 fn run_inner(socket: &Path, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
     let read = |file: &Path| {
         std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
     };
     let (status, json) = match &cmd {
         ConfigCommand::Show => request(socket, "GET", "/v1/config", b"", None)?,
+        ConfigCommand::List => request(socket, "GET", "/v1/objects", b"", None)?,
         ConfigCommand::Diff { file } => request(
             socket,
             "POST",
@@ -121,6 +186,7 @@ fn run_inner(socket: &Path, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
     }
     match cmd {
         ConfigCommand::Show => print!("{}", json["toml"].as_str().unwrap_or("")),
+        ConfigCommand::List => print!("{}", listing(&json)),
         ConfigCommand::Diff { .. } => {
             let changes = changes(&json);
             for c in &changes {

@@ -211,6 +211,13 @@ fn live_changes_apply_persist_and_leave_other_io_alone() {
     assert!(apply.status.success());
     assert!(stdout(&apply).contains("LUN 7 = shared"));
     assert_eq!(daemon.luns(ESX1), vec![3, 7]);
+    let list = stdout(&daemon.cli(&["list"]));
+    assert!(
+        list.contains(&format!(
+            "target {TARGET}\n  group esx: {ESX1}\n    LUN 3 -> other\n    LUN 7 -> shared\n"
+        )),
+        "{list}"
+    );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), v2);
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the file keeps its secrets private");
