@@ -71,7 +71,6 @@ pub mod sa {
     pub const COPY_OPERATING_PARAMETERS: u8 = 0x03;
     pub const SANITIZE_OVERWRITE: u8 = 0x01;
     pub const SANITIZE_BLOCK_ERASE: u8 = 0x02;
-    pub const SANITIZE_CRYPTO_ERASE: u8 = 0x03;
     pub const SANITIZE_EXIT_FAILURE_MODE: u8 = 0x1F;
     pub const PRIN_READ_KEYS: u8 = 0x00;
     pub const PRIN_READ_RESERVATION: u8 = 0x01;
@@ -945,10 +944,34 @@ const fn prout(sa: u8, name: &'static str, usage: &'static [u8]) -> Command {
 }
 
 /// Whether an opcode carries a service action in CDB byte 1.
+/// Whether commands with `opcode` run despite a pending unit attention.
+pub fn ignores_unit_attention(opcode: u8) -> bool {
+    by_opcode(opcode).iter().any(|c| c.ignores_unit_attention)
+}
+
 pub fn has_service_actions(opcode: u8) -> bool {
-    COMMANDS
-        .iter()
-        .any(|c| c.opcode == opcode && c.service_action.is_some())
+    by_opcode(opcode).iter().any(|c| c.service_action.is_some())
+}
+
+/// The table entries of `opcode`, found through an index built once: the
+/// lookup runs for every command.
+fn by_opcode(opcode: u8) -> &'static [Command] {
+    static INDEX: std::sync::OnceLock<[(u16, u16); 256]> = std::sync::OnceLock::new();
+    let index = INDEX.get_or_init(|| {
+        // Entries of one opcode are adjacent in the table.
+        let mut index = [(0u16, 0u16); 256];
+        for (i, c) in COMMANDS.iter().enumerate() {
+            let slot = &mut index[usize::from(c.opcode)];
+            if slot.1 == 0 {
+                *slot = (i as u16, 1);
+            } else {
+                slot.1 += 1;
+            }
+        }
+        index
+    });
+    let (start, len) = index[usize::from(opcode)];
+    &COMMANDS[usize::from(start)..usize::from(start + len)]
 }
 
 /// The service action of `cdb` if its opcode has service actions.
@@ -974,10 +997,7 @@ pub fn lookup(cdb: &[u8], supported: impl Fn(&Command) -> bool) -> Lookup<'stati
     };
     let sa = service_action_of(cdb);
     let mut opcode_known = false;
-    for c in COMMANDS
-        .iter()
-        .filter(|c| c.opcode == opcode && supported(c))
-    {
+    for c in by_opcode(opcode).iter().filter(|c| supported(c)) {
         opcode_known = true;
         if c.service_action == sa {
             return Lookup::Found(c);
@@ -1030,21 +1050,20 @@ impl Command {
     }
 }
 
-/// CDB length of each opcode group (SAM-5 table 6), for the transport's
-/// benefit and for data-out length derivation.
-pub fn cdb_length(opcode: u8) -> usize {
-    match opcode >> 5 {
-        0 => 6,
-        1 | 2 => 10,
-        4 => 16,
-        5 => 12,
-        _ => 16,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// CDB length of each opcode group (SAM-5 table 6).
+    fn cdb_length(opcode: u8) -> usize {
+        match opcode >> 5 {
+            0 => 6,
+            1 | 2 => 10,
+            4 => 16,
+            5 => 12,
+            _ => 16,
+        }
+    }
 
     #[test]
     fn every_usage_starts_with_its_opcode_and_has_its_group_length() {
@@ -1069,6 +1088,23 @@ mod tests {
                     .any(|b| b.opcode == a.opcode && b.service_action.is_some()));
             }
         }
+    }
+
+    #[test]
+    fn entries_of_one_opcode_are_adjacent() {
+        for (i, c) in COMMANDS.iter().enumerate() {
+            let last = COMMANDS.iter().rposition(|d| d.opcode == c.opcode).unwrap();
+            assert!(
+                COMMANDS[i..=last].iter().all(|d| d.opcode == c.opcode),
+                "{}",
+                c.name
+            );
+            assert_eq!(
+                by_opcode(c.opcode).len(),
+                COMMANDS.iter().filter(|d| d.opcode == c.opcode).count()
+            );
+        }
+        assert!(by_opcode(0xFF).is_empty());
     }
 
     #[test]

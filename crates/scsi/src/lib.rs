@@ -8,7 +8,7 @@
 //! ([`commands`]).
 
 mod cdb;
-pub mod commands;
+mod commands;
 mod config;
 mod inquiry;
 mod lu;
@@ -24,7 +24,7 @@ mod reservations;
 mod reserve_cmds;
 mod rw;
 mod sanitize;
-pub mod sense;
+mod sense;
 mod target;
 mod transfer;
 mod xcopy;

@@ -319,7 +319,7 @@ impl LogicalUnit {
             Lookup::UnknownOpcode => Err(Sense::invalid_opcode()),
             Lookup::UnknownServiceAction => Err(Sense::invalid_cdb(1, Some(4))),
         };
-        let exempt = matches!(opcode, op::INQUIRY | op::REPORT_LUNS | op::REQUEST_SENSE);
+        let exempt = commands::ignores_unit_attention(opcode);
         let command = {
             let mut st = self.state.lock();
             let ns = st.nexus(ctx.nexus);
