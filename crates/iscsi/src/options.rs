@@ -47,6 +47,9 @@ pub struct ServerOptions {
     /// Most normal sessions one initiator name may hold at once (login
     /// status 0x0302 beyond), so one host cannot take every session.
     pub max_sessions_per_initiator: usize,
+    /// Most TCP connections one portal (listener) holds at once; more are
+    /// closed as soon as they are accepted.
+    pub max_connections_per_portal: usize,
     /// The login authentication step.
     pub authenticator: Arc<dyn Authenticator>,
     /// Which initiators may log in to which targets, and what they see.
@@ -76,6 +79,7 @@ impl Default for ServerOptions {
             logout_timeout: Duration::from_secs(5),
             max_sessions: 4096,
             max_sessions_per_initiator: 64,
+            max_connections_per_portal: 4096,
             authenticator: Arc::new(NoAuthentication),
             access: Arc::new(OpenAccess),
         }

@@ -1,7 +1,7 @@
 //! The listening side: targets, accepting connections, shutdown.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -214,6 +214,8 @@ impl Server {
         let local = listener.local_addr()?;
         tracing::info!(portal = %local, "iSCSI portal listening");
         let mut shutdown = self.shutdown_signal();
+        // Connections of this portal, logging in or logged in.
+        let on_portal = Arc::new(AtomicUsize::new(0));
         loop {
             if *shutdown.borrow() {
                 break;
@@ -222,10 +224,19 @@ impl Server {
                 _ = shutdown.changed() => continue,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
+                        if on_portal.load(Ordering::Relaxed) >= self.options.max_connections_per_portal {
+                            // Closing at once tells the initiator to retry later.
+                            tracing::info!(%peer, portal = %local, "connection refused: portal at its connection limit");
+                            drop(stream);
+                            continue;
+                        }
+                        on_portal.fetch_add(1, Ordering::Relaxed);
                         let guard = self.track_connection();
                         let server = self.clone();
+                        let on_portal = on_portal.clone();
                         tokio::spawn(async move {
                             connection::run(server, stream, peer).await;
+                            on_portal.fetch_sub(1, Ordering::Relaxed);
                             drop(guard);
                         });
                     }

@@ -116,3 +116,43 @@ async fn withdrawn_access_ends_the_session() {
         .await
         .is_none());
 }
+
+#[tokio::test]
+async fn connections_per_portal_are_limited() {
+    let options = ServerOptions {
+        nop_interval: None,
+        max_connections_per_portal: 2,
+        ..Default::default()
+    };
+    let (_server, addr) = start(options, RamTarget::new(64, false)).await;
+    let mut first = Client::connect(addr).await;
+    first.login_normal("").await;
+    let mut second = Client::connect(addr).await;
+    second.isid[5] = 2;
+    second.login_normal("").await;
+    // The third connection is closed without a word.
+    let mut third = Client::connect(addr).await;
+    assert!(third.closed_within(std::time::Duration::from_secs(5)).await);
+    // Once one ends, there is room again.
+    first.logout().await;
+    drop(first);
+    let mut ok = false;
+    for _ in 0..50 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let mut c = Client::connect(addr).await;
+        c.isid[5] = 3;
+        let p = c.login_pdu(
+            1,
+            3,
+            true,
+            &format!("InitiatorName=iqn.2024-01.test:client;TargetName={TARGET};"),
+        );
+        c.send(&p).await;
+        if let Some(r) = c.recv_within(std::time::Duration::from_secs(2)).await {
+            assert_eq!((r.bhs.byte(36), r.bhs.byte(37)), (0, 0));
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "a connection after one ended");
+}
