@@ -39,6 +39,9 @@ pub struct Daemon {
     /// Most normal sessions one initiator may hold; the transport's
     /// default when absent.
     pub max_sessions_per_initiator: Option<usize>,
+    /// Most connections one portal holds; the transport's default when
+    /// absent.
+    pub max_connections_per_portal: Option<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -24,6 +24,7 @@ pub struct RawConfig {
 pub struct RawDaemon {
     pub state_dir: Option<Spanned<String>>,
     pub max_sessions_per_initiator: Option<Spanned<i64>>,
+    pub max_connections_per_portal: Option<Spanned<i64>>,
 }
 
 /// Settings of discovery (SendTargets) sessions.

@@ -364,6 +364,10 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             .daemon
             .max_sessions_per_initiator
             .unwrap_or(defaults.max_sessions_per_initiator),
+        max_connections_per_portal: config
+            .daemon
+            .max_connections_per_portal
+            .unwrap_or(defaults.max_connections_per_portal),
         ..defaults
     };
 

@@ -438,11 +438,18 @@ fn access_errors_name_the_field_and_never_the_secret() {
 
 #[test]
 fn sessions_per_initiator_limit() {
-    let text = format!("[daemon]\nmax_sessions_per_initiator = 4\n{MINIMAL}");
+    let text = format!(
+        "[daemon]\nmax_sessions_per_initiator = 4\nmax_connections_per_portal = 9\n{MINIMAL}"
+    );
     let c = parse_config(&text, "test.toml").unwrap();
     assert_eq!(c.daemon.max_sessions_per_initiator, Some(4));
     let runtime = build(&c).unwrap();
     assert_eq!(runtime.options.max_sessions_per_initiator, 4);
+    assert_eq!(runtime.options.max_connections_per_portal, 9);
+    assert_error(
+        &format!("[daemon]\nmax_connections_per_portal = -1\n{MINIMAL}"),
+        &["daemon.max_connections_per_portal: -1 is outside 1..=65535"],
+    );
     assert_error(
         &format!("[daemon]\nmax_sessions_per_initiator = 0\n{MINIMAL}"),
         &["test.toml:2:30: daemon.max_sessions_per_initiator: 0 is outside 1..=65535"],

@@ -84,17 +84,16 @@ impl Checker<'_> {
     }
 
     fn daemon(&mut self, raw: Option<crate::raw::RawDaemon>) -> Daemon {
-        let (state_dir, limit) = match raw {
-            Some(d) => (d.state_dir, d.max_sessions_per_initiator),
-            None => (None, None),
+        let (state_dir, sessions, connections) = match raw {
+            Some(d) => (
+                d.state_dir,
+                d.max_sessions_per_initiator,
+                d.max_connections_per_portal,
+            ),
+            None => (None, None, None),
         };
-        let max_sessions_per_initiator = limit.and_then(|n| {
-            let ok = match usize::try_from(*n.get_ref()) {
-                Ok(v) if (1..=65535).contains(&v) => Ok(v),
-                _ => Err(format!("{} is outside 1..=65535", n.get_ref())),
-            };
-            self.check(&n.span(), || "daemon.max_sessions_per_initiator".into(), ok)
-        });
+        let max_sessions_per_initiator = self.limit(sessions, "max_sessions_per_initiator");
+        let max_connections_per_portal = self.limit(connections, "max_connections_per_portal");
         let state_dir = state_dir.and_then(|dir| {
             if dir.get_ref().trim().is_empty() {
                 self.fail(&dir.span(), "daemon.state_dir".into(), "must not be empty");
@@ -106,7 +105,18 @@ impl Checker<'_> {
         Daemon {
             state_dir,
             max_sessions_per_initiator,
+            max_connections_per_portal,
         }
+    }
+
+    /// A count limit of `[daemon]`.
+    fn limit(&mut self, raw: Option<Spanned<i64>>, field: &str) -> Option<usize> {
+        let n = raw?;
+        let ok = match usize::try_from(*n.get_ref()) {
+            Ok(v) if (1..=65535).contains(&v) => Ok(v),
+            _ => Err(format!("{} is outside 1..=65535", n.get_ref())),
+        };
+        self.check(&n.span(), || format!("daemon.{field}"), ok)
     }
 
     fn portals(&mut self, raw: Vec<Spanned<crate::raw::RawPortal>>) -> Vec<Portal> {
