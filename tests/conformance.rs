@@ -63,9 +63,18 @@ fn floor(scenario: &str) -> usize {
         .unwrap_or_else(|| panic!("floor.txt has no line for scenario `{scenario}`"))
 }
 
+/// Tests in the whole suite, and in its multipath family.
+const ALL_TESTS: usize = 230;
+const MULTIPATH_TESTS: usize = 4;
+
 fn run_suite(scenario: &str, urls: &[String]) -> Results {
+    run_tests(scenario, "ALL", urls)
+}
+
+fn run_tests(scenario: &str, selection: &str, urls: &[String]) -> Results {
     let mut cmd = Command::new("iscsi-test-cu");
-    cmd.args(["--dataloss", "--allow-sanitize", "--test=ALL"])
+    cmd.args(["--dataloss", "--allow-sanitize"])
+        .arg(format!("--test={selection}"))
         .args(urls);
     let output = common::run_with_timeout(cmd, SUITE_TIMEOUT);
     let text = String::from_utf8_lossy(&output.stdout).into_owned()
@@ -84,6 +93,10 @@ fn run_suite(scenario: &str, urls: &[String]) -> Results {
 }
 
 fn check(scenario: &str, results: &Results) {
+    check_count(scenario, results, ALL_TESTS)
+}
+
+fn check_count(scenario: &str, results: &Results, expected_tests: usize) {
     let allowed = expected_failures().remove(scenario).unwrap_or_default();
     let failed: BTreeSet<String> = results
         .names(Outcome::Failed)
@@ -116,9 +129,9 @@ fn check(scenario: &str, results: &Results) {
     }
 
     let mut problems = Vec::new();
-    if results.outcomes.len() < 230 {
+    if results.outcomes.len() < expected_tests {
         problems.push(format!(
-            "only {} of 230 tests reported",
+            "only {} of {expected_tests} tests reported",
             results.outcomes.len()
         ));
     }
@@ -141,10 +154,24 @@ fn check(scenario: &str, results: &Results) {
     );
 }
 
-/// The embedded default (1 GiB RAM LUN 0, 512-byte blocks) served on two
-/// portals, so the multipath tests run too.
+/// The embedded default: 1 GiB RAM LUN 0 with 512-byte blocks.
 #[test]
-fn default_lun_with_multipath() {
+fn default_lun() {
+    let daemon = Daemon::start();
+    let url = format!(
+        "iscsi://127.0.0.1:{}/{}/0",
+        daemon.port(),
+        daemon.first_target()
+    );
+    check("default", &run_suite("default", &[url]));
+}
+
+/// The multipath family against the default LUN through two portals of one
+/// target. It runs apart from the whole suite because there the earlier
+/// Sanitize.Reservations test leaves a RESERVE(6) held through the second
+/// path, which (rightly) conflicts with Sanitize.Reset on the first.
+#[test]
+fn default_lun_multipath() {
     let daemon = Daemon::start_portals(None, 2);
     let iqn = daemon.first_target();
     let urls: Vec<String> = daemon
@@ -152,8 +179,8 @@ fn default_lun_with_multipath() {
         .iter()
         .map(|p| format!("iscsi://127.0.0.1:{p}/{iqn}/0"))
         .collect();
-    let results = run_suite("default", &urls);
-    check("default", &results);
+    let results = run_tests("multipath", "ALL.MultipathIO", &urls);
+    check_count("multipath", &results, MULTIPATH_TESTS);
 }
 
 const FILE_AND_HIGH_LUN_CONFIG: &str = r#"

@@ -136,6 +136,14 @@ impl Conn {
         let server = self.server.clone();
         let itt = t.itt;
         tokio::spawn(async move {
+            // The SCSI layer hears of the function before we wait for the
+            // aborted tasks: a command that waits on a long operation (a
+            // SANITIZE) is released by it, and would otherwise hold the
+            // response back until the operation ends.
+            let scsi = target.scsi.clone();
+            let result = tokio::task::spawn_blocking(move || scsi.task_management(&nexus, tmf))
+                .await
+                .unwrap_or(TmfResult::Rejected);
             for w in waiters {
                 w.wait().await;
             }
@@ -145,10 +153,6 @@ impl Conn {
                 }
             })
             .await;
-            let scsi = target.scsi.clone();
-            let result = tokio::task::spawn_blocking(move || scsi.task_management(&nexus, tmf))
-                .await
-                .unwrap_or(TmfResult::Rejected);
             let bhs = target::task_mgmt_response(itt, response_code(result));
             let _ = out
                 .send(Outgoing::Pdu(OutPdu::new(
@@ -196,9 +200,8 @@ impl Conn {
             let out = self.out.clone();
             let itt = t.itt;
             tokio::spawn(async move {
-                for w in aborted.waiters {
-                    w.wait().await;
-                }
+                // As for the other functions: tell the SCSI layer first,
+                // then wait for the task to end.
                 let code = if took_effect {
                     let scsi = target.scsi.clone();
                     let tmf = TaskManagement::AbortTask {
@@ -218,6 +221,9 @@ impl Conn {
                     // Its response was already on the way.
                     response::TASK_DOES_NOT_EXIST
                 };
+                for w in aborted.waiters {
+                    w.wait().await;
+                }
                 let bhs = target::task_mgmt_response(itt, code);
                 let _ = out
                     .send(Outgoing::Pdu(OutPdu::new(
