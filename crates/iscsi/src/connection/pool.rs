@@ -345,12 +345,21 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
 
-    /// Sleeps, then reports its id; deliveries are counted.
+    /// Waits for its gate to open, sleeps, then reports its id; deliveries
+    /// and the most jobs running at once are counted.
     struct Sleep {
         id: usize,
         nap: Duration,
         done: mpsc::Sender<Vec<usize>>,
         flushes: Arc<AtomicUsize>,
+        gate: Arc<std::sync::RwLock<()>>,
+        running: Arc<Running>,
+    }
+
+    #[derive(Default)]
+    struct Running {
+        now: AtomicUsize,
+        most: AtomicUsize,
     }
 
     #[derive(Default)]
@@ -364,7 +373,11 @@ mod tests {
         type Batch = Collected;
 
         fn run(self, batch: &mut Collected) {
+            drop(self.gate.read());
+            let now = self.running.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.running.most.fetch_max(now, Ordering::SeqCst);
             std::thread::sleep(self.nap);
+            self.running.now.fetch_sub(1, Ordering::SeqCst);
             batch.ids.push(self.id);
             batch.to = Some(self.done);
             batch.flushes = Some(self.flushes);
@@ -397,14 +410,21 @@ mod tests {
         let pool = Pool::new("test-fast", Limits::default());
         let (tx, rx) = mpsc::channel();
         let flushes = Arc::new(AtomicUsize::new(0));
+        // Every job waits at the gate until all are queued, so workers find
+        // a full queue whatever the scheduler does.
+        let gate = Arc::new(std::sync::RwLock::new(()));
+        let closed = gate.write().expect("gate");
         for id in 0..200 {
             pool.submit(Sleep {
                 id,
                 nap: Duration::ZERO,
                 done: tx.clone(),
                 flushes: flushes.clone(),
+                gate: gate.clone(),
+                running: Arc::default(),
             });
         }
+        drop(closed);
         assert_eq!(collect(&rx, 200), (0..200).collect::<Vec<_>>());
         let f = flushes.load(Ordering::SeqCst);
         assert!(f < 200, "{f} deliveries for 200 jobs");
@@ -419,22 +439,20 @@ mod tests {
         let pool = Pool::new("test-slow", limits);
         let (tx, rx) = mpsc::channel();
         let flushes = Arc::new(AtomicUsize::new(0));
-        let start = Instant::now();
+        let running = Arc::new(Running::default());
         for id in 0..16 {
             pool.submit(Sleep {
                 id,
                 nap: Duration::from_millis(50),
                 done: tx.clone(),
                 flushes: flushes.clone(),
+                gate: Arc::default(),
+                running: running.clone(),
             });
         }
         assert_eq!(collect(&rx, 16), (0..16).collect::<Vec<_>>());
-        // One at a time would take 800 ms.
-        assert!(
-            start.elapsed() < Duration::from_millis(500),
-            "{:?}",
-            start.elapsed()
-        );
+        let most = running.most.load(Ordering::SeqCst);
+        assert!(most > 1, "slow jobs ran one at a time");
         assert!(pool.threads() > 1);
     }
 
@@ -447,19 +465,25 @@ mod tests {
         let pool = Pool::new("test-stuck", limits);
         let (tx, rx) = mpsc::channel();
         let flushes = Arc::new(AtomicUsize::new(0));
-        let job = |id, ms| Sleep {
+        let stuck_gate = Arc::new(std::sync::RwLock::new(()));
+        let closed = stuck_gate.write().expect("gate");
+        let job = |id, gate| Sleep {
             id,
-            nap: Duration::from_millis(ms),
+            nap: Duration::ZERO,
             done: tx.clone(),
             flushes: flushes.clone(),
+            gate,
+            running: Arc::default(),
         };
-        pool.submit(job(1, 3000));
+        // Job 1 is stuck until job 2 has come back.
+        pool.submit(job(1, stuck_gate.clone()));
         // Submitted right behind it, while the pool still thinks jobs are fast.
-        pool.submit(job(2, 0));
+        pool.submit(job(2, Arc::default()));
         let first = rx
-            .recv_timeout(Duration::from_secs(2))
+            .recv_timeout(Duration::from_secs(10))
             .expect("not held up");
         assert_eq!(first, vec![2]);
+        drop(closed);
         assert_eq!(collect(&rx, 1), vec![1]);
     }
 }
