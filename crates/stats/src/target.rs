@@ -1,0 +1,203 @@
+//! [`StatsTarget`]: a [`ScsiTarget`] that counts and times the commands it
+//! passes to the target it wraps.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use scsi_api::{status, Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult};
+
+use crate::counters::OpKind;
+use crate::registry::TargetStats;
+
+/// How a CDB counts, by its operation code: the READ and WRITE families
+/// (6, 10, 12, 16 byte), WRITE AND VERIFY and COMPARE AND WRITE move data;
+/// everything else is "other".
+pub fn classify(cdb: &[u8]) -> OpKind {
+    match cdb.first() {
+        Some(0x08 | 0x28 | 0xa8 | 0x88) => OpKind::Read,
+        Some(0x0a | 0x2a | 0xaa | 0x8a | 0x2e | 0xae | 0x8e | 0x89) => OpKind::Write,
+        _ => OpKind::Other,
+    }
+}
+
+/// Wraps the SCSI target (or group view) sessions use.
+pub struct StatsTarget {
+    inner: Arc<dyn ScsiTarget>,
+    stats: Arc<TargetStats>,
+}
+
+impl StatsTarget {
+    pub fn new(inner: Arc<dyn ScsiTarget>, stats: Arc<TargetStats>) -> Arc<StatsTarget> {
+        Arc::new(StatsTarget { inner, stats })
+    }
+}
+
+impl ScsiTarget for StatsTarget {
+    fn execute(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ScsiResponse {
+        let entry = self.stats.entry(cmd.lun, &nexus.initiator_name);
+        entry.begin();
+        let started = Instant::now();
+        let response = self.inner.execute(nexus, cmd);
+        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let kind = classify(cmd.cdb);
+        let bytes = match kind {
+            // What the transport will send: at most the expected length.
+            OpKind::Read => response.data_in.len().min(cmd.data_in_len as usize),
+            OpKind::Write => cmd.data_out.len(),
+            OpKind::Other => 0,
+        } as u64;
+        let ok = matches!(response.status, status::GOOD | status::CONDITION_MET);
+        entry.end(kind, bytes, nanos, ok);
+        response
+    }
+
+    fn may_block(&self, lun: u64) -> bool {
+        self.inner.may_block(lun)
+    }
+
+    fn command_may_block(&self, lun: u64, cdb: &[u8]) -> bool {
+        self.inner.command_may_block(lun, cdb)
+    }
+
+    fn lun_exists(&self, nexus: &Nexus, lun: u64) -> bool {
+        self.inner.lun_exists(nexus, lun)
+    }
+
+    fn task_management(&self, nexus: &Nexus, tmf: TaskManagement) -> TmfResult {
+        self.inner.task_management(nexus, tmf)
+    }
+
+    fn nexus_lost(&self, nexus: &Nexus) {
+        self.inner.nexus_lost(nexus)
+    }
+
+    fn nexus_added(&self, nexus: &Nexus) {
+        self.inner.nexus_added(nexus)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Registry;
+    use std::sync::Mutex;
+
+    /// Answers reads with `len` bytes, fails writes to LUN 9, and remembers
+    /// which calls reached it.
+    #[derive(Default)]
+    struct Fake {
+        calls: Mutex<Vec<String>>,
+    }
+
+    impl ScsiTarget for Fake {
+        fn execute(&self, _: &Nexus, cmd: &ScsiCommand<'_>) -> ScsiResponse {
+            self.calls.lock().unwrap().push(format!("exec {}", cmd.lun));
+            match classify(cmd.cdb) {
+                OpKind::Read => ScsiResponse::with_data(vec![0; 8192]),
+                OpKind::Write if cmd.lun == 9 => ScsiResponse::check_condition(vec![0x70]),
+                _ => ScsiResponse::good(),
+            }
+        }
+        fn may_block(&self, lun: u64) -> bool {
+            lun == 1
+        }
+        fn lun_exists(&self, _: &Nexus, lun: u64) -> bool {
+            lun < 10
+        }
+        fn task_management(&self, _: &Nexus, _: TaskManagement) -> TmfResult {
+            self.calls.lock().unwrap().push("tmf".into());
+            TmfResult::Complete
+        }
+        fn nexus_lost(&self, _: &Nexus) {
+            self.calls.lock().unwrap().push("lost".into());
+        }
+        fn nexus_added(&self, _: &Nexus) {
+            self.calls.lock().unwrap().push("added".into());
+        }
+    }
+
+    fn nexus(initiator: &str) -> Nexus {
+        Nexus {
+            initiator_name: initiator.into(),
+            isid: [0; 6],
+            target_name: "iqn.t".into(),
+            relative_port: 1,
+            portal_group: 1,
+        }
+    }
+
+    fn command<'a>(
+        lun: u64,
+        cdb: &'a [u8],
+        data_out: &'a [u8],
+        data_in_len: u32,
+    ) -> ScsiCommand<'a> {
+        ScsiCommand {
+            lun,
+            cdb,
+            data_out,
+            data_in_len,
+            data_out_len: data_out.len() as u32,
+            task_attr: Default::default(),
+            tag: 1,
+        }
+    }
+
+    #[test]
+    fn classifies_by_opcode() {
+        assert_eq!(classify(&[0x28, 0, 0]), OpKind::Read);
+        assert_eq!(classify(&[0x88]), OpKind::Read);
+        assert_eq!(classify(&[0x08]), OpKind::Read);
+        assert_eq!(classify(&[0x2a]), OpKind::Write);
+        assert_eq!(classify(&[0x8a]), OpKind::Write);
+        assert_eq!(classify(&[0x89]), OpKind::Write);
+        assert_eq!(classify(&[0x00]), OpKind::Other); // TEST UNIT READY
+        assert_eq!(classify(&[0x35]), OpKind::Other); // SYNCHRONIZE CACHE
+        assert_eq!(classify(&[]), OpKind::Other);
+    }
+
+    #[test]
+    fn counts_per_lun_and_initiator_and_passes_everything_through() {
+        let fake = Arc::new(Fake::default());
+        let reg = Registry::new();
+        let t = StatsTarget::new(fake.clone(), reg.target("iqn.t"));
+        let a = nexus("iqn.a");
+        let b = nexus("iqn.b");
+        // A read whose initiator expects less than the target produces.
+        let r = t.execute(&a, &command(0, &[0x28; 10], &[], 4096));
+        assert_eq!(r.data_in.len(), 8192);
+        t.execute(&a, &command(0, &[0x28; 10], &[], 65536));
+        t.execute(&b, &command(0, &[0x2a; 10], &[1; 512], 0));
+        let failed = t.execute(&b, &command(9, &[0x2a; 10], &[1; 1024], 0));
+        assert_eq!(failed.status, status::CHECK_CONDITION);
+        t.execute(&b, &command(9, &[0x00; 6], &[], 0));
+
+        let snap = reg.snapshot();
+        assert_eq!(snap.len(), 3);
+        let (a0, b0, b9) = (&snap[0], &snap[1], &snap[2]);
+        assert_eq!((a0.lun, a0.initiator.as_str()), (0, "iqn.a"));
+        assert_eq!((a0.read.commands, a0.read.bytes), (2, 4096 + 8192));
+        assert_eq!(a0.read.latency.count(), 2);
+        assert_eq!((b0.lun, b0.initiator.as_str()), (0, "iqn.b"));
+        assert_eq!(
+            (b0.write.commands, b0.write.bytes, b0.write.errors),
+            (1, 512, 0)
+        );
+        assert_eq!((b9.write.commands, b9.write.errors), (1, 1));
+        assert_eq!(b9.other.commands, 1);
+        assert!(snap.iter().all(|e| e.in_flight == 0));
+
+        assert!(t.may_block(1) && !t.may_block(0));
+        assert!(t.command_may_block(1, &[0x28]));
+        assert!(t.lun_exists(&a, 3) && !t.lun_exists(&a, 10));
+        assert_eq!(
+            t.task_management(&a, TaskManagement::TargetWarmReset),
+            TmfResult::Complete
+        );
+        t.nexus_added(&a);
+        t.nexus_lost(&a);
+        let calls = fake.calls.lock().unwrap();
+        assert_eq!(calls[calls.len() - 3..], ["tmf", "added", "lost"]);
+        assert_eq!(calls.iter().filter(|c| c.starts_with("exec")).count(), 5);
+    }
+}
