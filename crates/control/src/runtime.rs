@@ -26,6 +26,8 @@ pub struct Runtime {
     /// Who may use which target, and the CHAP they must pass; replaced on
     /// a live configuration change.
     pub access: Arc<SharedAccess>,
+    /// I/O statistics per target, LUN and initiator; kept across changes.
+    pub stats: Arc<stats::Registry>,
     /// Every logical unit by device name, to flush them on shutdown.
     units: Vec<(String, Arc<LogicalUnit>)>,
     /// The live objects a later configuration change reuses.
@@ -46,7 +48,14 @@ struct Live {
     /// registry?).
     views: HashMap<ViewKey, Arc<scsi::Target>>,
     registry: Option<Arc<LuRegistry>>,
+    /// The counting wrappers around views, by (target in lower case, group
+    /// name or ""), so a view that stays keeps its wrapper and sessions
+    /// hold the same object across a change.
+    counted: HashMap<(String, String), CountedView>,
 }
+
+/// A view and the wrapper that counts its commands.
+type CountedView = (Arc<scsi::Target>, Arc<dyn ScsiTarget>);
 
 type ViewKey = (String, String, bool);
 
@@ -280,10 +289,27 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
     };
     let mut access = AccessList::new();
     access.discovery_chap = config.discovery_chap.clone();
+    // Counters outlive configuration changes: a LUN that stays keeps counting.
+    let stats = previous.map_or_else(stats::Registry::new, |p| p.stats.clone());
+    let mut counted_views = HashMap::new();
     let mut targets = Vec::with_capacity(config.targets.len());
     for target in &config.targets {
+        let target_stats = stats.target(&target.name);
+        let mut counted = |group: &str, view: Arc<scsi::Target>| -> Arc<dyn ScsiTarget> {
+            let key = (target.name.to_ascii_lowercase(), group.to_string());
+            let wrapper = previous
+                .and_then(|p| p.live.counted.get(&key))
+                .filter(|(inner, _)| Arc::ptr_eq(inner, &view))
+                .map(|(_, wrapper)| wrapper.clone())
+                .unwrap_or_else(|| stats::StatsTarget::new(view.clone(), target_stats.clone()));
+            counted_views.insert(key, (view, wrapper.clone()));
+            wrapper
+        };
         let scsi_target = if target.groups.is_empty() {
-            let view = views.view(&target.name, "", &target.luns, Some(&registry));
+            let view = counted(
+                "",
+                views.view(&target.name, "", &target.luns, Some(&registry)),
+            );
             if target.chap.is_some() {
                 access.set_target(
                     &target.name,
@@ -302,8 +328,10 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             };
             for group in &target.groups {
                 // A group's EXTENDED COPY reaches only the LUs it sees.
-                let view: Arc<dyn ScsiTarget> =
-                    views.view(&target.name, &group.name, &group.luns, None);
+                let view = counted(
+                    &group.name,
+                    views.view(&target.name, &group.name, &group.luns, None),
+                );
                 if group.name == DEFAULT_GROUP {
                     rules.default_view = Some(view);
                     continue;
@@ -382,6 +410,7 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         listen: config.portals.iter().map(|p| p.listen).collect(),
         options,
         access,
+        stats,
         units,
         live: Live {
             devices: config
@@ -396,6 +425,7 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             read_only,
             views: built,
             registry: Some(registry),
+            counted: counted_views,
         },
         pending: Mutex::new(Some(Pending {
             updates,
