@@ -8,6 +8,8 @@
 //! | `POST /v1/config/diff` (TOML body) | `{"changes": [...]}` from running to the body |
 //! | `POST /v1/config/apply` (TOML body) | `{"changes": [...], "applied"}` |
 //! | `POST /v1/config/save` | `{"path"}`: the running configuration written out |
+//! | `GET /v1/stats` | `{"entries": [...]}`: I/O counters and latency histograms per target, LUN and initiator |
+//! | `GET /metrics` | the same in the Prometheus text format |
 //!
 //! Errors answer 4xx/5xx with `{"error"}`; a configuration error names the
 //! file, line, field and reason. `apply` validates the whole file, builds
@@ -24,8 +26,8 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener};
 
 /// Largest request head and body accepted.
 const MAX_HEAD: usize = 16 * 1024;
@@ -47,6 +49,8 @@ pub struct Current {
 pub struct Admin {
     pub current: Mutex<Current>,
     pub server: Arc<iscsi::Server>,
+    /// The daemon's I/O statistics (one registry for its whole life).
+    pub stats: Arc<stats::Registry>,
 }
 
 impl Admin {
@@ -99,7 +103,7 @@ struct Request {
     body: Vec<u8>,
 }
 
-async fn read_request(stream: &mut UnixStream) -> Result<Request, (u16, String)> {
+async fn read_request<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Request, (u16, String)> {
     let mut buf = Vec::new();
     let head_end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -163,8 +167,17 @@ async fn read_request(stream: &mut UnixStream) -> Result<Request, (u16, String)>
     })
 }
 
-async fn connection(admin: Arc<Admin>, mut stream: UnixStream) -> std::io::Result<()> {
+/// The content type of the Prometheus text the encoder writes.
+const METRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
+    admin: Arc<Admin>,
+    mut stream: S,
+) -> std::io::Result<()> {
     let (status, body) = match read_request(&mut stream).await {
+        Ok(req) if req.path == "/metrics" => {
+            return metrics_answer(&admin.stats, &req, &mut stream).await
+        }
         Ok(req) => {
             let admin = admin.clone();
             tokio::task::spawn_blocking(move || route(&admin, req))
@@ -173,7 +186,29 @@ async fn connection(admin: Arc<Admin>, mut stream: UnixStream) -> std::io::Resul
         }
         Err((status, message)) => (status, json!({ "error": message })),
     };
-    let text = body.to_string();
+    respond(&mut stream, status, "application/json", &body.to_string()).await
+}
+
+/// `GET /metrics`; anything else on that path is refused.
+async fn metrics_answer<S: AsyncWrite + Unpin>(
+    stats: &Arc<stats::Registry>,
+    req: &Request,
+    stream: &mut S,
+) -> std::io::Result<()> {
+    if req.method != "GET" {
+        let body = json!({ "error": "method not allowed" }).to_string();
+        return respond(stream, 405, "application/json", &body).await;
+    }
+    let text = stats::prometheus::encode_text(stats);
+    respond(stream, 200, METRICS_TYPE, &text).await
+}
+
+async fn respond<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    status: u16,
+    content_type: &str,
+    text: &str,
+) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
@@ -185,12 +220,51 @@ async fn connection(admin: Arc<Admin>, mut stream: UnixStream) -> std::io::Resul
         _ => "Internal Server Error",
     };
     let head = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         text.len()
     );
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(text.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// `--metrics-listen`: a TCP listener that answers `GET /metrics` only
+/// (the statistics carry no secrets; the administration API stays on the
+/// owner-only socket).
+pub async fn serve_metrics(stats: Arc<stats::Registry>, listener: TcpListener) {
+    loop {
+        let (mut stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics listener accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let stats = stats.clone();
+        tokio::spawn(async move {
+            // A scraper that stalls mid-request is dropped.
+            let answered = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+                match read_request(&mut stream).await {
+                    Ok(req) if req.path == "/metrics" => {
+                        metrics_answer(&stats, &req, &mut stream).await
+                    }
+                    Ok(req) => {
+                        let body = json!({ "error": format!("no such resource {}", req.path) });
+                        respond(&mut stream, 404, "application/json", &body.to_string()).await
+                    }
+                    Err((status, message)) => {
+                        let body = json!({ "error": message }).to_string();
+                        respond(&mut stream, status, "application/json", &body).await
+                    }
+                }
+            })
+            .await;
+            if let Ok(Err(e)) = answered {
+                tracing::debug!(error = %e, "metrics request failed");
+            }
+        });
+    }
 }
 
 fn error(status: u16, message: impl std::fmt::Display) -> (u16, Value) {
@@ -210,6 +284,7 @@ fn route(admin: &Admin, req: Request) -> (u16, Value) {
             )
         }
         ("GET", "/v1/objects") => (200, objects(&admin.lock().config)),
+        ("GET", "/v1/stats") => (200, json!({ "entries": admin.stats.snapshot() })),
         ("POST", "/v1/config/diff") => {
             let current = admin.lock();
             match proposed(&current, &req) {
@@ -237,7 +312,7 @@ fn route(admin: &Admin, req: Request) -> (u16, Value) {
         (
             _,
             "/v1/config" | "/v1/objects" | "/v1/config/diff" | "/v1/config/apply"
-            | "/v1/config/save",
+            | "/v1/config/save" | "/v1/stats",
         ) => error(405, "method not allowed"),
         _ => error(404, format!("no such resource {}", req.path)),
     }

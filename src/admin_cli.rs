@@ -38,7 +38,7 @@ pub enum ConfigCommand {
 }
 
 /// One request; returns the HTTP status and the JSON body.
-fn request(
+pub fn request(
     socket: &Path,
     method: &str,
     path: &str,

@@ -4,6 +4,7 @@ mod admin;
 mod admin_cli;
 mod pool_cli;
 mod serve;
+mod stat_cli;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -47,6 +48,11 @@ enum Command {
         /// unix socket, usable by its owner only.
         #[arg(long, value_name = "PATH")]
         admin_socket: Option<PathBuf>,
+
+        /// Also answer Prometheus scrapes (`GET /metrics`) on this TCP
+        /// address; the administration socket serves `/metrics` as well.
+        #[arg(long, value_name = "ADDR:PORT")]
+        metrics_listen: Option<SocketAddr>,
     },
     /// Validate a configuration file and print every problem found.
     CheckConfig {
@@ -69,6 +75,9 @@ enum Command {
         #[command(subcommand)]
         command: admin_cli::ConfigCommand,
     },
+    /// I/O per target, LUN and initiator of a running daemon, like iostat:
+    /// IOPS, throughput, latency percentiles and queue depth per interval.
+    Stat(stat_cli::StatArgs),
 }
 
 fn init_logging(level: Option<&str>) -> Result<(), String> {
@@ -124,7 +133,13 @@ fn main() -> ExitCode {
             config,
             listen,
             admin_socket,
-        } => match serve::run(config.as_deref(), &listen, admin_socket.as_deref()) {
+            metrics_listen,
+        } => match serve::run(
+            config.as_deref(),
+            &listen,
+            admin_socket.as_deref(),
+            metrics_listen,
+        ) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 match e.downcast_ref::<control::ConfigError>() {
@@ -139,6 +154,7 @@ fn main() -> ExitCode {
         Command::Pool(cmd) => pool_cli::run_pool(cmd),
         Command::Volume(cmd) => pool_cli::run_volume(cmd),
         Command::Config { socket, command } => admin_cli::run(&socket, command),
+        Command::Stat(args) => stat_cli::run(args),
         Command::DefaultConfig => {
             print!("{}", control::DEFAULT_CONFIG_TOML);
             ExitCode::SUCCESS

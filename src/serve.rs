@@ -21,6 +21,7 @@ pub fn run(
     config_path: Option<&Path>,
     listen: &[SocketAddr],
     admin_socket: Option<&Path>,
+    metrics_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     let (mut config, text) = match config_path {
         Some(path) => {
@@ -52,7 +53,7 @@ pub fn run(
         runtime,
         listen_override: listen.to_vec(),
     };
-    tokio.block_on(serve(current, admin_socket))
+    tokio.block_on(serve(current, admin_socket, metrics_listen))
 }
 
 /// A listening socket. IPv6 sockets are IPv6-only so that `0.0.0.0:3260`
@@ -69,7 +70,11 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
-async fn serve(mut current: admin::Current, admin_socket: Option<&Path>) -> anyhow::Result<()> {
+async fn serve(
+    mut current: admin::Current,
+    admin_socket: Option<&Path>,
+    metrics_listen: Option<SocketAddr>,
+) -> anyhow::Result<()> {
     // Handlers first, so a signal arriving while we start is not lost.
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
@@ -89,9 +94,23 @@ async fn serve(mut current: admin::Current, admin_socket: Option<&Path>) -> anyh
     }
     let server = iscsi::Server::new(runtime.options.clone(), targets);
     let admin_listener = admin_socket.map(admin::bind).transpose()?;
+    let metrics_listener = match metrics_listen {
+        Some(addr) => {
+            Some(bind(addr).with_context(|| format!("cannot listen for metrics on {addr}"))?)
+        }
+        None => None,
+    };
+    let stats = current.runtime.stats.clone();
+    let metrics_task = metrics_listener.map(|listener| {
+        if let Some(addr) = metrics_listen {
+            tracing::info!(%addr, "Prometheus metrics listening");
+        }
+        tokio::spawn(admin::serve_metrics(stats.clone(), listener))
+    });
     let admin = Arc::new(admin::Admin {
         current: Mutex::new(current),
         server: server.clone(),
+        stats,
     });
     let admin_task = admin_listener.map(|listener| {
         if let Some(path) = admin_socket {
@@ -143,6 +162,9 @@ async fn serve(mut current: admin::Current, admin_socket: Option<&Path>) -> anyh
 
     // No configuration change may start while the devices are flushed.
     if let Some(task) = admin_task {
+        task.abort();
+    }
+    if let Some(task) = metrics_task {
         task.abort();
     }
     if let Some(path) = admin_socket {
