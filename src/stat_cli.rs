@@ -73,7 +73,7 @@ fn key(e: &EntrySnapshot) -> Key {
 /// Microseconds, as a column: `-` without samples.
 fn micros(op: &OpSnapshot, q: f64) -> String {
     match op.latency.quantile(q) {
-        Some(ns) => format!("{:.0}", ns as f64 / 1000.0),
+        Some(ns) => format!("{:.1}", ns as f64 / 1000.0),
         None => "-".into(),
     }
 }

@@ -20,6 +20,7 @@ pub enum OpKind {
 #[derive(Debug, Default)]
 struct OpStats {
     commands: AtomicU64,
+    /// Bytes of the commands that succeeded.
     bytes: AtomicU64,
     /// Commands that ended with a status other than GOOD.
     errors: AtomicU64,
@@ -32,8 +33,10 @@ struct OpStats {
 impl OpStats {
     fn record(&self, bytes: u64, nanos: u64, ok: bool) {
         self.commands.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        if !ok {
+        // A failed command moved no data the initiator can count on.
+        if ok {
+            self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        } else {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
         self.latency_ns.fetch_add(nanos, Ordering::Relaxed);
@@ -180,7 +183,7 @@ mod tests {
         );
         assert_eq!(
             (snap.write.commands, snap.write.bytes, snap.write.errors),
-            (1, 512, 1)
+            (1, 0, 1)
         );
         assert_eq!(snap.other.commands, 1);
         assert_eq!(snap.read.latency.count(), 1);
