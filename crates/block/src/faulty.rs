@@ -158,6 +158,10 @@ impl BlockDevice for FaultyDevice {
         self.inner.allocation(offset, limit)
     }
 
+    fn granularity(&self) -> u64 {
+        self.inner.granularity()
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             volatile_cache: true,

@@ -86,6 +86,36 @@ pub trait BlockDevice: Send + Sync {
         Ok((Allocation::Mapped, len))
     }
 
+    /// Preferred allocation and discard granularity in bytes (0 = none):
+    /// I/O and discards aligned to it avoid partial-unit work, e.g. the
+    /// allocation unit of a thin volume.
+    fn granularity(&self) -> u64 {
+        0
+    }
+
+    /// Copies `len` bytes at `src_offset` of `src` to `dst_offset` of this
+    /// device without passing the data through the caller, where the device
+    /// can do better than a read and a write (a thin volume shares the
+    /// units of another volume of its pool). `None`: not offloadable here,
+    /// nothing was done, the caller copies. Both ranges are inside their
+    /// devices; the caller keeps other I/O off them meanwhile.
+    fn copy_from(
+        &self,
+        src: &dyn BlockDevice,
+        src_offset: u64,
+        dst_offset: u64,
+        len: u64,
+    ) -> Option<io::Result<()>> {
+        let _ = (src, src_offset, dst_offset, len);
+        None
+    }
+
+    /// This device as `Any`, so that `copy_from` can recognise a source of
+    /// its own kind. `None` for devices that take no part in that.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
     fn capabilities(&self) -> Capabilities;
 
     /// A short human description, e.g. `file:/srv/lun0.img`.

@@ -217,3 +217,82 @@ fn a_unit_still_shared_in_committed_metadata_is_copied_before_writing() {
     assert_eq!(read(&pool.volume("c").unwrap(), 0, 512), vec![2; 512]);
     assert!(pool.check().unwrap().is_clean());
 }
+
+#[test]
+fn copy_between_volumes_of_a_pool_shares_whole_units() {
+    let (pool, data, meta) = new_pool(32);
+    pool.create_volume("a", 16 * UNIT).unwrap();
+    pool.create_volume("b", 16 * UNIT).unwrap();
+    let a = pool.volume("a").unwrap();
+    let b = pool.volume("b").unwrap();
+    let pattern: Vec<u8> = (0..8 * UNIT).map(|i| (i % 251) as u8).collect();
+    a.write_at(&pattern, 0, false).unwrap();
+    b.write_at(&[9; 10], 7 * UNIT, false).unwrap();
+    assert_eq!(pool.space().used_units, 9);
+    // Half of unit 0, units 1 to 5 whole, 100 bytes of unit 6.
+    let (from, len) = (UNIT / 2, 6 * UNIT + 100);
+    b.copy_from(&a, from, from, len).unwrap().unwrap();
+    assert_eq!(
+        read(&b, from, len as usize),
+        &pattern[from as usize..(from + len) as usize]
+    );
+    assert_eq!(read(&b, 0, 4), vec![0; 4], "before the range untouched");
+    assert_eq!(
+        read(&b, 7 * UNIT, 10),
+        vec![9; 10],
+        "after the range untouched"
+    );
+    // Units 1..=5 shared; the head (unit 0) and tail (unit 6) were copied.
+    assert_eq!(pool.space().used_units, 9 + 2);
+    // Copy-on-write keeps them apart.
+    a.write_at(&[1; 3], 2 * UNIT, false).unwrap();
+    b.write_at(&[2; 3], 3 * UNIT, false).unwrap();
+    assert_eq!(read(&b, 2 * UNIT, 3), pattern[2 * UNIT as usize..][..3]);
+    assert_eq!(read(&a, 3 * UNIT, 3), pattern[3 * UNIT as usize..][..3]);
+    assert!(pool.check().unwrap().is_clean());
+    pool.flush().unwrap();
+    drop((a, b));
+    drop(pool);
+    let pool = Pool::open("p", vec![data], &meta).unwrap();
+    let b = pool.volume("b").unwrap();
+    assert_eq!(read(&b, 4 * UNIT, 8), pattern[4 * UNIT as usize..][..8]);
+    assert!(pool.check().unwrap().is_clean());
+}
+
+#[test]
+fn copy_of_unmapped_units_unmaps_the_destination() {
+    let (pool, _, _) = new_pool(16);
+    pool.create_volume("a", 8 * UNIT).unwrap();
+    pool.create_volume("b", 8 * UNIT).unwrap();
+    let (a, b) = (pool.volume("a").unwrap(), pool.volume("b").unwrap());
+    b.write_at(&vec![5; 4 * UNIT as usize], 0, false).unwrap();
+    b.copy_from(&a, 0, 0, 4 * UNIT).unwrap().unwrap();
+    assert_eq!(read(&b, 0, 4 * UNIT as usize), vec![0; 4 * UNIT as usize]);
+    assert_eq!(pool.space().used_units, 0);
+    assert!(pool.check().unwrap().is_clean());
+}
+
+#[test]
+fn copy_is_not_offloaded_across_pools_or_alignments() {
+    let (pool, _, _) = new_pool(16);
+    let (other, _, _) = new_pool(16);
+    pool.create_volume("a", 8 * UNIT).unwrap();
+    pool.create_volume("b", 8 * UNIT).unwrap();
+    other.create_volume("c", 8 * UNIT).unwrap();
+    let (a, b) = (pool.volume("a").unwrap(), pool.volume("b").unwrap());
+    let c = other.volume("c").unwrap();
+    assert!(c.copy_from(&a, 0, 0, UNIT).is_none(), "another pool");
+    assert!(b.copy_from(&a, 0, 512, UNIT).is_none(), "another alignment");
+    assert!(a.copy_from(&a, 0, UNIT, 2 * UNIT).is_none(), "overlap");
+    let mem = MemDevice::new(8 * UNIT);
+    assert!(b.copy_from(&mem, 0, 0, UNIT).is_none(), "not a volume");
+    // One volume onto itself without overlap is shared.
+    a.write_at(&vec![3; UNIT as usize], 0, false).unwrap();
+    a.copy_from(&a, 0, 4 * UNIT, UNIT).unwrap().unwrap();
+    assert_eq!(read(&a, 4 * UNIT, 4), vec![3; 4]);
+    assert_eq!(pool.space().used_units, 1);
+    // Snapshots are not destinations.
+    pool.snapshot("a", "s").unwrap();
+    let s = pool.volume("s").unwrap();
+    assert!(s.copy_from(&a, 0, 0, UNIT).is_none());
+}

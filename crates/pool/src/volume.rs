@@ -183,6 +183,48 @@ impl VolumeDevice {
         Ok(())
     }
 
+    /// `copy_from` for a source in this pool with the same alignment.
+    fn share_range(
+        &self,
+        src: &VolumeDevice,
+        src_offset: u64,
+        dst_offset: u64,
+        len: u64,
+    ) -> io::Result<()> {
+        src.check(src_offset, len)?;
+        self.check(dst_offset, len)?;
+        let unit_size = self.pool.layout.unit_size();
+        let delta = dst_offset as i128 - src_offset as i128;
+        let mut whole = Vec::new();
+        for p in pieces(unit_size, src_offset, len) {
+            if p.len as u64 == unit_size {
+                whole.push(p.vunit);
+            } else {
+                let at = p.vunit * unit_size + p.within;
+                let mut buf = vec![0u8; p.len];
+                src.read_at(&mut buf, at)?;
+                self.write_at(&buf, (at as i128 + delta) as u64, false)?;
+            }
+        }
+        let (Some(&first), Some(&last)) = (whole.first(), whole.last()) else {
+            return Ok(());
+        };
+        let dst_first = (first as i128 + delta / i128::from(unit_size)) as u64;
+        let mut st = self.pool.state.write();
+        let source = st.volumes.get(&src.id).ok_or_else(gone)?;
+        let units: Vec<Option<u64>> = (first..=last)
+            .map(|v| source.map.get(&v).copied())
+            .collect();
+        if !st.volumes.contains_key(&self.id) {
+            return Err(gone());
+        }
+        for (i, unit) in units.into_iter().enumerate() {
+            // Like a write, the new mappings commit with the next flush.
+            st.set_mapping(self.id, dst_first + i as u64, unit);
+        }
+        Ok(())
+    }
+
     fn is_mapped(&self, vunit: u64) -> io::Result<bool> {
         let st = self.pool.state.read();
         let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
@@ -288,6 +330,42 @@ impl BlockDevice for VolumeDevice {
             extent += p.len as u64;
         }
         Ok((first, extent))
+    }
+
+    fn granularity(&self) -> u64 {
+        self.pool.layout.unit_size()
+    }
+
+    /// Another volume of the same pool, at the same offset within a unit:
+    /// whole units are shared copy-on-write (a count more, no data moved),
+    /// the partial units at either end are copied. Anything else (another
+    /// pool or device, different alignment, overlap within one volume) is
+    /// left to the caller.
+    fn copy_from(
+        &self,
+        src: &dyn BlockDevice,
+        src_offset: u64,
+        dst_offset: u64,
+        len: u64,
+    ) -> Option<io::Result<()>> {
+        let src = src.as_any()?.downcast_ref::<VolumeDevice>()?;
+        let unit_size = self.pool.layout.unit_size();
+        if self.read_only
+            || !Arc::ptr_eq(&self.pool, &src.pool)
+            || src_offset % unit_size != dst_offset % unit_size
+        {
+            return None;
+        }
+        let overlaps = src_offset < dst_offset.saturating_add(len)
+            && dst_offset < src_offset.saturating_add(len);
+        if src.id == self.id && overlaps {
+            return None;
+        }
+        Some(self.share_range(src, src_offset, dst_offset, len))
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -174,8 +174,16 @@ impl LogicalUnit {
         let max = self.max_transfer_blocks();
         d.resize(64, 0);
         d[5] = MAX_COMPARE_AND_WRITE_BLOCKS as u8;
-        // OPTIMAL TRANSFER LENGTH GRANULARITY: a 4 KiB page.
-        put16(&mut d[..], 6, (4096 / bs).max(1) as u16);
+        // OPTIMAL TRANSFER LENGTH GRANULARITY: the device's granularity up
+        // to the optimal transfer length, else a 4 KiB page.
+        let page = (4096 / bs).max(1);
+        let gran = self.granularity_blocks();
+        let otlg = if gran > 1 {
+            gran.min(OPTIMAL_TRANSFER_BYTES / bs).max(page)
+        } else {
+            page
+        };
+        put16(&mut d[..], 6, u16::try_from(otlg).unwrap_or(u16::MAX));
         put32(&mut d[..], 8, max as u32);
         put32(&mut d[..], 12, (OPTIMAL_TRANSFER_BYTES / bs) as u32);
         // MAXIMUM PREFETCH LENGTH
@@ -184,8 +192,13 @@ impl LogicalUnit {
             // MAXIMUM UNMAP LBA COUNT: unlimited; descriptors per UNMAP.
             put32(&mut d[..], 20, u32::MAX);
             put32(&mut d[..], 24, MAX_UNMAP_DESCRIPTORS);
-            // OPTIMAL UNMAP GRANULARITY: a 4 KiB page.
-            put32(&mut d[..], 28, (4096 / bs).max(1) as u32);
+            // OPTIMAL UNMAP GRANULARITY: the device's granularity (a thin
+            // volume's allocation unit), else a 4 KiB page.
+            put32(
+                &mut d[..],
+                28,
+                u32::try_from(gran.max(page)).unwrap_or(u32::MAX),
+            );
         }
         put64(&mut d[..], 36, max);
         if self.atomic_writes() {
@@ -210,6 +223,12 @@ impl LogicalUnit {
         let mut d = vec![0u8; 32];
         put64(&mut d, 0, self.blocks() - 1);
         put32(&mut d, 8, self.block_size);
+        // LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT stays 0 even over a
+        // device with a granularity: libiscsi 1.19's GetLBAStatus.UnmapSingle
+        // expects, with more than one logical block per physical block, a
+        // descriptor for LBA n + 1 to start at n + LBPPB, which no correct
+        // target returns. The granularity goes to initiators through the
+        // Block Limits page instead (see docs/pool.md).
         if self.thin() {
             d[14] = 0x80;
             if self.unmapped_reads_zero() {
@@ -305,6 +324,87 @@ mod tests {
         assert_eq!(lbp[5], 0xE4);
         let bdc = inq(&lu, true, VPD_CHARACTERISTICS).data_in;
         assert_eq!(be16(&bdc, 4), 1);
+    }
+
+    /// A thin device with an allocation unit, as a pool volume is.
+    struct Granular {
+        inner: block::MemDevice,
+        unit: u64,
+    }
+
+    impl block::BlockDevice for Granular {
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> std::io::Result<()> {
+            self.inner.write_at(buf, offset, fua)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+        fn granularity(&self) -> u64 {
+            self.unit
+        }
+        fn capabilities(&self) -> block::Capabilities {
+            self.inner.capabilities()
+        }
+        fn describe(&self) -> String {
+            "granular".into()
+        }
+    }
+
+    fn granular_lu(unit: u64, block_size: u32) -> std::sync::Arc<LogicalUnit> {
+        let dev = Granular {
+            inner: block::MemDevice::new(4 << 20),
+            unit,
+        };
+        let config = crate::config::LuConfig {
+            naa: crate::config::naa_from_seed("granular"),
+            block_size,
+            ..crate::config::LuConfig::default()
+        };
+        LogicalUnit::new(std::sync::Arc::new(dev), config).unwrap()
+    }
+
+    fn rc16(lu: &LogicalUnit) -> Vec<u8> {
+        let a = nexus("a");
+        ready(lu, &a);
+        let mut cdb = [0u8; 16];
+        cdb[0] = 0x9E;
+        cdb[1] = 0x10;
+        cdb[13] = 32;
+        run(lu, &a, &cdb, &[]).data_in
+    }
+
+    #[test]
+    fn granularity_reported_in_block_limits() {
+        // 64 KiB units on 512-byte blocks: unmap and transfer granularity
+        // of one unit; one logical block per physical block.
+        let lu = granular_lu(64 << 10, 512);
+        assert_eq!(rc16(&lu)[13] & 0x0F, 0);
+        let bl = inq(&lu, true, VPD_BLOCK_LIMITS).data_in;
+        assert_eq!(be16(&bl, 6), 128);
+        assert_eq!(be32(&bl, 28), 128);
+        let lu = granular_lu(64 << 10, 4096);
+        assert_eq!(be32(&inq(&lu, true, VPD_BLOCK_LIMITS).data_in, 28), 16);
+        // A granularity below the block size is no granularity.
+        let bl = inq(&granular_lu(256, 512), true, VPD_BLOCK_LIMITS).data_in;
+        assert_eq!(be32(&bl, 28), 8);
+        // Transfer granularity stops at the optimal transfer length.
+        let bl = inq(&granular_lu(64 << 20, 512), true, VPD_BLOCK_LIMITS).data_in;
+        assert_eq!(u64::from(be16(&bl, 6)), OPTIMAL_TRANSFER_BYTES / 512);
+    }
+
+    #[test]
+    fn no_granularity_reports_a_page() {
+        let lu = lu();
+        assert_eq!(rc16(&lu)[13] & 0x0F, 0);
+        let bl = inq(&lu, true, VPD_BLOCK_LIMITS).data_in;
+        assert_eq!(be16(&bl, 6), 8);
+        assert_eq!(be32(&bl, 28), 8);
     }
 
     #[test]

@@ -269,6 +269,18 @@ impl LogicalUnit {
         !self.caps.may_block && !self.caps.volatile_cache
     }
 
+    /// The device's preferred granularity in logical blocks (1 when it has
+    /// none, or one that is not a power-of-two multiple of the block size).
+    pub(crate) fn granularity_blocks(&self) -> u64 {
+        let g = self.device.granularity();
+        let bs = u64::from(self.block_size);
+        if g > bs && g.is_power_of_two() && bs.is_power_of_two() {
+            g / bs
+        } else {
+            1
+        }
+    }
+
     pub(crate) fn max_transfer_blocks(&self) -> u64 {
         MAX_TRANSFER_BYTES / u64::from(self.block_size)
     }

@@ -212,7 +212,8 @@ impl LogicalUnit {
             if let Err(sense) = dst.check_writable_through(ctx.protected.contains(&dst.naa)) {
                 return Err(copy_aborted((sense.asc, sense.ascq)));
             }
-            copy_bytes(&src, s.source_lba, &dst, s.destination_lba, bytes)
+            copy_offloaded(&src, s.source_lba, &dst, s.destination_lba, bytes)
+                .unwrap_or_else(|| copy_bytes(&src, s.source_lba, &dst, s.destination_lba, bytes))
                 .map_err(|e| copy_aborted((e.asc, e.ascq)))?;
             done.segments_processed += 1;
             done.bytes += bytes;
@@ -263,6 +264,44 @@ impl LogicalUnit {
         put32(&mut d, 0, len);
         d
     }
+}
+
+/// Lets the destination device copy the segment itself (a thin volume
+/// shares units with another volume of its pool). `None`: it cannot, the
+/// data must be moved.
+fn copy_offloaded(
+    src: &LogicalUnit,
+    src_lba: u64,
+    dst: &LogicalUnit,
+    dst_lba: u64,
+    bytes: u64,
+) -> Option<Result<(), Sense>> {
+    let (from, to) = (src.offset(src_lba), dst.offset(dst_lba));
+    let src_blocks = bytes / u64::from(src.block_size);
+    let dst_blocks = bytes / u64::from(dst.block_size);
+    // Both ranges stay locked for the whole segment; on one LU, the span
+    // covering both, so that the LU's lock is taken once.
+    let (_src_guard, _dst_guard) = if std::ptr::eq(src, dst) {
+        let start = src_lba.min(dst_lba);
+        let end = (src_lba + src_blocks).max(dst_lba + dst_blocks);
+        (src.locks.lock(start, end - start, false), None)
+    } else {
+        (
+            src.locks.lock(src_lba, src_blocks, false),
+            Some(dst.locks.lock(dst_lba, dst_blocks, false)),
+        )
+    };
+    let done = dst
+        .device
+        .copy_from(src.device.as_ref(), from, to, bytes)?
+        .map_err(|e| io_sense(&e, true));
+    Some(done.and_then(|()| {
+        if dst.force_unit_access(false) {
+            dst.device.flush().map_err(|e| io_sense(&e, true))
+        } else {
+            Ok(())
+        }
+    }))
 }
 
 /// Copies `bytes` from `src` at `src_lba` to `dst` at `dst_lba`, in
