@@ -464,6 +464,87 @@ mod tests {
         assert_eq!(sense_of(&run_with(&b, &n, &rcr, &[], &registry)).1, 0x24);
     }
 
+    /// A device that copies by itself: it records the copies it was asked
+    /// for and does them, or declines them all.
+    struct SelfCopying {
+        inner: block::MemDevice,
+        offload: bool,
+        asked: parking_lot::Mutex<Vec<(u64, u64, u64)>>,
+    }
+
+    impl block::BlockDevice for SelfCopying {
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> std::io::Result<()> {
+            self.inner.write_at(buf, offset, fua)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn copy_from(
+            &self,
+            src: &dyn block::BlockDevice,
+            src_offset: u64,
+            dst_offset: u64,
+            len: u64,
+        ) -> Option<std::io::Result<()>> {
+            self.asked.lock().push((src_offset, dst_offset, len));
+            if !self.offload {
+                return None;
+            }
+            let mut buf = vec![0u8; len as usize];
+            Some(
+                src.read_at(&mut buf, src_offset)
+                    .and_then(|()| self.inner.write_at(&buf, dst_offset, false)),
+            )
+        }
+        fn capabilities(&self) -> block::Capabilities {
+            self.inner.capabilities()
+        }
+        fn describe(&self) -> String {
+            "self-copying".into()
+        }
+    }
+
+    #[test]
+    fn the_destination_device_is_offered_the_copy_first() {
+        for offload in [true, false] {
+            let dev = Arc::new(SelfCopying {
+                inner: block::MemDevice::new(1 << 20),
+                offload,
+                asked: parking_lot::Mutex::new(Vec::new()),
+            });
+            let config = LuConfig {
+                naa: naa_from_seed("self"),
+                ..LuConfig::default()
+            };
+            let b = LogicalUnit::new(dev.clone(), config).unwrap();
+            let a = lu();
+            let registry = LuRegistry::new();
+            registry.add(a.clone());
+            registry.add(b.clone());
+            let n = nexus("a");
+            ready(&a, &n);
+            ready(&b, &n);
+            write(&a, 3, 0x7E, 4);
+            let p = list(
+                1,
+                0,
+                vec![target(&a.naa(), 512), target(&b.naa(), 512)],
+                vec![segment(0, 1, 4, 3, 10)],
+            );
+            let r = run_with(&b, &n, &xcopy_cdb(p.len()), &p, &registry);
+            assert_eq!(r.status, status::GOOD);
+            assert_eq!(*dev.asked.lock(), vec![(3 * 512, 10 * 512, 2048)]);
+            // Done by the device, or by the fallback when it declined.
+            assert_eq!(read(&b, 10, 4), vec![0x7E; 2048], "offload {offload}");
+        }
+    }
+
     #[test]
     fn overlapping_copy_on_one_lu_is_correct() {
         let a = lu();
