@@ -201,3 +201,70 @@ mod tests {
         assert_eq!(calls.iter().filter(|c| c.starts_with("exec")).count(), 5);
     }
 }
+
+#[cfg(test)]
+mod overhead {
+    use super::*;
+    use crate::Registry;
+
+    /// A target that answers at once, so only the wrapper's cost remains.
+    struct Nothing;
+
+    impl ScsiTarget for Nothing {
+        fn execute(&self, _: &Nexus, _: &ScsiCommand<'_>) -> ScsiResponse {
+            ScsiResponse::good()
+        }
+        fn may_block(&self, _: u64) -> bool {
+            false
+        }
+        fn lun_exists(&self, _: &Nexus, _: u64) -> bool {
+            true
+        }
+        fn task_management(&self, _: &Nexus, _: TaskManagement) -> TmfResult {
+            TmfResult::Complete
+        }
+        fn nexus_lost(&self, _: &Nexus) {}
+        fn nexus_added(&self, _: &Nexus) {}
+    }
+
+    /// `cargo test --release -p stats -- --ignored --nocapture overhead`
+    /// prints the wrapper's cost per command (two clock reads, the entry
+    /// lookup, the counters).
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn cost_per_command() {
+        let nexus = Nexus {
+            initiator_name: "iqn.1994-05.com.redhat:host-with-a-typical-name".into(),
+            isid: [0; 6],
+            target_name: "iqn.t".into(),
+            relative_port: 1,
+            portal_group: 1,
+        };
+        let cdb = [0x28u8; 10];
+        let cmd = ScsiCommand {
+            lun: 3,
+            cdb: &cdb,
+            data_out: &[],
+            data_in_len: 4096,
+            data_out_len: 0,
+            task_attr: Default::default(),
+            tag: 1,
+        };
+        let bare: Arc<dyn ScsiTarget> = Arc::new(Nothing);
+        let wrapped: Arc<dyn ScsiTarget> =
+            StatsTarget::new(bare.clone(), Registry::new().target("iqn.t"));
+        let n = 5_000_000u32;
+        let time = |t: &Arc<dyn ScsiTarget>| {
+            let start = Instant::now();
+            for _ in 0..n {
+                std::hint::black_box(t.execute(&nexus, std::hint::black_box(&cmd)));
+            }
+            start.elapsed().as_nanos() as f64 / n as f64
+        };
+        let (b, w) = (time(&bare), time(&wrapped));
+        println!(
+            "bare {b:.1} ns, wrapped {w:.1} ns: {:.1} ns per command",
+            w - b
+        );
+    }
+}
