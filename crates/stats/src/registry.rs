@@ -19,8 +19,12 @@ use crate::counters::{EntrySnapshot, LunStats};
 /// Shards per target: commands of LUNs in different shards never touch
 /// the same lock word.
 const SHARDS: usize = 16;
-/// Entries per target before newcomers are folded together.
-pub const MAX_ENTRIES: usize = 16384;
+/// Entries per target before newcomers are folded together. An entry's
+/// latency histograms take some kilobytes, and initiator names are chosen
+/// by whoever connects, so this bounds what a stream of made-up names can
+/// make the daemon hold (a few MiB per target) while leaving room for far
+/// more hosts than a target is shared with in practice.
+pub const MAX_ENTRIES: usize = 1024;
 /// The initiator name of the shared entries beyond [`MAX_ENTRIES`].
 pub const OVERFLOW_INITIATOR: &str = "(other initiators)";
 
