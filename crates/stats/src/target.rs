@@ -34,6 +34,11 @@ impl StatsTarget {
 
 impl ScsiTarget for StatsTarget {
     fn execute(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ScsiResponse {
+        // LUN numbers come from the network: counting unmapped ones would
+        // let any initiator create entries without bound.
+        if !self.inner.lun_exists(nexus, cmd.lun) {
+            return self.inner.execute(nexus, cmd);
+        }
         let entry = self.stats.entry(cmd.lun, &nexus.initiator_name);
         entry.begin();
         let started = Instant::now();
@@ -154,6 +159,18 @@ mod tests {
         assert_eq!(classify(&[0x00]), OpKind::Other); // TEST UNIT READY
         assert_eq!(classify(&[0x35]), OpKind::Other); // SYNCHRONIZE CACHE
         assert_eq!(classify(&[]), OpKind::Other);
+    }
+
+    #[test]
+    fn unmapped_luns_are_executed_but_not_counted() {
+        let fake = Arc::new(Fake::default());
+        let reg = Registry::new();
+        let t = StatsTarget::new(fake.clone(), reg.target("iqn.t"));
+        for lun in 10..1000 {
+            t.execute(&nexus("iqn.a"), &command(lun, &[0x00; 6], &[], 0));
+        }
+        assert_eq!(fake.calls.lock().unwrap().len(), 990);
+        assert!(reg.snapshot().is_empty());
     }
 
     #[test]
