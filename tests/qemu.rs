@@ -183,64 +183,43 @@ fn bench_reads_and_writes_run_clean() {
     const COUNT: usize = 20_000;
     let count = COUNT.to_string();
 
+    // `qemu-img bench -f raw -t none` over the LUN with `args` added.
+    let bench = |args: &[&str]| {
+        let mut all = vec!["bench", "-f", "raw", "-t", "none"];
+        all.extend_from_slice(args);
+        all.push(&url);
+        run_ok("qemu-img", &all);
+    };
     // 32 writes in flight, 4 KiB each, sequentially from offset 0; one
     // pass with an explicit cache flush every 1000 requests.
-    run_ok(
-        "qemu-img",
-        &[
-            "bench",
-            "-f",
-            "raw",
-            "-w",
-            "-t",
-            "none",
-            "-c",
-            &count,
-            "-d",
-            "32",
-            "-s",
-            "4k",
-            "--pattern",
-            "0xa5",
-            &url,
-        ],
-    );
-    run_ok(
-        "qemu-img",
-        &[
-            "bench",
-            "-f",
-            "raw",
-            "-w",
-            "-t",
-            "none",
-            "-c",
-            &count,
-            "-d",
-            "32",
-            "-s",
-            "4k",
-            "-o",
-            "128M",
-            "--pattern",
-            "0x3c",
-            "--flush-interval",
-            "1000",
-            &url,
-        ],
-    );
-    run_ok(
-        "qemu-img",
-        &[
-            "bench", "-f", "raw", "-t", "none", "-c", &count, "-d", "32", "-s", "4k", &url,
-        ],
-    );
-    run_ok(
-        "qemu-img",
-        &[
-            "bench", "-f", "raw", "-t", "none", "-c", "2000", "-d", "8", "-s", "64k", &url,
-        ],
-    );
+    bench(&[
+        "-w",
+        "-c",
+        &count,
+        "-d",
+        "32",
+        "-s",
+        "4k",
+        "--pattern",
+        "0xa5",
+    ]);
+    bench(&[
+        "-w",
+        "-c",
+        &count,
+        "-d",
+        "32",
+        "-s",
+        "4k",
+        "-o",
+        "128M",
+        "--pattern",
+        "0x3c",
+        "--flush-interval",
+        "1000",
+    ]);
+    bench(&["-c", &count, "-d", "32", "-s", "4k"]);
+    bench(&["-c", "2000", "-d", "8", "-s", "64k"]);
 
     // The patterns really landed, and nothing beyond them was touched.
     let written = (COUNT * 4096).to_string();
