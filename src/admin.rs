@@ -314,7 +314,8 @@ fn route(admin: &Admin, req: Request) -> (u16, Value) {
             "/v1/config" | "/v1/objects" | "/v1/config/diff" | "/v1/config/apply"
             | "/v1/config/save" | "/v1/stats",
         ) => error(405, "method not allowed"),
-        _ => error(404, format!("no such resource {}", req.path)),
+        (method, path) => crate::volume_api::route(admin, method, path, &req.body)
+            .unwrap_or_else(|| error(404, format!("no such resource {path}"))),
     }
 }
 

@@ -5,6 +5,7 @@ mod admin_cli;
 mod pool_cli;
 mod serve;
 mod stat_cli;
+mod volume_api;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
