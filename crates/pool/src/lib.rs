@@ -19,6 +19,7 @@ mod layout;
 mod pool;
 mod record;
 mod space;
+mod steps;
 mod store;
 mod volume;
 
@@ -29,4 +30,5 @@ pub use backend::DeviceBackend;
 pub use check::CheckReport;
 pub use pool::{MetadataLocation, Pool, PoolSpace, DEFAULT_UNIT_SIZE};
 pub use record::{VolumeInfo, VolumeKind};
+pub use steps::Progress;
 pub use volume::VolumeDevice;

@@ -101,7 +101,7 @@ impl State {
         self.dirty.maps.insert((id, vunit), unit);
     }
 
-    fn put_record(&mut self, id: u64, record: VolumeRecord) {
+    pub(crate) fn put_record(&mut self, id: u64, record: VolumeRecord) {
         self.dirty.volumes.insert(id, Some(record.clone()));
         match self.volumes.get_mut(&id) {
             Some(v) => v.record = record,
@@ -117,7 +117,7 @@ impl State {
         }
     }
 
-    fn id_of(&self, name: &str) -> io::Result<u64> {
+    pub(crate) fn id_of(&self, name: &str) -> io::Result<u64> {
         self.volumes
             .iter()
             .find(|(_, v)| v.record.name == name)
@@ -459,7 +459,7 @@ impl Pool {
 
     /// Runs a volume operation and commits it before any I/O sees its
     /// effect. `op` must check everything before it changes anything.
-    fn operate<R>(&self, op: impl FnOnce(&mut State) -> io::Result<R>) -> io::Result<R> {
+    pub(crate) fn operate<R>(&self, op: impl FnOnce(&mut State) -> io::Result<R>) -> io::Result<R> {
         let _order = self.commit_lock.lock();
         let mut st = self.state.write();
         let out = op(&mut st)?;
