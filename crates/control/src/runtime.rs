@@ -11,7 +11,7 @@ use block::{BlockDevice, FileDevice, FileOptions, MemDevice, NullDevice};
 use scsi::{LogicalUnit, LuConfig, LuRegistry};
 
 use crate::error::{ConfigError, Issue};
-use crate::model::{Config, Device, DeviceKind, Lun, DEFAULT_GROUP};
+use crate::model::{Config, Device, DeviceKind, Lun, PoolConfig, DEFAULT_GROUP};
 use iscsi::access::{AccessList, Group, InitiatorPattern, SharedAccess, TargetAccess};
 use iscsi::auth_chap::ChapAuthenticator;
 use scsi_api::ScsiTarget;
@@ -34,6 +34,8 @@ pub struct Runtime {
     live: Live,
     /// Changes to live objects made by [`Runtime::commit`].
     pending: Mutex<Option<Pending>>,
+    /// The pools the configuration declares, open or not.
+    pools: Vec<PoolConfig>,
 }
 
 /// Objects that outlive a configuration change when their settings stay.
@@ -85,6 +87,31 @@ impl Runtime {
             }
         }
         first.map_or(Ok(()), Err)
+    }
+
+    /// The pools the configuration declares.
+    pub fn pool_configs(&self) -> &[PoolConfig] {
+        &self.pools
+    }
+
+    /// The pool named `name`: the one open under this daemon's LUNs, else
+    /// opened now (created on first use); a pool no LUN uses closes when
+    /// its last user drops it.
+    pub fn pool(&self, name: &str) -> io::Result<Arc<pool::Pool>> {
+        let p = self.pools.iter().find(|p| p.name == name).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, format!("no pool named {name}"))
+        })?;
+        crate::pools::open_pool(p)
+    }
+
+    /// The device that serves volume `volume` of pool `pool` as a LUN.
+    pub fn exporter_of(&self, pool: &str, volume: &str) -> Option<&str> {
+        self.live.devices.iter().find_map(|(name, (dev, _, _))| {
+            let exported = dev.kind == DeviceKind::Volume
+                && dev.pool.as_deref() == Some(pool)
+                && dev.volume.as_deref().unwrap_or(name) == volume;
+            exported.then_some(name.as_str())
+        })
     }
 
     /// The logical units, by the name of the device under each.
@@ -431,6 +458,7 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             updates,
             access: pending_access,
         })),
+        pools: config.pools.clone(),
     })
 }
 
@@ -870,5 +898,55 @@ device = "d"
         config.portals.clear();
         let err = build(&config).err().unwrap().to_string();
         assert!(err.contains("portal: no [[portal]] to listen on"), "{err}");
+    }
+
+    #[test]
+    fn pools_are_reached_by_name_and_exported_volumes_are_known() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            r#"
+[[portal]]
+listen = "127.0.0.1:3260"
+[[pool]]
+name = "tank"
+devices = ["{d}/tank0.img"]
+device_size = "8M"
+[[pool]]
+name = "spare"
+devices = ["{d}/spare0.img"]
+device_size = "8M"
+[[device]]
+name = "lun0"
+kind = "volume"
+pool = "tank"
+volume = "vm1"
+size = "1G"
+[[target]]
+name = "iqn.2026-11.org.example:t"
+[[target.lun]]
+lun = 0
+device = "lun0"
+"#,
+            d = dir.path().display()
+        );
+        let runtime = build(&parse_config(&text, "t.toml").unwrap()).unwrap();
+        let names: Vec<&str> = runtime
+            .pool_configs()
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(names, ["tank", "spare"]);
+        let tank = runtime.pool("tank").unwrap();
+        // The pool under the LUN, not a second opener of its metadata.
+        assert!(Arc::ptr_eq(&tank, &runtime.pool("tank").unwrap()));
+        assert!(tank.volume_info("vm1").is_ok());
+        assert_eq!(runtime.exporter_of("tank", "vm1"), Some("lun0"));
+        assert_eq!(runtime.exporter_of("tank", "lun0"), None);
+        assert_eq!(runtime.exporter_of("spare", "vm1"), None);
+        // A pool no LUN uses is created on first use.
+        assert_eq!(runtime.pool("spare").unwrap().volumes().len(), 0);
+        assert!(dir.path().join("spare0.img.meta").exists());
+        let err = runtime.pool("none").err().unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
     }
 }
