@@ -653,11 +653,15 @@ impl Pool {
         })
     }
 
-    /// Grows a volume; the new space reads as zeros.
+    /// Grows a volume (the new space reads as zeros) or shrinks it to a
+    /// whole number of units, freeing the units beyond its new end. A
+    /// size inside a unit is refused when shrinking: the rest of that unit
+    /// would keep old data that a later growth would show.
     pub fn resize(&self, name: &str, size: u64) -> io::Result<()> {
-        if !size.is_multiple_of(512) {
-            return Err(invalid("a volume size is a multiple of 512"));
+        if size == 0 || !size.is_multiple_of(512) {
+            return Err(invalid("a volume size is a positive multiple of 512"));
         }
+        let unit_size = self.unit_size();
         self.operate(|st| {
             let id = st.id_of(name)?;
             let mut r = st.volumes[&id].record.clone();
@@ -665,7 +669,19 @@ impl Pool {
                 return Err(invalid("a snapshot cannot be resized"));
             }
             if size < r.size {
-                return Err(invalid("a volume can only grow"));
+                if !size.is_multiple_of(unit_size) {
+                    return Err(invalid(&format!(
+                        "a volume shrinks to a multiple of the pool's {unit_size}-byte unit"
+                    )));
+                }
+                let beyond: Vec<u64> = st.volumes[&id]
+                    .map
+                    .range(size / unit_size..)
+                    .map(|(&v, _)| v)
+                    .collect();
+                for vunit in beyond {
+                    st.set_mapping(id, vunit, None);
+                }
             }
             r.size = size;
             st.put_record(id, r);

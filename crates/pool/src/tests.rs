@@ -117,7 +117,7 @@ fn promote_swaps_lineage() {
 }
 
 #[test]
-fn resize_grows_online_with_zeros() {
+fn resize_grows_with_zeros_and_shrinks_to_whole_units() {
     let (pool, _, _) = new_pool(8);
     pool.create_volume("v", 1000 * 512).unwrap();
     let v = pool.volume("v").unwrap();
@@ -125,7 +125,17 @@ fn resize_grows_online_with_zeros() {
     pool.resize("v", 2000 * 512).unwrap();
     assert_eq!(v.size(), 2000 * 512);
     assert_eq!(read(&v, 999 * 512 + 510, 4), vec![9, 9, 0, 0]);
+    // Shrinking inside a unit is refused; to a unit boundary it frees
+    // the units beyond, and growing again reads zeros there.
     assert!(pool.resize("v", 512).is_err());
+    v.write_at(&[5; 512], 3 * UNIT, false).unwrap();
+    assert_eq!(pool.space().used_units, 2);
+    pool.resize("v", 3 * UNIT).unwrap();
+    assert_eq!(v.size(), 3 * UNIT);
+    assert_eq!(pool.space().used_units, 0);
+    pool.resize("v", 8 * UNIT).unwrap();
+    assert_eq!(read(&v, 3 * UNIT, 512), vec![0; 512]);
+    assert!(pool.check().unwrap().is_clean());
 }
 
 #[test]
