@@ -1,0 +1,69 @@
+# shellcheck shell=bash
+# Helpers shared by the benchmark scripts (sourced, not run): logging,
+# child processes that a signal can interrupt, ports, and the CPU time of a
+# process. Callers set CLK_TCK and WORK (the scratch directory for logs).
+
+log() { printf '[bench] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+CHILD=""
+CHILDREN=""
+
+# Ask politely, then insist: tgtd ignores SIGTERM while it has targets.
+stop_process() {
+    local pid=$1
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 1 20); do
+        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    return 0
+}
+
+# Run a command as a waited-for background child, so that a signal to the
+# script runs its cleanup trap at once instead of after the command ends.
+run_child() {
+    local rc=0
+    "$@" &
+    CHILD=$!
+    wait "$CHILD" || rc=$?
+    CHILD=""
+    return "$rc"
+}
+
+# End the child of run_child and the ones listed in CHILDREN, if any.
+kill_children() {
+    local pid
+    for pid in $CHILD $CHILDREN; do
+        kill -TERM "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    CHILD=""
+    CHILDREN=""
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Wait until 127.0.0.1:PORT accepts, failing early if PID has exited.
+wait_for_port() {
+    local port=$1 pid=$2 name=$3
+    for _ in $(seq 1 300); do
+        port_in_use "$port" && return 0
+        kill -0 "$pid" 2>/dev/null || die "$name exited before listening on port $port (log: $WORK/$name.log)"
+        sleep 0.1
+    done
+    die "$name did not listen on port $port within 30 s"
+}
+
+# utime+stime of a whole process (every thread), in clock ticks. The command
+# name in field 2 may hold spaces, so fields are counted after its ')'.
+cpu_ticks() {
+    sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+}
+
+# µs of CPU per I/O from a tick delta and an I/O count.
+us_per_io() {
+    awk -v t="$1" -v hz="$CLK_TCK" -v n="$2" 'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "n/a" }'
+}
