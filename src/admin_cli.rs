@@ -1,18 +1,17 @@
 //! `openarray config show|diff|apply|save`: the command line side of the
 //! administration API (see `admin.rs`).
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 use clap::Subcommand;
 use serde_json::Value;
 
-/// Where `serve --admin-socket` listens unless told otherwise.
-pub const DEFAULT_SOCKET: &str = "/run/openarray.sock";
+// Callers that only know a socket path (the pool commands) use these.
+use crate::api_client::{call, ApiArgs, Endpoint};
+#[allow(unused_imports)]
+pub use crate::api_client::{request, DEFAULT_SOCKET};
 
 #[derive(Subcommand)]
 pub enum ConfigCommand {
@@ -35,52 +34,6 @@ pub enum ConfigCommand {
     },
     /// Write the running configuration to the daemon's configuration file.
     Save,
-}
-
-/// One request; returns the HTTP status and the JSON body.
-pub fn request(
-    socket: &Path,
-    method: &str,
-    path: &str,
-    body: &[u8],
-    origin: Option<&str>,
-) -> anyhow::Result<(u16, Value)> {
-    let mut stream = UnixStream::connect(socket).with_context(|| {
-        format!(
-            "cannot reach the daemon at {} (is `openarray serve --admin-socket` running?)",
-            socket.display()
-        )
-    })?;
-    stream.set_read_timeout(Some(Duration::from_secs(300)))?;
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: openarray\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    if let Some(origin) = origin {
-        // Header values are one line.
-        head.push_str(&format!(
-            "X-Config-Origin: {}\r\n",
-            origin.replace(['\r', '\n'], " ")
-        ));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer)?;
-    let split = answer
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| anyhow!("malformed answer from the daemon"))?;
-    let status_line = String::from_utf8_lossy(&answer[..split]);
-    let status: u16 = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| anyhow!("malformed status from the daemon: {status_line}"))?;
-    let json: Value =
-        serde_json::from_slice(&answer[split + 4..]).context("malformed JSON from the daemon")?;
-    Ok((status, json))
 }
 
 fn changes(json: &Value) -> Vec<String> {
@@ -156,28 +109,28 @@ fn listing(json: &Value) -> String {
     out
 }
 
-fn run_inner(socket: &Path, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
+fn run_inner(api: &Endpoint, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
     let read = |file: &Path| {
         std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
     };
     let (status, json) = match &cmd {
-        ConfigCommand::Show => request(socket, "GET", "/v1/config", b"", None)?,
-        ConfigCommand::List => request(socket, "GET", "/v1/objects", b"", None)?,
-        ConfigCommand::Diff { file } => request(
-            socket,
+        ConfigCommand::Show => call(api, "GET", "/v1/config", b"", None)?,
+        ConfigCommand::List => call(api, "GET", "/v1/objects", b"", None)?,
+        ConfigCommand::Diff { file } => call(
+            api,
             "POST",
             "/v1/config/diff",
             &read(file)?,
             Some(&file.display().to_string()),
         )?,
-        ConfigCommand::Apply { file } => request(
-            socket,
+        ConfigCommand::Apply { file } => call(
+            api,
             "POST",
             "/v1/config/apply",
             &read(file)?,
             Some(&file.display().to_string()),
         )?,
-        ConfigCommand::Save => request(socket, "POST", "/v1/config/save", b"", None)?,
+        ConfigCommand::Save => call(api, "POST", "/v1/config/save", b"", None)?,
     };
     if status != 200 {
         let message = json["error"].as_str().unwrap_or("unknown error");
@@ -212,8 +165,11 @@ fn run_inner(socket: &Path, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn run(socket: &Path, cmd: ConfigCommand) -> ExitCode {
-    match run_inner(socket, cmd) {
+pub fn run(api: &ApiArgs, cmd: ConfigCommand) -> ExitCode {
+    match api
+        .endpoint()
+        .and_then(|endpoint| run_inner(&endpoint, cmd))
+    {
         Ok(code) => code,
         Err(e) => {
             eprintln!("openarray: {e:#}");

@@ -2,6 +2,7 @@
 
 mod admin;
 mod admin_cli;
+mod api_client;
 mod pool_cli;
 mod serve;
 mod stat_cli;
@@ -70,9 +71,8 @@ enum Command {
     Volume(pool_cli::VolumeCommand),
     /// The running configuration of a daemon: show, diff, apply, save.
     Config {
-        /// The daemon's administration socket.
-        #[arg(long, value_name = "PATH", default_value = admin_cli::DEFAULT_SOCKET)]
-        socket: PathBuf,
+        #[command(flatten)]
+        api: api_client::ApiArgs,
         #[command(subcommand)]
         command: admin_cli::ConfigCommand,
     },
@@ -154,7 +154,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { file } => check_config(&file),
         Command::Pool(cmd) => pool_cli::run_pool(cmd),
         Command::Volume(cmd) => pool_cli::run_volume(cmd),
-        Command::Config { socket, command } => admin_cli::run(&socket, command),
+        Command::Config { api, command } => admin_cli::run(&api, command),
         Command::Stat(args) => stat_cli::run(args),
         Command::DefaultConfig => {
             print!("{}", control::DEFAULT_CONFIG_TOML);

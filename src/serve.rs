@@ -41,7 +41,10 @@ pub fn run(
     if !listen.is_empty() {
         config.override_listen(listen);
     }
-    let runtime = control::build(&config)?;
+    // Checked before anything is opened: a bad token file is a config error.
+    let api_token = control::load_api_token(&config)?;
+    let mut runtime = control::build(&config)?;
+    apply_daemon_timeouts(&config.daemon, &mut runtime.options);
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -53,7 +56,25 @@ pub fn run(
         runtime,
         listen_override: listen.to_vec(),
     };
-    tokio.block_on(serve(current, admin_socket, metrics_listen))
+    let api = match (current.config.daemon.api_listen, api_token) {
+        (Some(addr), Some(token)) => Some((addr, admin::Token::new(&token))),
+        _ => None,
+    };
+    tokio.block_on(serve(current, admin_socket, metrics_listen, api))
+}
+
+/// The `[daemon]` timeouts, where given, in place of the transport's
+/// defaults.
+fn apply_daemon_timeouts(daemon: &control::Daemon, options: &mut iscsi::ServerOptions) {
+    if let Some(t) = daemon.login_timeout {
+        options.login_timeout = t;
+    }
+    if let Some(interval) = daemon.nop_interval {
+        options.nop_interval = interval;
+    }
+    if let Some(t) = daemon.nop_timeout {
+        options.nop_timeout = t;
+    }
 }
 
 /// A listening socket. IPv6 sockets are IPv6-only so that `0.0.0.0:3260`
@@ -74,6 +95,7 @@ async fn serve(
     mut current: admin::Current,
     admin_socket: Option<&Path>,
     metrics_listen: Option<SocketAddr>,
+    api: Option<(SocketAddr, admin::Token)>,
 ) -> anyhow::Result<()> {
     // Handlers first, so a signal arriving while we start is not lost.
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
@@ -94,6 +116,12 @@ async fn serve(
     }
     let server = iscsi::Server::new(runtime.options.clone(), targets);
     let admin_listener = admin_socket.map(admin::bind).transpose()?;
+    let api_listener = match &api {
+        Some((addr, _)) => {
+            Some(bind(*addr).with_context(|| format!("cannot listen for the API on {addr}"))?)
+        }
+        None => None,
+    };
     let metrics_listener = match metrics_listen {
         Some(addr) => {
             Some(bind(addr).with_context(|| format!("cannot listen for metrics on {addr}"))?)
@@ -116,7 +144,11 @@ async fn serve(
         if let Some(path) = admin_socket {
             tracing::info!(socket = %path.display(), "administration API listening");
         }
-        tokio::spawn(admin::serve(admin.clone(), listener))
+        tokio::spawn(admin::serve_unix(admin.clone(), listener))
+    });
+    let api_task = api.zip(api_listener).map(|((addr, token), listener)| {
+        tracing::info!(%addr, "administration API listening on TCP (token required)");
+        tokio::spawn(admin::serve_tcp(admin.clone(), listener, token))
     });
     let mut accept_loops = JoinSet::new();
     for (addr, listener) in listeners {
@@ -165,6 +197,9 @@ async fn serve(
         task.abort();
     }
     if let Some(task) = metrics_task {
+        task.abort();
+    }
+    if let Some(task) = api_task {
         task.abort();
     }
     if let Some(path) = admin_socket {

@@ -5,7 +5,6 @@
 //! (from the histograms, not averages) and the mean queue depth.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -13,13 +12,12 @@ use anyhow::{anyhow, Context};
 use clap::Args;
 use stats::{EntrySnapshot, OpSnapshot};
 
-use crate::admin_cli::{request, DEFAULT_SOCKET};
+use crate::api_client::{call, ApiArgs, Endpoint};
 
 #[derive(Args)]
 pub struct StatArgs {
-    /// The daemon's administration socket.
-    #[arg(long, value_name = "PATH", default_value = DEFAULT_SOCKET)]
-    socket: PathBuf,
+    #[command(flatten)]
+    api: ApiArgs,
     /// Seconds between reports.
     #[arg(long, short, value_name = "SECONDS", default_value_t = 1.0)]
     interval: f64,
@@ -53,8 +51,8 @@ impl StatArgs {
     }
 }
 
-fn fetch(socket: &Path) -> anyhow::Result<Vec<EntrySnapshot>> {
-    let (status, json) = request(socket, "GET", "/v1/stats", b"", None)?;
+fn fetch(api: &Endpoint) -> anyhow::Result<Vec<EntrySnapshot>> {
+    let (status, json) = call(api, "GET", "/v1/stats", b"", None)?;
     if status != 200 {
         return Err(anyhow!(
             "{}",
@@ -131,12 +129,13 @@ fn run_inner(args: &StatArgs) -> anyhow::Result<()> {
         return Err(anyhow!("--interval must be a positive number of seconds"));
     }
     let interval = Duration::from_secs_f64(args.interval);
-    let mut before = fetch(&args.socket)?;
+    let api = args.api.endpoint()?;
+    let mut before = fetch(&api)?;
     let mut taken = Instant::now();
     let mut reports = 0;
     while args.count.is_none_or(|n| reports < n) {
         std::thread::sleep(interval.saturating_sub(taken.elapsed()));
-        let now = fetch(&args.socket)?;
+        let now = fetch(&api)?;
         let at = Instant::now();
         let seconds = at.duration_since(taken).as_secs_f64();
         print!("{}", report(args, &before, &now, seconds));
@@ -162,10 +161,15 @@ pub fn run(args: StatArgs) -> ExitCode {
 mod tests {
     use super::*;
     use stats::{LunStats, OpKind};
+    use std::path::PathBuf;
 
     fn args() -> StatArgs {
         StatArgs {
-            socket: PathBuf::new(),
+            api: ApiArgs {
+                socket: PathBuf::new(),
+                api: None,
+                token_file: None,
+            },
             interval: 1.0,
             count: None,
             target: None,

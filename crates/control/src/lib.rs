@@ -5,7 +5,9 @@
 //! line:column, field path and reason; [`build`] then opens the devices
 //! and creates the logical units and targets the transports serve.
 
+mod api_token;
 mod diff;
+mod duration;
 mod error;
 mod locate;
 mod model;
@@ -18,7 +20,9 @@ mod validate;
 
 use std::path::Path;
 
+pub use api_token::load_api_token;
 pub use diff::diff;
+pub use duration::parse_duration;
 pub use error::{ConfigError, Issue, Location};
 pub use model::{
     Chap, Config, Daemon, Device, DeviceKind, Group, Lun, PoolConfig, Portal, Target,

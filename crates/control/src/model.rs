@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::error::Location;
 
@@ -42,6 +43,17 @@ pub struct Daemon {
     /// Most connections one portal holds; the transport's default when
     /// absent.
     pub max_connections_per_portal: Option<usize>,
+    /// Time a connection gets to complete its login.
+    pub login_timeout: Option<Duration>,
+    /// Ping (NOP-In) an initiator silent for this long; `Some(None)` when
+    /// pings are turned off.
+    pub nop_interval: Option<Option<Duration>>,
+    /// Close a connection whose ping is not answered in this time.
+    pub nop_timeout: Option<Duration>,
+    /// TCP address of the administration API, beside the unix socket.
+    pub api_listen: Option<SocketAddr>,
+    /// File holding the bearer token the TCP API requires.
+    pub api_token_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

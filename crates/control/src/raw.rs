@@ -25,6 +25,11 @@ pub struct RawDaemon {
     pub state_dir: Option<Spanned<String>>,
     pub max_sessions_per_initiator: Option<Spanned<i64>>,
     pub max_connections_per_portal: Option<Spanned<i64>>,
+    pub login_timeout: Option<Spanned<String>>,
+    pub nop_interval: Option<Spanned<String>>,
+    pub nop_timeout: Option<Spanned<String>>,
+    pub api_listen: Option<Spanned<String>>,
+    pub api_token_file: Option<Spanned<String>>,
 }
 
 /// Settings of discovery (SendTargets) sessions.

@@ -5,10 +5,12 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use iscsi::auth_chap::{ChapCredentials, Secret};
 use toml::Spanned;
 
+use crate::duration::parse_duration;
 use crate::error::{ConfigError, Issue, Location};
 use crate::model::{
     Chap, Config, Daemon, Device, DeviceKind, Group, Lun, PoolConfig, Portal, Target,
@@ -84,29 +86,82 @@ impl Checker<'_> {
     }
 
     fn daemon(&mut self, raw: Option<crate::raw::RawDaemon>) -> Daemon {
-        let (state_dir, sessions, connections) = match raw {
-            Some(d) => (
-                d.state_dir,
-                d.max_sessions_per_initiator,
-                d.max_connections_per_portal,
-            ),
-            None => (None, None, None),
+        let Some(d) = raw else {
+            return Daemon::default();
         };
-        let max_sessions_per_initiator = self.limit(sessions, "max_sessions_per_initiator");
-        let max_connections_per_portal = self.limit(connections, "max_connections_per_portal");
-        let state_dir = state_dir.and_then(|dir| {
-            if dir.get_ref().trim().is_empty() {
-                self.fail(&dir.span(), "daemon.state_dir".into(), "must not be empty");
-                None
+        let max_sessions_per_initiator =
+            self.limit(d.max_sessions_per_initiator, "max_sessions_per_initiator");
+        let max_connections_per_portal =
+            self.limit(d.max_connections_per_portal, "max_connections_per_portal");
+        let state_dir = self.path(d.state_dir, "state_dir");
+        let login_timeout = self.duration(d.login_timeout, "login_timeout");
+        let nop_interval = d.nop_interval.and_then(|v| {
+            if v.get_ref().trim() == "off" {
+                Some(None)
             } else {
-                Some(PathBuf::from(dir.into_inner()))
+                self.duration(Some(v), "nop_interval").map(Some)
             }
         });
+        let nop_timeout = self.duration(d.nop_timeout, "nop_timeout");
+        let api_listen = d.api_listen.as_ref().and_then(|v| {
+            self.check(
+                &v.span(),
+                || "daemon.api_listen".into(),
+                parse_listen(v.get_ref()),
+            )
+        });
+        let token_span = d.api_token_file.as_ref().map(|t| t.span());
+        let api_token_file = self.path(d.api_token_file, "api_token_file");
+        match (&d.api_listen, &token_span) {
+            (Some(listen), None) => self.fail(
+                &listen.span(),
+                "daemon.api_token_file".into(),
+                "required with api_listen: the TCP API only answers callers with the token",
+            ),
+            (None, Some(span)) => self.fail(
+                span,
+                "daemon.api_listen".into(),
+                "api_token_file is set but api_listen is not",
+            ),
+            _ => {}
+        }
         Daemon {
             state_dir,
             max_sessions_per_initiator,
             max_connections_per_portal,
+            login_timeout,
+            nop_interval,
+            nop_timeout,
+            api_listen,
+            api_token_file,
         }
+    }
+
+    /// A non-empty path of `[daemon]`.
+    fn path(&mut self, raw: Option<Spanned<String>>, field: &str) -> Option<PathBuf> {
+        let value = raw?;
+        if value.get_ref().trim().is_empty() {
+            self.fail(
+                &value.span(),
+                format!("daemon.{field}"),
+                "must not be empty",
+            );
+            return None;
+        }
+        Some(PathBuf::from(value.into_inner()))
+    }
+
+    /// A positive duration of `[daemon]`, at most a day.
+    fn duration(&mut self, raw: Option<Spanned<String>>, field: &str) -> Option<Duration> {
+        let value = raw?;
+        let ok = parse_duration(value.get_ref()).and_then(|d| {
+            if d.is_zero() || d > Duration::from_secs(86_400) {
+                Err(format!("{:?} is outside 1ms..=24h", value.get_ref()))
+            } else {
+                Ok(d)
+            }
+        });
+        self.check(&value.span(), || format!("daemon.{field}"), ok)
     }
 
     /// A count limit of `[daemon]`.

@@ -18,6 +18,8 @@
 //! running state and the file as they were. Applying what is already
 //! running changes nothing.
 
+mod http;
+
 use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -26,12 +28,9 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::UnixListener;
 
-/// Largest request head and body accepted.
-const MAX_HEAD: usize = 16 * 1024;
-const MAX_BODY: usize = 4 << 20;
+pub use http::{serve_metrics, serve_tcp, serve_unix, Token};
 
 /// The configuration being served and the objects built from it.
 pub struct Current {
@@ -76,202 +75,20 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Answer requests until the task is dropped.
-pub async fn serve(admin: Arc<Admin>, listener: UnixListener) {
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "admin socket accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let admin = admin.clone();
-        tokio::spawn(async move {
-            if let Err(e) = connection(admin, stream).await {
-                tracing::debug!(error = %e, "admin request failed");
-            }
-        });
-    }
-}
-
-struct Request {
-    method: String,
-    path: String,
-    origin: Option<String>,
-    body: Vec<u8>,
-}
-
-async fn read_request<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Request, (u16, String)> {
-    let mut buf = Vec::new();
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        if buf.len() > MAX_HEAD {
-            return Err((431, "request head too large".into()));
-        }
-        let mut chunk = [0u8; 4096];
-        let n = stream
-            .read(&mut chunk)
-            .await
-            .map_err(|e| (400, e.to_string()))?;
-        if n == 0 {
-            return Err((400, "connection closed mid-request".into()));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head =
-        std::str::from_utf8(&buf[..head_end]).map_err(|_| (400, "head is not UTF-8".into()))?;
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next().unwrap_or("").split_whitespace();
-    let method = first.next().unwrap_or("").to_string();
-    let path = first.next().unwrap_or("").to_string();
-    let mut length = 0usize;
-    let mut origin = None;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            length = value
-                .parse()
-                .map_err(|_| (400, "bad Content-Length".to_string()))?;
-        } else if name.eq_ignore_ascii_case("x-config-origin") {
-            origin = Some(value.to_string());
-        }
-    }
-    if length > MAX_BODY {
-        return Err((413, "body too large".into()));
-    }
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < length {
-        let mut chunk = vec![0u8; (length - body.len()).min(64 * 1024)];
-        let n = stream
-            .read(&mut chunk)
-            .await
-            .map_err(|e| (400, e.to_string()))?;
-        if n == 0 {
-            return Err((400, "connection closed mid-body".into()));
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    body.truncate(length);
-    Ok(Request {
-        method,
-        path,
-        origin,
-        body,
-    })
-}
-
-/// The content type of the Prometheus text the encoder writes.
-const METRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
-    admin: Arc<Admin>,
-    mut stream: S,
-) -> std::io::Result<()> {
-    let (status, body) = match read_request(&mut stream).await {
-        Ok(req) if req.path == "/metrics" => {
-            return metrics_answer(&admin.stats, &req, &mut stream).await
-        }
-        Ok(req) => {
-            let admin = admin.clone();
-            tokio::task::spawn_blocking(move || route(&admin, req))
-                .await
-                .unwrap_or_else(|e| (500, json!({ "error": e.to_string() })))
-        }
-        Err((status, message)) => (status, json!({ "error": message })),
-    };
-    respond(&mut stream, status, "application/json", &body.to_string()).await
-}
-
-/// `GET /metrics`; anything else on that path is refused.
-async fn metrics_answer<S: AsyncWrite + Unpin>(
-    stats: &Arc<stats::Registry>,
-    req: &Request,
-    stream: &mut S,
-) -> std::io::Result<()> {
-    if req.method != "GET" {
-        let body = json!({ "error": "method not allowed" }).to_string();
-        return respond(stream, 405, "application/json", &body).await;
-    }
-    let text = stats::prometheus::encode_text(stats);
-    respond(stream, 200, METRICS_TYPE, &text).await
-}
-
-async fn respond<S: AsyncWrite + Unpin>(
-    stream: &mut S,
-    status: u16,
-    content_type: &str,
-    text: &str,
-) -> std::io::Result<()> {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        409 => "Conflict",
-        413 => "Payload Too Large",
-        431 => "Request Header Fields Too Large",
-        _ => "Internal Server Error",
-    };
-    let head = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        text.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(text.as_bytes()).await?;
-    stream.shutdown().await
-}
-
-/// `--metrics-listen`: a TCP listener that answers `GET /metrics` only
-/// (the statistics carry no secrets; the administration API stays on the
-/// owner-only socket).
-pub async fn serve_metrics(stats: Arc<stats::Registry>, listener: TcpListener) {
-    loop {
-        let (mut stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "metrics listener accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let stats = stats.clone();
-        tokio::spawn(async move {
-            // A scraper that stalls mid-request is dropped.
-            let answered = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-                match read_request(&mut stream).await {
-                    Ok(req) if req.path == "/metrics" => {
-                        metrics_answer(&stats, &req, &mut stream).await
-                    }
-                    Ok(req) => {
-                        let body = json!({ "error": format!("no such resource {}", req.path) });
-                        respond(&mut stream, 404, "application/json", &body.to_string()).await
-                    }
-                    Err((status, message)) => {
-                        let body = json!({ "error": message }).to_string();
-                        respond(&mut stream, status, "application/json", &body).await
-                    }
-                }
-            })
-            .await;
-            if let Ok(Err(e)) = answered {
-                tracing::debug!(error = %e, "metrics request failed");
-            }
-        });
-    }
+/// A request as the routes see it.
+pub(crate) struct Request {
+    pub method: String,
+    pub path: String,
+    /// `X-Config-Origin`: the file name a configuration body came from.
+    pub origin: Option<String>,
+    pub body: Vec<u8>,
 }
 
 fn error(status: u16, message: impl std::fmt::Display) -> (u16, Value) {
     (status, json!({ "error": message.to_string() }))
 }
 
-fn route(admin: &Admin, req: Request) -> (u16, Value) {
+pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/v1/config") => {
             let current = admin.lock();
