@@ -1,28 +1,64 @@
-//! `openarray pool ...` and `openarray volume ...`: administration of the
-//! pools a configuration file declares, while the daemon is stopped (the
-//! metadata store admits one process at a time).
+//! `openarray pool ...` and `openarray volume ...`: administration of
+//! storage pools and their volumes. With `--socket` the running daemon does
+//! the work (its pools stay open under the LUNs it serves); with `--config`
+//! and no daemon answering, this process opens the pools of the
+//! configuration file itself (the metadata store admits one process at a
+//! time). Both paths give the same answers: those of `volume_api`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::{anyhow, Context};
+use anyhow::{anyhow, bail, Context};
 use clap::Subcommand;
-use pool::{Pool, VolumeInfo, VolumeKind};
+use serde_json::{json, Value};
+
+use crate::volume_api::{self, percent_encode, Offline};
+
+/// How often a long operation's progress is asked for.
+const POLL: Duration = Duration::from_millis(200);
 
 #[derive(Subcommand)]
 pub enum PoolCommand {
+    /// Every pool of the configuration: size, use, volumes.
+    List {
+        #[command(flatten)]
+        at: Where,
+    },
+    /// One pool and its volumes.
+    Show {
+        #[command(flatten)]
+        at: Where,
+        pool: String,
+    },
     /// Size, use and volumes of every pool (or one).
     Status {
-        #[arg(long, short, value_name = "FILE")]
-        config: PathBuf,
+        #[command(flatten)]
+        at: Where,
         pool: Option<String>,
     },
-    /// Verify that every unit is owned exactly as its reference count says.
+    /// Format the devices of a pool the configuration declares (nothing
+    /// happens to a pool that exists).
+    Create {
+        #[command(flatten)]
+        at: Where,
+        pool: String,
+    },
+    /// Verify that every unit is owned exactly as its reference count says
+    /// (exit status 1 on any problem).
     Check {
+        #[command(flatten)]
+        at: Where,
+        pool: Option<String>,
+    },
+    /// Remove a pool's metadata and the superblocks of its devices, while
+    /// the daemon is stopped. A pool that holds volumes needs --force.
+    Destroy {
         #[arg(long, short, value_name = "FILE")]
         config: PathBuf,
-        pool: Option<String>,
+        pool: String,
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -33,12 +69,21 @@ pub enum VolumeCommand {
         #[command(flatten)]
         at: PoolArg,
     },
-    /// A new volume; SIZE as bytes or e.g. 10G.
+    /// One volume or snapshot.
+    Show {
+        #[command(flatten)]
+        at: PoolArg,
+        name: String,
+    },
+    /// A new volume; SIZE as bytes or e.g. 10G. --thick allocates all of it
+    /// now (zeros), reporting progress.
     Create {
         #[command(flatten)]
         at: PoolArg,
         name: String,
         size: String,
+        #[arg(long)]
+        thick: bool,
     },
     /// A read-only snapshot of VOLUME named NAME.
     Snapshot {
@@ -67,14 +112,16 @@ pub enum VolumeCommand {
         at: PoolArg,
         clone: String,
     },
-    /// Grow a volume to SIZE.
+    /// Grow a volume to SIZE, or shrink one no LUN serves to a whole
+    /// number of allocation units.
     Resize {
         #[command(flatten)]
         at: PoolArg,
         name: String,
         size: String,
     },
-    /// Delete a volume or snapshot, freeing units no one else maps.
+    /// Delete a volume or snapshot, freeing units no one else maps
+    /// (reporting progress).
     Delete {
         #[command(flatten)]
         at: PoolArg,
@@ -82,126 +129,318 @@ pub enum VolumeCommand {
     },
 }
 
+/// Where the pools are: the daemon's socket, or a configuration file.
+#[derive(clap::Args)]
+pub struct Where {
+    /// The configuration file, used when no daemon answers on --socket.
+    #[arg(long, short, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The running daemon's administration socket (without --config:
+    /// /run/openarray.sock).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+}
+
 #[derive(clap::Args)]
 pub struct PoolArg {
-    #[arg(long, short, value_name = "FILE")]
-    config: PathBuf,
+    #[command(flatten)]
+    at: Where,
     #[arg(long, value_name = "POOL")]
     pool: String,
 }
 
-fn open(config: &Path, only: Option<&str>) -> anyhow::Result<Vec<Arc<Pool>>> {
-    let cfg = control::load_config(config).map_err(|e| anyhow!("{e}"))?;
-    let chosen: Vec<_> = cfg
-        .pools
-        .iter()
-        .filter(|p| only.is_none_or(|n| p.name == n))
-        .collect();
-    if chosen.is_empty() {
-        return Err(anyhow!(
-            "{}: no [[pool]]{}",
-            config.display(),
-            only.map(|n| format!(" named {n}")).unwrap_or_default()
-        ));
+/// Who answers the requests.
+enum Via {
+    Daemon(PathBuf),
+    Here(Box<Offline>),
+}
+
+impl Via {
+    /// The daemon when one answers on the socket given; the configuration
+    /// file otherwise; the default socket when neither is given.
+    fn choose(at: &Where) -> anyhow::Result<Via> {
+        let reachable = |s: &Path| std::os::unix::net::UnixStream::connect(s).is_ok();
+        match (&at.socket, &at.config) {
+            (Some(socket), _) if reachable(socket) => Ok(Via::Daemon(socket.clone())),
+            (_, Some(config)) => {
+                let cfg = control::load_config(config).map_err(|e| anyhow!("{e}"))?;
+                Ok(Via::Here(Box::new(Offline::new(cfg))))
+            }
+            (Some(socket), None) => Ok(Via::Daemon(socket.clone())),
+            (None, None) => Ok(Via::Daemon(crate::admin_cli::DEFAULT_SOCKET.into())),
+        }
     }
-    chosen
-        .into_iter()
-        .map(|p| control::open_pool(p).with_context(|| format!("pool {}", p.name)))
-        .collect()
-}
 
-fn size(text: &str) -> anyhow::Result<u64> {
-    control::parse_size(text).map_err(|e| anyhow!(e))
-}
-
-fn print_volumes(volumes: &[VolumeInfo], unit: u64) {
-    for v in volumes {
-        let kind = match v.kind {
-            VolumeKind::Volume => "volume",
-            VolumeKind::Snapshot => "snapshot",
+    /// One request; an error status becomes an error with its message.
+    fn call(&self, method: &str, path: &str, body: Value) -> anyhow::Result<Value> {
+        let bytes = if body.is_null() {
+            Vec::new()
+        } else {
+            body.to_string().into_bytes()
         };
+        let (status, answer) = match self {
+            Via::Daemon(socket) => crate::admin_cli::request(socket, method, path, &bytes, None)?,
+            Via::Here(offline) => volume_api::answer(&**offline, method, path, &bytes)
+                .ok_or_else(|| anyhow!("no such resource {path}"))?,
+        };
+        if status >= 400 {
+            let why = answer["error"].as_str().unwrap_or("failed");
+            if why.contains("already open") {
+                bail!("{why} (is the daemon serving this pool? pass --socket)");
+            }
+            bail!("{why}");
+        }
+        Ok(answer)
+    }
+
+    /// Follows a long operation to its end, printing its progress.
+    fn follow(&self, job: &Value) -> anyhow::Result<()> {
+        let pool = job["pool"].as_str().unwrap_or_default();
+        let path = format!("/v1/pools/{}/jobs/{}", percent_encode(pool), job["id"]);
+        let mut shown = None;
+        loop {
+            let j = self.call("GET", &path, Value::Null)?;
+            let percent = j["percent"].as_u64();
+            if percent != shown {
+                println!(
+                    "{} {}: {}% ({} of {} units)",
+                    j["operation"].as_str().unwrap_or("job"),
+                    j["volume"].as_str().unwrap_or(""),
+                    percent.unwrap_or(0),
+                    j["done"],
+                    j["total"]
+                );
+                shown = percent;
+            }
+            match j["state"].as_str() {
+                Some("running") => std::thread::sleep(POLL),
+                Some("done") => return Ok(()),
+                _ => bail!("{}", j["error"].as_str().unwrap_or("the operation failed")),
+            }
+        }
+    }
+}
+
+fn print_volumes(volumes: &Value) {
+    for v in volumes.as_array().into_iter().flatten() {
+        let bytes = |k: &str| v[k].as_u64().unwrap_or(0);
         println!(
-            "  {kind:8} {:24} size {:>14}  mapped {:>14}  own {:>14}{}",
-            v.name,
-            v.size,
-            v.mapped_units * unit,
-            v.exclusive_units * unit,
-            v.parent
-                .as_deref()
+            "  {:8} {:24} size {:>14}  mapped {:>14}  own {:>14}{}{}",
+            v["kind"].as_str().unwrap_or(""),
+            v["name"].as_str().unwrap_or(""),
+            bytes("size"),
+            bytes("mapped"),
+            bytes("own"),
+            v["parent"]
+                .as_str()
                 .map(|p| format!("  parent {p}"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            v["device"]
+                .as_str()
+                .map(|d| format!("  served by {d}"))
+                .unwrap_or_default(),
         );
+    }
+}
+
+fn print_pool(p: &Value) {
+    if let Some(e) = p["error"].as_str() {
+        println!("pool {}: {e}", p["name"].as_str().unwrap_or(""));
+        return;
+    }
+    println!(
+        "pool {}: size {} used {} free {} (unit {})",
+        p["name"].as_str().unwrap_or(""),
+        p["size"],
+        p["used"],
+        p["free"],
+        p["unit_size"]
+    );
+    print_volumes(&p["volumes"]);
+}
+
+/// The pools named, or every pool.
+fn pools(via: &Via, only: Option<&str>) -> anyhow::Result<Vec<Value>> {
+    match only {
+        Some(name) => Ok(vec![via.call(
+            "GET",
+            &format!("/v1/pools/{}", percent_encode(name)),
+            Value::Null,
+        )?]),
+        None => {
+            let all = via.call("GET", "/v1/pools", Value::Null)?;
+            let mut out = Vec::new();
+            for p in all["pools"].as_array().into_iter().flatten() {
+                match p["name"].as_str() {
+                    Some(name) if p["error"].is_null() => {
+                        out.extend(pools(via, Some(name))?);
+                    }
+                    _ => out.push(p.clone()),
+                }
+            }
+            Ok(out)
+        }
     }
 }
 
 fn pool_command(cmd: PoolCommand) -> anyhow::Result<bool> {
     match cmd {
-        PoolCommand::Status { config, pool } => {
-            for p in open(&config, pool.as_deref())? {
-                let s = p.space();
-                println!(
-                    "pool {}: size {} used {} free {} (unit {})",
-                    p.name(),
-                    s.size(),
-                    s.used(),
-                    s.free(),
-                    s.unit_size
-                );
-                print_volumes(&p.volumes(), s.unit_size);
-            }
-            Ok(true)
+        PoolCommand::List { at } => pools(&Via::choose(&at)?, None)?.iter().for_each(print_pool),
+        PoolCommand::Show { at, pool } => {
+            pools(&Via::choose(&at)?, Some(&pool))?
+                .iter()
+                .for_each(print_pool);
         }
-        PoolCommand::Check { config, pool } => {
+        PoolCommand::Status { at, pool } => pools(&Via::choose(&at)?, pool.as_deref())?
+            .iter()
+            .for_each(print_pool),
+        PoolCommand::Create { at, pool } => {
+            let p = Via::choose(&at)?.call(
+                "POST",
+                &format!("/v1/pools/{}", percent_encode(&pool)),
+                Value::Null,
+            )?;
+            print_pool(&p);
+        }
+        PoolCommand::Check { at, pool } => {
+            let via = Via::choose(&at)?;
+            let names: Vec<String> = match pool {
+                Some(p) => vec![p],
+                None => pools(&via, None)?
+                    .iter()
+                    .filter_map(|p| p["name"].as_str().map(String::from))
+                    .collect(),
+            };
             let mut clean = true;
-            for p in open(&config, pool.as_deref())? {
-                let r = p.check()?;
+            for name in names {
+                let path = format!("/v1/pools/{}/check", percent_encode(&name));
+                let r = via.call("POST", &path, Value::Null)?;
+                let ok = r["clean"].as_bool() == Some(true);
                 println!(
-                    "pool {}: {} units, {} used, {} volumes, {} mappings: {}",
-                    p.name(),
-                    r.total_units,
-                    r.used_units,
-                    r.volumes,
-                    r.mappings,
-                    if r.is_clean() { "clean" } else { "PROBLEMS" }
+                    "pool {name}: {} units, {} used, {} volumes, {} mappings: {}",
+                    r["total_units"],
+                    r["used_units"],
+                    r["volumes"],
+                    r["mappings"],
+                    if ok { "clean" } else { "PROBLEMS" }
                 );
-                for problem in &r.problems {
-                    println!("  {problem}");
+                for problem in r["problems"].as_array().into_iter().flatten() {
+                    println!("  {}", problem.as_str().unwrap_or(""));
                 }
-                clean &= r.is_clean();
+                clean &= ok;
             }
-            Ok(clean)
+            return Ok(clean);
+        }
+        PoolCommand::Destroy {
+            config,
+            pool,
+            force,
+        } => destroy(&config, &pool, force)?,
+    }
+    Ok(true)
+}
+
+/// Removes a pool while no daemon has it open: its metadata, and the
+/// superblock at the start of each device (so the devices are not taken
+/// for the pool's again). The data files themselves stay.
+fn destroy(config: &Path, name: &str, force: bool) -> anyhow::Result<()> {
+    let cfg = control::load_config(config).map_err(|e| anyhow!("{e}"))?;
+    let p = cfg
+        .pools
+        .iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| anyhow!("{}: no [[pool]] named {name}", config.display()))?;
+    if !p.metadata.exists() {
+        bail!(
+            "pool {name} does not exist ({} is missing)",
+            p.metadata.display()
+        );
+    }
+    {
+        let open = control::open_pool(p).with_context(|| format!("pool {name}"))?;
+        let volumes = open.volumes();
+        if !volumes.is_empty() && !force {
+            let names: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
+            bail!(
+                "pool {name} holds {} (pass --force to destroy it anyway)",
+                names.join(", ")
+            );
         }
     }
+    for device in &p.devices {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(device)
+            .with_context(|| format!("{}", device.display()))?;
+        use std::io::Write;
+        f.write_all(&[0u8; 4096])?;
+        f.sync_all()?;
+    }
+    std::fs::remove_file(&p.metadata)
+        .with_context(|| format!("cannot remove {}", p.metadata.display()))?;
+    println!("pool {name} destroyed");
+    Ok(())
 }
 
 fn volume_command(cmd: VolumeCommand) -> anyhow::Result<()> {
-    let one = |at: &PoolArg| -> anyhow::Result<Arc<Pool>> {
-        open(&at.config, Some(&at.pool))?
-            .pop()
-            .ok_or_else(|| anyhow!("no pool {}", at.pool))
-    };
-    match cmd {
+    let base = |at: &PoolArg| format!("/v1/volumes/{}", percent_encode(&at.pool));
+    let one = |at: &PoolArg, name: &str| format!("{}/{}", base(at), percent_encode(name));
+    let (at, method, path, body) = match cmd {
         VolumeCommand::List { at } => {
-            let p = one(&at)?;
-            print_volumes(&p.volumes(), p.unit_size());
+            let path = base(&at);
+            let answer = Via::choose(&at.at)?.call("GET", &path, Value::Null)?;
+            print_volumes(&answer["volumes"]);
+            return Ok(());
         }
-        VolumeCommand::Create { at, name, size: s } => {
-            one(&at)?.create_volume(&name, size(&s)?)?;
+        VolumeCommand::Show { at, name } => {
+            let path = one(&at, &name);
+            let answer = Via::choose(&at.at)?.call("GET", &path, Value::Null)?;
+            print_volumes(&json!([answer]));
+            return Ok(());
+        }
+        VolumeCommand::Create {
+            at,
+            name,
+            size,
+            thick,
+        } => {
+            let path = base(&at);
+            let body = json!({ "name": name, "size": size, "thick": thick });
+            (at, "POST", path, body)
         }
         VolumeCommand::Snapshot { at, volume, name } => {
-            one(&at)?.snapshot(&volume, &name)?;
+            let path = format!("{}/snapshot", one(&at, &volume));
+            (at, "POST", path, json!({ "name": name }))
         }
         VolumeCommand::Clone { at, snapshot, name } => {
-            one(&at)?.clone_snapshot(&snapshot, &name)?;
+            let path = format!("{}/clone", one(&at, &snapshot));
+            (at, "POST", path, json!({ "name": name }))
         }
         VolumeCommand::Rollback {
             at,
             volume,
             snapshot,
-        } => one(&at)?.rollback(&volume, &snapshot)?,
-        VolumeCommand::Promote { at, clone } => one(&at)?.promote(&clone)?,
-        VolumeCommand::Resize { at, name, size: s } => one(&at)?.resize(&name, size(&s)?)?,
-        VolumeCommand::Delete { at, name } => one(&at)?.delete(&name)?,
+        } => {
+            let path = format!("{}/rollback", one(&at, &volume));
+            (at, "POST", path, json!({ "snapshot": snapshot }))
+        }
+        VolumeCommand::Promote { at, clone } => {
+            let path = format!("{}/promote", one(&at, &clone));
+            (at, "POST", path, Value::Null)
+        }
+        VolumeCommand::Resize { at, name, size } => {
+            let path = format!("{}/resize", one(&at, &name));
+            (at, "POST", path, json!({ "size": size }))
+        }
+        VolumeCommand::Delete { at, name } => {
+            let path = one(&at, &name);
+            (at, "DELETE", path, Value::Null)
+        }
+    };
+    let via = Via::choose(&at.at)?;
+    let answer = via.call(method, &path, body)?;
+    if !answer["job"].is_null() {
+        via.follow(&answer["job"])?;
     }
     Ok(())
 }

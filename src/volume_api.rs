@@ -1,18 +1,707 @@
-//! Pool and volume operations on a running daemon: the `/v1/pools` and
-//! `/v1/volumes` resources of the administration API.
+//! Pool and volume operations: the `/v1/pools` and `/v1/volumes`
+//! resources of the administration API. The same answers serve
+//! `openarray pool|volume` while the daemon is stopped, over the pools of a
+//! configuration file opened in that process ([`PoolSource`]).
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | `GET /v1/pools` | `{"pools": [pool]}` |
+//! | `GET /v1/pools/{pool}` | pool with `"volumes": [volume]` |
+//! | `POST /v1/pools/{pool}` | creates the pool of the configuration (formats its devices) unless it exists; the pool |
+//! | `POST /v1/pools/{pool}/check` | `{"clean", "problems": [...], ...}`: every unit owned exactly as counted |
+//! | `GET /v1/pools/{pool}/jobs[/{id}]` | long operations and their progress |
+//! | `GET /v1/volumes[/{pool}]` | `{"volumes": [volume]}` |
+//! | `POST /v1/volumes/{pool}` `{"name", "size", "thick"?}` | 201 the volume; thick: 202 with the preallocation `"job"` |
+//! | `GET /v1/volumes/{pool}/{name}` | the volume |
+//! | `POST /v1/volumes/{pool}/{name}/snapshot` `{"name"}` | 201 the snapshot |
+//! | `POST /v1/volumes/{pool}/{snapshot}/clone` `{"name"}` | 201 the clone |
+//! | `POST /v1/volumes/{pool}/{name}/rollback` `{"snapshot"}` | the volume |
+//! | `POST /v1/volumes/{pool}/{name}/promote` | the volume |
+//! | `POST /v1/volumes/{pool}/{name}/resize` `{"size"}` | the volume |
+//! | `DELETE /v1/volumes/{pool}/{name}` | 202 `{"job"}` |
+//!
+//! Sizes are bytes or text such as `"10G"`. Names in paths are
+//! percent-encoded. Errors are 4xx with `{"error"}`: 404 no such pool or
+//! volume, 409 a name taken or a volume a LUN still serves (delete or
+//! shrink), 400 a bad request, 507 the pool is full.
 
-use serde_json::Value;
+mod jobs;
+
+use std::io;
+use std::sync::Arc;
+
+use pool::{Pool, VolumeInfo, VolumeKind};
+use serde_json::{json, Value};
 
 use crate::admin::Admin;
 
+/// Where the pools come from: the running daemon, or a configuration file
+/// while the daemon is stopped.
+pub trait PoolSource {
+    /// The pools the configuration declares.
+    fn pool_configs(&self) -> Vec<control::PoolConfig>;
+    /// The pool, opened (or created on first use) if it is not open yet.
+    fn open(&self, config: &control::PoolConfig) -> io::Result<Arc<Pool>>;
+    /// The device that serves the volume as a LUN, if one does.
+    fn exporter_of(&self, pool: &str, volume: &str) -> Option<String>;
+}
+
+/// The running daemon's pools.
+struct Running<'a>(&'a Admin);
+
+impl PoolSource for Running<'_> {
+    fn pool_configs(&self) -> Vec<control::PoolConfig> {
+        let current = self.0.current.lock().unwrap_or_else(|p| p.into_inner());
+        current.runtime.pool_configs().to_vec()
+    }
+
+    fn open(&self, config: &control::PoolConfig) -> io::Result<Arc<Pool>> {
+        let current = self.0.current.lock().unwrap_or_else(|p| p.into_inner());
+        current.runtime.pool(&config.name)
+    }
+
+    fn exporter_of(&self, pool: &str, volume: &str) -> Option<String> {
+        let current = self.0.current.lock().unwrap_or_else(|p| p.into_inner());
+        current.runtime.exporter_of(pool, volume).map(String::from)
+    }
+}
+
+/// The pools of a configuration, in a process that is not the daemon: no
+/// volume is exported here. Pools stay open until it is dropped.
+pub struct Offline {
+    config: control::Config,
+    open: std::sync::Mutex<Vec<Arc<Pool>>>,
+}
+
+impl Offline {
+    pub fn new(config: control::Config) -> Offline {
+        Offline {
+            config,
+            open: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl PoolSource for Offline {
+    fn pool_configs(&self) -> Vec<control::PoolConfig> {
+        self.config.pools.clone()
+    }
+
+    fn open(&self, config: &control::PoolConfig) -> io::Result<Arc<Pool>> {
+        let pool = control::open_pool(config)?;
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if !open.iter().any(|p| Arc::ptr_eq(p, &pool)) {
+            open.push(pool.clone());
+        }
+        Ok(pool)
+    }
+
+    fn exporter_of(&self, _pool: &str, _volume: &str) -> Option<String> {
+        None
+    }
+}
+
+impl dyn PoolSource + '_ {
+    fn pool_names(&self) -> Vec<String> {
+        self.pool_configs().into_iter().map(|p| p.name).collect()
+    }
+
+    /// An existing pool: reading does not format devices.
+    fn pool(&self, name: &str) -> io::Result<Arc<Pool>> {
+        self.pool_or_create(name, false)
+    }
+
+    /// The pool, formatting its devices first if `create` and it does not
+    /// exist yet.
+    fn pool_or_create(&self, name: &str, create: bool) -> io::Result<Arc<Pool>> {
+        let configs = self.pool_configs();
+        let p = configs.iter().find(|p| p.name == name).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, format!("no pool named {name}"))
+        })?;
+        if !create && !p.metadata.exists() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("pool {name} is not created yet (openarray pool create)"),
+            ));
+        }
+        self.open(p)
+    }
+}
+
 /// Answers requests under `/v1/pools` and `/v1/volumes`; `None` for any
 /// other path, so the caller can answer 404.
-pub fn route(_admin: &Admin, _method: &str, path: &str, _body: &[u8]) -> Option<(u16, Value)> {
-    if !(path.starts_with("/v1/pools") || path.starts_with("/v1/volumes")) {
-        return None;
+pub fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Option<(u16, Value)> {
+    answer(&Running(admin), method, path, body)
+}
+
+/// An answer from `source`, for the daemon or the command line alike.
+pub fn answer(
+    source: &dyn PoolSource,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Option<(u16, Value)> {
+    let path = path.split('?').next().unwrap_or(path);
+    let decoded: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect::<Option<_>>()?;
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
+    let result = match segments.as_slice() {
+        ["v1", "pools", rest @ ..] => pools(source, method, rest),
+        ["v1", "volumes", rest @ ..] => volumes(source, method, rest, body),
+        _ => return None,
+    };
+    Some(result.unwrap_or_else(|e| (e.0, json!({ "error": e.1 }))))
+}
+
+/// A status and a message.
+struct Failure(u16, String);
+
+type Answer = Result<(u16, Value), Failure>;
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Failure {
+        let status = match e.kind() {
+            io::ErrorKind::NotFound => 404,
+            io::ErrorKind::AlreadyExists => 409,
+            io::ErrorKind::InvalidInput => 400,
+            io::ErrorKind::StorageFull => 507,
+            _ => 500,
+        };
+        Failure(status, e.to_string())
     }
-    Some((
-        501,
-        serde_json::json!({ "error": "pool operations on a running daemon are not available yet" }),
+}
+
+fn not_allowed(method: &str) -> Failure {
+    Failure(405, format!("{method} is not allowed here"))
+}
+
+fn pools(source: &dyn PoolSource, method: &str, rest: &[&str]) -> Answer {
+    match (method, rest) {
+        ("GET", []) => {
+            let list: Vec<Value> = source
+                .pool_names()
+                .iter()
+                .map(|name| match source.pool(name) {
+                    Ok(p) => pool_json(&p, None),
+                    Err(e) => json!({ "name": name, "error": e.to_string() }),
+                })
+                .collect();
+            Ok((200, json!({ "pools": list })))
+        }
+        ("GET", [name]) => {
+            let p = source.pool(name)?;
+            Ok((200, pool_json(&p, Some(source))))
+        }
+        ("POST", [name]) => {
+            let p = source.pool_or_create(name, true)?;
+            Ok((200, pool_json(&p, Some(source))))
+        }
+        ("POST", [name, "check"]) => {
+            let r = source.pool(name)?.check()?;
+            Ok((
+                200,
+                json!({
+                    "pool": name,
+                    "clean": r.is_clean(),
+                    "total_units": r.total_units,
+                    "used_units": r.used_units,
+                    "volumes": r.volumes,
+                    "mappings": r.mappings,
+                    "problems": r.problems,
+                }),
+            ))
+        }
+        ("GET", [name, "jobs"]) => {
+            source.pool(name)?;
+            Ok((200, json!({ "jobs": jobs::of_pool(name) })))
+        }
+        ("GET", [name, "jobs", id]) => id
+            .parse()
+            .ok()
+            .and_then(jobs::get)
+            .filter(|j| j["pool"] == *name)
+            .map(|j| (200, j))
+            .ok_or_else(|| Failure(404, format!("no job {id} in pool {name}"))),
+        (_, [] | [_] | [_, "check"] | [_, "jobs"] | [_, "jobs", _]) => Err(not_allowed(method)),
+        _ => Err(Failure(404, "no such pool resource".into())),
+    }
+}
+
+fn volumes(source: &dyn PoolSource, method: &str, rest: &[&str], body: &[u8]) -> Answer {
+    match (method, rest) {
+        ("GET", []) => {
+            let mut list = Vec::new();
+            for name in source.pool_names() {
+                // A pool that cannot be opened has no volumes to list.
+                if let Ok(p) = source.pool(&name) {
+                    list.extend(volumes_json(&p, source));
+                }
+            }
+            Ok((200, json!({ "volumes": list })))
+        }
+        ("GET", [pool]) => {
+            let p = source.pool(pool)?;
+            Ok((200, json!({ "volumes": volumes_json(&p, source) })))
+        }
+        ("POST", [pool]) => create(source, pool, &parse_body(body)?),
+        ("GET", [pool, name]) => {
+            let p = source.pool(pool)?;
+            Ok((200, volume_json(&p, &p.volume_info(name)?, source)))
+        }
+        ("DELETE", [pool, name]) => delete(source, pool, name),
+        ("POST", [pool, name, operation]) => {
+            operate(source, pool, name, operation, &parse_body(body)?)
+        }
+        (_, [] | [_] | [_, _] | [_, _, _]) => Err(not_allowed(method)),
+        _ => Err(Failure(404, "no such volume resource".into())),
+    }
+}
+
+fn create(source: &dyn PoolSource, pool: &str, body: &Value) -> Answer {
+    let name = text_field(body, "name")?;
+    let size = size_field(body, "size")?;
+    let thick = body["thick"].as_bool().unwrap_or(false);
+    let p = source.pool_or_create(pool, true)?;
+    let space = p.space();
+    if thick && size.div_ceil(space.unit_size) > space.free_units {
+        return Err(Failure(
+            507,
+            format!(
+                "a thick {size}-byte volume needs more than the pool's {} free bytes",
+                space.free()
+            ),
+        ));
+    }
+    let info = p.create_volume(name, size)?;
+    if !thick {
+        return Ok((201, volume_json(&p, &info, source)));
+    }
+    let volume = name.to_string();
+    let job = jobs::start(
+        p.clone(),
+        "preallocate",
+        name,
+        Box::new(move |p, progress| p.preallocate(&volume, progress)),
+    )
+    .map_err(|e| Failure(503, e))?;
+    Ok((
+        202,
+        json!({ "volume": volume_json(&p, &info, source), "job": job }),
     ))
+}
+
+fn delete(source: &dyn PoolSource, pool: &str, name: &str) -> Answer {
+    let p = source.pool(pool)?;
+    p.volume_info(name)?;
+    if let Some(device) = source.exporter_of(pool, name) {
+        return Err(Failure(
+            409,
+            format!(
+                "{name} is served by device {device}; remove its LUNs from the configuration first"
+            ),
+        ));
+    }
+    let volume = name.to_string();
+    let job = jobs::start(
+        p,
+        "delete",
+        name,
+        Box::new(move |p, progress| p.delete_with_progress(&volume, progress)),
+    )
+    .map_err(|e| Failure(503, e))?;
+    Ok((202, json!({ "job": job })))
+}
+
+fn operate(source: &dyn PoolSource, pool: &str, name: &str, op: &str, body: &Value) -> Answer {
+    let p = source.pool(pool)?;
+    match op {
+        "snapshot" => {
+            let info = p.snapshot(name, text_field(body, "name")?)?;
+            Ok((201, volume_json(&p, &info, source)))
+        }
+        "clone" => {
+            let info = p.clone_snapshot(name, text_field(body, "name")?)?;
+            Ok((201, volume_json(&p, &info, source)))
+        }
+        "rollback" => {
+            p.rollback(name, text_field(body, "snapshot")?)?;
+            Ok((200, volume_json(&p, &p.volume_info(name)?, source)))
+        }
+        "promote" => {
+            p.promote(name)?;
+            Ok((200, volume_json(&p, &p.volume_info(name)?, source)))
+        }
+        "resize" => {
+            let size = size_field(body, "size")?;
+            if size < p.volume_info(name)?.size {
+                if let Some(device) = source.exporter_of(pool, name) {
+                    return Err(Failure(
+                        409,
+                        format!(
+                            "{name} is served by device {device}; only an unused volume shrinks"
+                        ),
+                    ));
+                }
+            }
+            p.resize(name, size)?;
+            Ok((200, volume_json(&p, &p.volume_info(name)?, source)))
+        }
+        _ => Err(Failure(404, format!("no volume operation {op}"))),
+    }
+}
+
+fn parse_body(body: &[u8]) -> Result<Value, Failure> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(body).map_err(|e| Failure(400, format!("the body is not JSON: {e}")))
+}
+
+fn text_field<'a>(body: &'a Value, field: &str) -> Result<&'a str, Failure> {
+    body[field]
+        .as_str()
+        .ok_or_else(|| Failure(400, format!("`{field}` (a string) is required")))
+}
+
+/// A size as a number of bytes or as text such as "10G".
+fn size_field(body: &Value, field: &str) -> Result<u64, Failure> {
+    match &body[field] {
+        Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| Failure(400, format!("`{field}` is not a byte count"))),
+        Value::String(s) => {
+            control::parse_size(s).map_err(|e| Failure(400, format!("`{field}`: {e}")))
+        }
+        _ => Err(Failure(
+            400,
+            format!("`{field}` (bytes or e.g. \"10G\") is required"),
+        )),
+    }
+}
+
+/// Decodes `%XX` escapes; `None` for a malformed escape or bytes that are
+/// not UTF-8.
+fn percent_decode(segment: &str) -> Option<String> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Percent-encodes a name for a path segment.
+pub fn percent_encode(name: &str) -> String {
+    name.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn pool_json(p: &Pool, with_volumes: Option<&dyn PoolSource>) -> Value {
+    let s = p.space();
+    let mut v = json!({
+        "name": p.name(),
+        "unit_size": s.unit_size,
+        "size": s.size(),
+        "used": s.used(),
+        "free": s.free(),
+        "held": s.held_units * s.unit_size,
+        "volumes": p.volumes().len(),
+    });
+    if let Some(source) = with_volumes {
+        v["volumes"] = Value::from(volumes_json(p, source));
+    }
+    v
+}
+
+fn volumes_json(p: &Pool, source: &dyn PoolSource) -> Vec<Value> {
+    p.volumes()
+        .iter()
+        .map(|v| volume_json(p, v, source))
+        .collect()
+}
+
+fn volume_json(p: &Pool, v: &VolumeInfo, source: &dyn PoolSource) -> Value {
+    let unit = p.unit_size();
+    json!({
+        "pool": p.name(),
+        "name": v.name,
+        "kind": match v.kind {
+            VolumeKind::Volume => "volume",
+            VolumeKind::Snapshot => "snapshot",
+        },
+        "size": v.size,
+        "parent": v.parent,
+        "mapped": v.mapped_units * unit,
+        "own": v.exclusive_units * unit,
+        "device": source.exporter_of(p.name(), &v.name),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use block::BlockDevice;
+
+    fn offline(dir: &std::path::Path) -> Offline {
+        let text = format!(
+            "[[pool]]\nname = \"tank\"\ndevices = [\"{}/t0.img\"]\ndevice_size = \"16M\"\nunit_size = \"64K\"\n",
+            dir.display()
+        );
+        Offline::new(control::parse_config(&text, "t.toml").unwrap())
+    }
+
+    fn call(s: &dyn PoolSource, method: &str, path: &str, body: Value) -> (u16, Value) {
+        let body = if body.is_null() {
+            Vec::new()
+        } else {
+            body.to_string().into_bytes()
+        };
+        answer(s, method, path, &body).expect("a pool path")
+    }
+
+    fn wait_for(s: &dyn PoolSource, job: &Value) -> Value {
+        let path = format!(
+            "/v1/pools/{}/jobs/{}",
+            job["pool"].as_str().unwrap(),
+            job["id"]
+        );
+        loop {
+            let (status, j) = call(s, "GET", &path, Value::Null);
+            assert_eq!(status, 200, "{j}");
+            if j["state"] != "running" {
+                return j;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn volumes_go_through_their_life_over_the_api() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = offline(dir.path());
+        assert!(answer(&s, "GET", "/v1/config", b"").is_none());
+        let (status, v) = call(
+            &s,
+            "POST",
+            "/v1/volumes/tank",
+            json!({"name": "vm 1", "size": "1M"}),
+        );
+        assert_eq!((status, &v["size"]), (201, &json!(1 << 20)), "{v}");
+        let (status, v) = call(
+            &s,
+            "POST",
+            "/v1/volumes/tank",
+            json!({"name": "vm 1", "size": 4096}),
+        );
+        assert_eq!(status, 409, "{v}");
+        let vm = format!("/v1/volumes/tank/{}", percent_encode("vm 1"));
+        assert_eq!(vm, "/v1/volumes/tank/vm%201");
+        let pool = (&s as &dyn PoolSource).pool("tank").unwrap();
+        pool.volume("vm 1")
+            .unwrap()
+            .write_at(&[1; 4096], 0, false)
+            .unwrap();
+        let (status, snap) = call(&s, "POST", &format!("{vm}/snapshot"), json!({"name": "s"}));
+        assert_eq!(
+            (status, snap["kind"].as_str()),
+            (201, Some("snapshot")),
+            "{snap}"
+        );
+        let (status, c) = call(&s, "POST", "/v1/volumes/tank/s/clone", json!({"name": "c"}));
+        assert_eq!((status, c["parent"].as_str()), (201, Some("s")), "{c}");
+        assert_eq!(c["mapped"], 65536);
+        assert_eq!(c["own"], 0);
+        let (status, _) = call(&s, "POST", "/v1/volumes/tank/c/promote", Value::Null);
+        assert_eq!(status, 200);
+        let (status, v) = call(
+            &s,
+            "POST",
+            &format!("{vm}/rollback"),
+            json!({"snapshot": "s"}),
+        );
+        assert_eq!(
+            status, 400,
+            "the snapshot is the clone's after promote: {v}"
+        );
+        let (status, v) = call(
+            &s,
+            "POST",
+            "/v1/volumes/tank/c/resize",
+            json!({"size": "2M"}),
+        );
+        assert_eq!((status, &v["size"]), (200, &json!(2 << 20)), "{v}");
+        let (status, v) = call(
+            &s,
+            "POST",
+            "/v1/volumes/tank/c/resize",
+            json!({"size": 1000}),
+        );
+        assert_eq!(status, 400, "{v}");
+        let (_, all) = call(&s, "GET", "/v1/volumes", Value::Null);
+        assert_eq!(all["volumes"].as_array().unwrap().len(), 3);
+        // Deleting a volume with snapshots fails in its job.
+        let (status, d) = call(&s, "DELETE", "/v1/volumes/tank/c", Value::Null);
+        assert_eq!(status, 202);
+        let j = wait_for(&s, &d["job"]);
+        assert_eq!(j["state"], "failed", "{j}");
+        assert!(
+            j["error"].as_str().unwrap().contains("has snapshots"),
+            "{j}"
+        );
+        for name in ["s", "c", "vm%201"] {
+            let (status, d) = call(
+                &s,
+                "DELETE",
+                &format!("/v1/volumes/tank/{name}"),
+                Value::Null,
+            );
+            assert_eq!(status, 202, "{d}");
+            let j = wait_for(&s, &d["job"]);
+            assert_eq!(
+                (j["state"].as_str(), j["percent"].as_u64()),
+                (Some("done"), Some(100)),
+                "{j}"
+            );
+        }
+        let (_, p) = call(&s, "GET", "/v1/pools/tank", Value::Null);
+        assert_eq!(
+            (p["used"].as_u64(), p["volumes"].as_array().map(Vec::len)),
+            (Some(0), Some(0)),
+            "{p}"
+        );
+        let (_, check) = call(&s, "POST", "/v1/pools/tank/check", Value::Null);
+        assert_eq!(check["clean"], true, "{check}");
+    }
+
+    #[test]
+    fn a_thick_volume_is_preallocated_by_a_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = offline(dir.path());
+        let (status, v) = call(
+            &s,
+            "POST",
+            "/v1/volumes/tank",
+            json!({"name": "t", "size": "2M", "thick": true}),
+        );
+        assert_eq!(status, 202, "{v}");
+        let j = wait_for(&s, &v["job"]);
+        assert_eq!(
+            (j["state"].as_str(), j["total"].as_u64()),
+            (Some("done"), Some(32)),
+            "{j}"
+        );
+        let (_, p) = call(&s, "GET", "/v1/pools", Value::Null);
+        assert_eq!(p["pools"][0]["used"], 2 << 20, "{p}");
+        let (status, v) = call(
+            &s,
+            "POST",
+            "/v1/volumes/tank",
+            json!({"name": "big", "size": "1G", "thick": true}),
+        );
+        assert_eq!(status, 507, "{v}");
+        assert!((&s as &dyn PoolSource)
+            .pool("tank")
+            .unwrap()
+            .volume_info("big")
+            .is_err());
+    }
+
+    #[test]
+    fn bad_requests_name_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = offline(dir.path());
+        let (_, v) = call(&s, "GET", "/v1/pools/tank", Value::Null);
+        assert!(
+            v["error"].as_str().unwrap().contains("not created yet"),
+            "{v}"
+        );
+        assert!(
+            !dir.path().join("t0.img").exists(),
+            "reading formats nothing"
+        );
+        let (status, v) = call(&s, "POST", "/v1/pools/tank", Value::Null);
+        assert_eq!((status, &v["size"]), (200, &json!(255 * 65536)), "{v}");
+        let cases = [
+            (
+                "GET",
+                "/v1/pools/nope",
+                json!(null),
+                404,
+                "no pool named nope",
+            ),
+            (
+                "GET",
+                "/v1/volumes/tank/nope",
+                json!(null),
+                404,
+                "no volume named nope",
+            ),
+            (
+                "POST",
+                "/v1/volumes/tank",
+                json!({"size": 1}),
+                400,
+                "`name`",
+            ),
+            (
+                "POST",
+                "/v1/volumes/tank",
+                json!({"name": "x"}),
+                400,
+                "`size`",
+            ),
+            (
+                "POST",
+                "/v1/volumes/tank",
+                json!({"name": "x", "size": "lots"}),
+                400,
+                "`size`",
+            ),
+            ("PUT", "/v1/volumes/tank", json!(null), 405, "PUT"),
+            (
+                "POST",
+                "/v1/volumes/tank/x/explode",
+                json!(null),
+                404,
+                "explode",
+            ),
+            (
+                "GET",
+                "/v1/pools/tank/jobs/999",
+                json!(null),
+                404,
+                "no job 999",
+            ),
+            ("GET", "/v1/volumes/tank/%zz", json!(null), 404, ""),
+        ];
+        for (method, path, body, status, says) in cases {
+            let (got, v) =
+                answer(&s, method, path, body.to_string().as_bytes()).unwrap_or((404, Value::Null));
+            assert_eq!(got, status, "{method} {path}: {v}");
+            assert!(
+                v["error"].as_str().unwrap_or("").contains(says),
+                "{method} {path}: {v}"
+            );
+        }
+        let (status, v) = answer(&s, "POST", "/v1/volumes/tank", b"{not json").unwrap();
+        assert_eq!(status, 400, "{v}");
+    }
 }
