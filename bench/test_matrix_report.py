@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Unit tests of bench/matrix_report.py: python3 -m unittest bench/test_matrix_report.py"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import matrix_report  # noqa: E402
+
+
+def captured(func, *args):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        func(*args)
+    return out.getvalue().split()
+
+
+def side(ios, iops, bw, lat_pct=None, clat_pct=None):
+    return {"total_ios": ios, "iops": iops, "bw_bytes": bw,
+            "lat_ns": {"percentile": lat_pct} if lat_pct else {},
+            "clat_ns": {"percentile": clat_pct} if clat_pct else {}}
+
+
+class TempFiles(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def write(self, name, text):
+        path = os.path.join(self.dir.name, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
+
+
+class ParseFio(TempFiles):
+    def test_write_job_after_engine_noise_uses_total_latency(self):
+        pct = {"50.000000": 41000, "90.000000": 52000, "99.000000": 90000, "99.900000": 400000}
+        doc = {"jobs": [{"read": side(0, 0, 0),
+                         "write": side(150000, 30000.4, 122880000, lat_pct=pct,
+                                       clat_pct={"50.000000": 1})}]}
+        path = self.write("fio.json", "fio: connected to NBD server\n" + json.dumps(doc))
+        self.assertEqual(captured(matrix_report.parse_fio, path),
+                         ["30000", "122.9", "41.0", "52.0", "90.0", "400.0", "150000"])
+
+    def test_clat_when_no_total_latency_percentiles(self):
+        doc = {"jobs": [{"read": side(10, 5, 4096, clat_pct={"50.000000": 2000}),
+                         "write": side(0, 0, 0)}]}
+        path = self.write("fio.json", json.dumps(doc))
+        self.assertEqual(captured(matrix_report.parse_fio, path)[2:7], ["2.0", "-", "-", "-", "10"])
+
+
+class ParseQemuIo(TempFiles):
+    def test_latency_of_each_single_read(self):
+        lines = []
+        for ops_per_sec in (20000.0, 10000.0, 25000.0, 50000.0):
+            lines.append("qemu-io> read 4096/4096 bytes at offset 0")
+            lines.append(f"4 KiB, 1 ops; 00.00 sec (78.125 MiB/sec and {ops_per_sec:.4f} ops/sec)")
+        lines.append("qemu-io> ")
+        path = self.write("qemu-io.out", "\n".join(lines))
+        n, iops, p50, p90, p99, p999 = captured(matrix_report.parse_qemu_io, path)
+        # latencies 50, 100, 40, 20 µs: mean 52.5 µs
+        self.assertEqual((n, iops), ("4", "19048"))
+        self.assertEqual((p50, p90, p99, p999), ("40.0", "100.0", "100.0", "100.0"))
+
+
+class Percentile(unittest.TestCase):
+    def test_nearest_rank(self):
+        values = list(range(1, 101))
+        self.assertEqual(matrix_report.percentile(values, 50), 50)
+        self.assertEqual(matrix_report.percentile(values, 99), 99)
+        self.assertEqual(matrix_report.percentile(values, 99.9), 100)
+        self.assertEqual(matrix_report.percentile([7], 99.9), 7)
+
+
+class RandomReads(unittest.TestCase):
+    def test_aligned_inside_the_lun_and_repeatable(self):
+        first = captured(matrix_report.random_reads, 500, 16)
+        self.assertEqual(first, captured(matrix_report.random_reads, 500, 16))
+        offsets = [int(w) for w in first[1::3]]
+        self.assertEqual(len(offsets), 500)
+        self.assertTrue(all(o % 4096 == 0 and 0 <= o <= 16 * 1048576 - 4096 for o in offsets))
+        self.assertEqual(first[0::3], ["read"] * 500)
+        self.assertEqual(first[2::3], ["4k"] * 500)
+
+
+def row(section, system, workload, param, iops="-", mbps="-", p50="-", cpu="-"):
+    return dict(zip(matrix_report.COLUMNS,
+                    (section, system, workload, str(param), iops, mbps, p50, "-", "-", "-", cpu, "-")))
+
+
+class BestRound(unittest.TestCase):
+    rows = [
+        row("sessions", "openarray", "4k-randread-qd32", 1, iops="80000", cpu="9.0"),
+        row("sessions", "openarray", "4k-randread-qd32", 1, iops="95000", cpu="8.1"),
+        row("sessions", "openarray", "4k-randread-qd32", 2, iops="120000", cpu="7.0"),
+        row("sessions", "tgt", "4k-randread-qd32", 1, iops="50000", cpu="19.0"),
+        row("latency", "tgt", "4k-randread-qd1", 1, iops="15000", p50="55.0"),
+        row("latency", "tgt", "4k-randread-qd1", 1, iops="16000", p50="48.5"),
+        row("tcp", "iperf3", "one-stream", 1, mbps="3500.0"),
+    ]
+
+    def test_highest_throughput_round_with_its_own_cpu(self):
+        best = matrix_report.find(self.rows, "sessions", "openarray", param=1)
+        self.assertEqual((best["iops"], best["cpu"]), ("95000", "8.1"))
+
+    def test_lowest_median_for_latency(self):
+        self.assertEqual(matrix_report.find(self.rows, "latency", "tgt")["p50"], "48.5")
+
+    def test_throughput_only_rows_and_absent_ones(self):
+        self.assertEqual(matrix_report.find(self.rows, "tcp", "iperf3")["mbps"], "3500.0")
+        self.assertIsNone(matrix_report.find(self.rows, "sessions", "tgt", param=8))
+
+    def test_every_round_listed(self):
+        self.assertEqual(matrix_report.every_round(self.rows, "sessions", "openarray", param=1),
+                         "80 000, 95 000")
+
+
+class Report(TempFiles):
+    def test_goals_table_from_results(self):
+        lines = []
+        for system, iops, cpu in (("tgt", 50000, 20.0), ("openarray", 110000, 6.0)):
+            lines.append(f"sessions\t{system}\t4k-randread-qd32\t1\t{iops}\t-\t-\t-\t-\t-\t{cpu}\t-")
+        path = self.write("results.tsv", "\n".join(lines) + "\n")
+        out = []
+        matrix_report.section_goals(matrix_report.load_results(path), out, None)
+        goal = next(line for line in out if line.startswith("| 4K random read QD32"))
+        self.assertIn("= 2.20x", goal)
+        self.assertIn("= 0.30x", goal)
+        self.assertTrue(goal.endswith("| yes |"))
+        unmeasured = next(line for line in out if line.startswith("| 1 MiB sequential read"))
+        self.assertTrue(unmeasured.endswith("| not measured |"))
+
+
+if __name__ == "__main__":
+    unittest.main()
