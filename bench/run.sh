@@ -37,18 +37,17 @@ OA_IQN=iqn.2024-01.org.openarray:bench
 TGT_IQN=iqn.2024-01.org.openarray:bench-tgt
 CLK_TCK=$(getconf CLK_TCK)
 
-log() { printf '[bench] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=bench/common.sh
+. "$ROOT/bench/common.sh"
 
 WORK=""
 TGTD_PID=""
 OA_PID=""
-CHILD=""
 
 cleanup() {
     local status=$?
     set +e
-    if [ -n "$CHILD" ]; then kill -TERM "$CHILD" 2>/dev/null; wait "$CHILD" 2>/dev/null; fi
+    kill_children
     if [ -n "$OA_PID" ]; then stop_process "$OA_PID"; fi
     if [ -n "$TGTD_PID" ]; then
         stop_process "$TGTD_PID"
@@ -60,49 +59,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-# Ask politely, then insist: tgtd ignores SIGTERM while it has targets.
-stop_process() {
-    local pid=$1
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for _ in $(seq 1 20); do
-        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-    return 0
-}
-
-# Run a command as a waited-for background child, so that a signal to this
-# script runs the cleanup trap at once instead of after the command ends.
-run_child() {
-    local rc=0
-    "$@" &
-    CHILD=$!
-    wait "$CHILD" || rc=$?
-    CHILD=""
-    return "$rc"
-}
-
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# Wait until 127.0.0.1:PORT accepts, failing early if PID has exited.
-wait_for_port() {
-    local port=$1 pid=$2 name=$3
-    for _ in $(seq 1 300); do
-        port_in_use "$port" && return 0
-        kill -0 "$pid" 2>/dev/null || die "$name exited before listening on port $port (log: $WORK/$name.log)"
-        sleep 0.1
-    done
-    die "$name did not listen on port $port within 30 s"
-}
-
-# utime+stime of a whole process (every thread), in clock ticks. The command
-# name in field 2 may hold spaces, so fields are counted after its ')'.
-cpu_ticks() {
-    sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
-}
 
 make_backing_file() {
     fallocate -l "$LUN_SIZE" "$1" 2>/dev/null || dd if=/dev/zero of="$1" bs=1M count=1024 status=none
@@ -161,9 +117,6 @@ FAILED=0
 
 record() { RESULTS+=("$1|$2|$3|$4"); log "$1 $2: $3 IOPS, $4 us/IO"; }
 
-# us of target CPU per I/O from a tick delta and an I/O count.
-us_per_io() { awk -v t="$1" -v hz="$CLK_TCK" -v n="$2" 'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "n/a" }'; }
-
 measure_read() {
     local system=$1 pid=$2 url=$3 out="$WORK/$1-read.out" before after iops
     before=$(cpu_ticks "$pid")
@@ -198,7 +151,7 @@ best_of() {
     local r w s iops us best="" best_iops=-1
     for r in "${RESULTS[@]}"; do
         IFS='|' read -r w s iops us <<<"$r"
-        [ "$w" = "$1" ] && [ "$s" = "$2" ] || continue
+        if [ "$w" != "$1" ] || [ "$s" != "$2" ]; then continue; fi
         [[ "$iops" =~ ^[0-9]+$ ]] || continue
         if [ "$iops" -gt "$best_iops" ]; then best_iops=$iops; best="$iops|$us"; fi
     done
