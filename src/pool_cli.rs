@@ -43,6 +43,12 @@ pub enum PoolCommand {
         #[command(flatten)]
         at: Where,
         pool: String,
+        /// For crash tests only: from the next start on, data written to
+        /// the pool's devices waits in the daemon's memory until a flush,
+        /// so killing the daemon loses it like a power cut loses a volatile
+        /// disk cache.
+        #[arg(long, hide = true)]
+        simulate_volatile_cache: bool,
     },
     /// Verify that every unit is owned exactly as its reference count says
     /// (exit status 1 on any problem).
@@ -294,11 +300,20 @@ fn pool_command(cmd: PoolCommand) -> anyhow::Result<bool> {
         PoolCommand::Status { at, pool } => pools(&Via::choose(&at)?, pool.as_deref())?
             .iter()
             .for_each(print_pool),
-        PoolCommand::Create { at, pool } => {
+        PoolCommand::Create {
+            at,
+            pool,
+            simulate_volatile_cache,
+        } => {
+            let body = if simulate_volatile_cache {
+                json!({ "simulate_volatile_cache": true })
+            } else {
+                Value::Null
+            };
             let p = Via::choose(&at)?.call(
                 "POST",
                 &format!("/v1/pools/{}", percent_encode(&pool)),
-                Value::Null,
+                body,
             )?;
             print_pool(&p);
         }

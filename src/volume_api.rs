@@ -7,7 +7,7 @@
 //! | --- | --- |
 //! | `GET /v1/pools` | `{"pools": [pool]}` |
 //! | `GET /v1/pools/{pool}` | pool with `"volumes": [volume]` |
-//! | `POST /v1/pools/{pool}` | creates the pool of the configuration (formats its devices) unless it exists; the pool |
+//! | `POST /v1/pools/{pool}` `{"simulate_volatile_cache"?}` | creates the pool of the configuration (formats its devices) unless it exists; the pool. The flag (crash tests only) applies from the next open |
 //! | `POST /v1/pools/{pool}/check` | `{"clean", "problems": [...], ...}`: every unit owned exactly as counted |
 //! | `GET /v1/pools/{pool}/jobs[/{id}]` | long operations and their progress |
 //! | `GET /v1/volumes[/{pool}]` | `{"volumes": [volume]}` |
@@ -149,7 +149,7 @@ pub fn answer(
         .collect::<Option<_>>()?;
     let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     let result = match segments.as_slice() {
-        ["v1", "pools", rest @ ..] => pools(source, method, rest),
+        ["v1", "pools", rest @ ..] => pools(source, method, rest, body),
         ["v1", "volumes", rest @ ..] => volumes(source, method, rest, body),
         _ => return None,
     };
@@ -178,7 +178,7 @@ fn not_allowed(method: &str) -> Failure {
     Failure(405, format!("{method} is not allowed here"))
 }
 
-fn pools(source: &dyn PoolSource, method: &str, rest: &[&str]) -> Answer {
+fn pools(source: &dyn PoolSource, method: &str, rest: &[&str], body: &[u8]) -> Answer {
     match (method, rest) {
         ("GET", []) => {
             let list: Vec<Value> = source
@@ -196,7 +196,12 @@ fn pools(source: &dyn PoolSource, method: &str, rest: &[&str]) -> Answer {
             Ok((200, pool_json(&p, Some(source))))
         }
         ("POST", [name]) => {
+            let body = parse_body(body)?;
             let p = source.pool_or_create(name, true)?;
+            if let Some(on) = body["simulate_volatile_cache"].as_bool() {
+                // Takes effect when the pool is next opened.
+                p.simulate_volatile_cache(on)?;
+            }
             Ok((200, pool_json(&p, Some(source))))
         }
         ("POST", [name, "check"]) => {
@@ -424,6 +429,7 @@ fn pool_json(p: &Pool, with_volumes: Option<&dyn PoolSource>) -> Value {
         "free": s.free(),
         "held": s.held_units * s.unit_size,
         "volumes": p.volumes().len(),
+        "simulated_volatile_cache": p.volatile_cache(),
     });
     if let Some(source) = with_volumes {
         v["volumes"] = Value::from(volumes_json(p, source));
