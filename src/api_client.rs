@@ -33,14 +33,14 @@ pub enum Endpoint {
 #[derive(Args, Clone, Debug)]
 pub struct ApiArgs {
     /// The daemon's administration socket.
-    #[arg(long, value_name = "PATH", default_value = DEFAULT_SOCKET)]
+    #[arg(long, global = true, value_name = "PATH", default_value = DEFAULT_SOCKET)]
     pub socket: PathBuf,
     /// Use the daemon's TCP API at this address instead of the socket
     /// (or set OPENARRAY_API).
-    #[arg(long, value_name = "ADDR:PORT")]
+    #[arg(long, global = true, value_name = "ADDR:PORT")]
     pub api: Option<String>,
     /// The file holding the TCP API's token (or set OPENARRAY_TOKEN_FILE).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
 }
 

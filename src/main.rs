@@ -3,6 +3,7 @@
 mod admin;
 mod admin_cli;
 mod api_client;
+mod edit_cli;
 mod pool_cli;
 mod serve;
 mod stat_cli;
@@ -76,6 +77,8 @@ enum Command {
         #[command(subcommand)]
         command: admin_cli::ConfigCommand,
     },
+    #[command(flatten)]
+    Edit(edit_cli::EditCommand),
     /// I/O per target, LUN and initiator of a running daemon, like iostat:
     /// IOPS, throughput, latency percentiles and queue depth per interval.
     Stat(stat_cli::StatArgs),
@@ -156,6 +159,7 @@ fn main() -> ExitCode {
         Command::Volume(cmd) => pool_cli::run_volume(cmd),
         Command::Config { api, command } => admin_cli::run(&api, command),
         Command::Stat(args) => stat_cli::run(args),
+        Command::Edit(cmd) => edit_cli::run(cmd),
         Command::DefaultConfig => {
             print!("{}", control::DEFAULT_CONFIG_TOML);
             ExitCode::SUCCESS

@@ -6,13 +6,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{anyhow, Context};
-use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::TcpListener;
+use anyhow::Context;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::task::JoinSet;
 
 use crate::admin;
+use crate::admin::portals;
 
 /// How long shutdown waits for the accept loops to return.
 const ACCEPT_LOOP_GRACE: Duration = Duration::from_secs(10);
@@ -77,20 +75,6 @@ fn apply_daemon_timeouts(daemon: &control::Daemon, options: &mut iscsi::ServerOp
     }
 }
 
-/// A listening socket. IPv6 sockets are IPv6-only so that `0.0.0.0:3260`
-/// and `[::]:3260` can both be portals.
-fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(1024)?;
-    TcpListener::from_std(socket.into())
-}
-
 async fn serve(
     mut current: admin::Current,
     admin_socket: Option<&Path>,
@@ -106,7 +90,7 @@ async fn serve(
     for &addr in &runtime.listen {
         listeners.push((
             addr,
-            bind(addr).with_context(|| format!("cannot listen on {addr}"))?,
+            portals::bind(addr).with_context(|| format!("cannot listen on {addr}"))?,
         ));
     }
 
@@ -117,15 +101,15 @@ async fn serve(
     let server = iscsi::Server::new(runtime.options.clone(), targets);
     let admin_listener = admin_socket.map(admin::bind).transpose()?;
     let api_listener = match &api {
-        Some((addr, _)) => {
-            Some(bind(*addr).with_context(|| format!("cannot listen for the API on {addr}"))?)
-        }
+        Some((addr, _)) => Some(
+            portals::bind(*addr).with_context(|| format!("cannot listen for the API on {addr}"))?,
+        ),
         None => None,
     };
     let metrics_listener = match metrics_listen {
-        Some(addr) => {
-            Some(bind(addr).with_context(|| format!("cannot listen for metrics on {addr}"))?)
-        }
+        Some(addr) => Some(
+            portals::bind(addr).with_context(|| format!("cannot listen for metrics on {addr}"))?,
+        ),
         None => None,
     };
     let stats = current.runtime.stats.clone();
@@ -135,10 +119,16 @@ async fn serve(
         }
         tokio::spawn(admin::serve_metrics(stats.clone(), listener))
     });
+    let mut portals = portals::Portals::new(server.clone());
+    for (addr, listener) in listeners {
+        tracing::info!(%addr, "listening");
+        portals.start(addr, listener);
+    }
     let admin = Arc::new(admin::Admin {
         current: Mutex::new(current),
         server: server.clone(),
         stats,
+        portals: Mutex::new(portals),
     });
     let admin_task = admin_listener.map(|listener| {
         if let Some(path) = admin_socket {
@@ -150,12 +140,6 @@ async fn serve(
         tracing::info!(%addr, "administration API listening on TCP (token required)");
         tokio::spawn(admin::serve_tcp(admin.clone(), listener, token))
     });
-    let mut accept_loops = JoinSet::new();
-    for (addr, listener) in listeners {
-        tracing::info!(%addr, "listening");
-        let server = Arc::clone(&server);
-        accept_loops.spawn(async move { (addr, server.serve(listener).await) });
-    }
 
     let outcome = tokio::select! {
         _ = sigterm.recv() => {
@@ -164,13 +148,8 @@ async fn serve(
         }
         _ = sigint.recv() => {
             tracing::info!("SIGINT: shutting down");
-            Ok(())
+            Ok::<(), anyhow::Error>(())
         }
-        Some(ended) = accept_loops.join_next() => Err(match ended {
-            Ok((addr, Ok(()))) => anyhow!("listener on {addr} stopped"),
-            Ok((addr, Err(e))) => anyhow!("listener on {addr} failed: {e}"),
-            Err(e) => anyhow!("listener task failed: {e}"),
-        }),
     };
 
     // A second signal while sessions drain means "stop now".
@@ -179,27 +158,19 @@ async fn serve(
         _ = sigterm.recv() => tracing::warn!("second SIGTERM: not waiting for sessions to end"),
         _ = sigint.recv() => tracing::warn!("second SIGINT: not waiting for sessions to end"),
     }
-    let drained = tokio::time::timeout(ACCEPT_LOOP_GRACE, async {
-        while let Some(ended) = accept_loops.join_next().await {
-            if let Ok((addr, Err(e))) = ended {
-                tracing::warn!(%addr, "listener ended with an error: {e}");
-            }
-        }
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!("listeners did not stop in time");
-        accept_loops.abort_all();
-    }
-
     // No configuration change may start while the devices are flushed.
     if let Some(task) = admin_task {
         task.abort();
     }
-    if let Some(task) = metrics_task {
+    if let Some(task) = api_task {
         task.abort();
     }
-    if let Some(task) = api_task {
+    let mut listeners = std::mem::replace(
+        &mut *admin.portals.lock().unwrap_or_else(|p| p.into_inner()),
+        portals::Portals::new(server.clone()),
+    );
+    listeners.join_all(ACCEPT_LOOP_GRACE).await;
+    if let Some(task) = metrics_task {
         task.abort();
     }
     if let Some(path) = admin_socket {

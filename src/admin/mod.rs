@@ -19,6 +19,7 @@
 //! running changes nothing.
 
 mod http;
+pub mod portals;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -50,6 +51,8 @@ pub struct Admin {
     pub server: Arc<iscsi::Server>,
     /// The daemon's I/O statistics (one registry for its whole life).
     pub stats: Arc<stats::Registry>,
+    /// The iSCSI listeners, one per portal (lock after `current`).
+    pub portals: Mutex<portals::Portals>,
 }
 
 impl Admin {
@@ -103,9 +106,13 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
         ("GET", "/v1/objects") => (200, objects(&admin.lock().config)),
         ("GET", "/v1/stats") => (200, json!({ "entries": admin.stats.snapshot() })),
         ("POST", "/v1/config/diff") => {
+            let Ok(text) = std::str::from_utf8(&req.body) else {
+                return error(400, "the configuration is not UTF-8");
+            };
+            let origin = req.origin.clone().unwrap_or_else(|| "<request>".into());
             let current = admin.lock();
-            match proposed(&current, &req) {
-                Ok((config, _)) => (
+            match proposed(&current, text, &origin) {
+                Ok(config) => (
                     200,
                     json!({ "changes": control::diff(&current.config, &config) }),
                 ),
@@ -113,6 +120,7 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
             }
         }
         ("POST", "/v1/config/apply") => apply(admin, &req),
+        ("POST", "/v1/edit") => edit(admin, &req),
         ("POST", "/v1/config/save") => {
             let current = admin.lock();
             let Some(path) = current.path.clone() else {
@@ -129,7 +137,7 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
         (
             _,
             "/v1/config" | "/v1/objects" | "/v1/config/diff" | "/v1/config/apply"
-            | "/v1/config/save" | "/v1/stats",
+            | "/v1/config/save" | "/v1/stats" | "/v1/edit",
         ) => error(405, "method not allowed"),
         (method, path) => crate::volume_api::route(admin, method, path, &req.body)
             .unwrap_or_else(|| error(404, format!("no such resource {path}"))),
@@ -174,23 +182,53 @@ fn objects(config: &control::Config) -> Value {
     })
 }
 
-/// The configuration in a request body, validated, with the daemon's
-/// `--listen` override applied as at start.
-fn proposed(current: &Current, req: &Request) -> Result<(control::Config, String), (u16, Value)> {
-    let text = String::from_utf8(req.body.clone())
-        .map_err(|_| error(400, "the configuration is not UTF-8"))?;
-    let origin = req.origin.clone().unwrap_or_else(|| "<request>".into());
-    let mut config = control::parse_config(&text, &origin).map_err(|e| error(400, e))?;
+/// `text` validated, with the daemon's `--listen` override applied as at
+/// start.
+fn proposed(current: &Current, text: &str, origin: &str) -> Result<control::Config, (u16, Value)> {
+    let mut config = control::parse_config(text, origin).map_err(|e| error(400, e))?;
     if !current.listen_override.is_empty() {
         config.override_listen(&current.listen_override);
     }
-    Ok((config, text))
+    Ok(config)
 }
 
+/// `POST /v1/config/apply`: the body is the whole configuration.
 fn apply(admin: &Admin, req: &Request) -> (u16, Value) {
+    let Ok(text) = String::from_utf8(req.body.clone()) else {
+        return error(400, "the configuration is not UTF-8");
+    };
+    let origin = req.origin.clone().unwrap_or_else(|| "<request>".into());
     let mut current = admin.lock();
-    let (config, text) = match proposed(&current, req) {
-        Ok(p) => p,
+    apply_text(admin, &mut current, text, &origin)
+}
+
+/// `POST /v1/edit`: one [`control::Edit`] made to the running
+/// configuration's text, which then goes through [`apply_text`] like a
+/// whole file.
+fn edit(admin: &Admin, req: &Request) -> (u16, Value) {
+    let edit: control::Edit = match serde_json::from_slice(&req.body) {
+        Ok(e) => e,
+        Err(e) => return error(400, format!("not an edit: {e}")),
+    };
+    let mut current = admin.lock();
+    let text = match control::apply_edit(&current.text, &edit) {
+        Ok(t) => t,
+        Err(e) => return error(400, e),
+    };
+    let origin = match &current.path {
+        Some(p) => format!("{} (as edited)", p.display()),
+        None => "<edit>".into(),
+    };
+    apply_text(admin, &mut current, text, &origin)
+}
+
+/// Validates `text` as a whole, builds the new objects over the running
+/// ones, binds new portals, writes the file atomically, and only then makes
+/// the change live. Anything failing before that leaves the running state
+/// and the file as they were.
+fn apply_text(admin: &Admin, current: &mut Current, text: String, origin: &str) -> (u16, Value) {
+    let config = match proposed(current, &text, origin) {
+        Ok(c) => c,
         Err(e) => return e,
     };
     let changes = control::diff(&current.config, &config);
@@ -203,18 +241,19 @@ fn apply(admin: &Admin, req: &Request) -> (u16, Value) {
             "serving the built-in default: start with --config FILE to change the configuration",
         );
     };
-    let portals = |c: &control::Config| {
-        let mut p: Vec<SocketAddr> = c.portals.iter().map(|p| p.listen).collect();
-        p.sort();
-        p
-    };
-    if portals(&config) != portals(&current.config) {
-        return error(400, "portal: the portals change only with a restart");
-    }
     let mut runtime = match control::rebuild(&config, &current.runtime) {
         Ok(r) => r,
         Err(e) => return error(400, e),
     };
+    let mut portals = admin.portals.lock().unwrap_or_else(|p| p.into_inner());
+    let (added, removed) = portals::changes(&portals.addrs(), &runtime.listen);
+    let mut listeners = Vec::with_capacity(added.len());
+    for addr in added {
+        match portals::bind(addr) {
+            Ok(l) => listeners.push((addr, l)),
+            Err(e) => return error(400, format!("portal: cannot listen on {addr}: {e}")),
+        }
+    }
     // Persist before going live: a file that cannot be written leaves
     // everything as it was.
     if let Err(e) = write_atomically(&path, &text) {
@@ -226,6 +265,14 @@ fn apply(admin: &Admin, req: &Request) -> (u16, Value) {
         .replace_targets(std::mem::take(&mut runtime.targets));
     // Sessions whose initiator lost the target are asked to log out.
     admin.server.end_refused_sessions();
+    for (addr, listener) in listeners {
+        tracing::info!(%addr, "portal added");
+        portals.start(addr, listener);
+    }
+    for addr in removed {
+        portals.stop(addr);
+    }
+    drop(portals);
     let previous = std::mem::replace(&mut current.runtime, runtime);
     current.config = config;
     current.text = text;

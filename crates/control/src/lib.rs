@@ -8,6 +8,7 @@
 mod api_token;
 mod diff;
 mod duration;
+mod edit;
 mod error;
 mod locate;
 mod model;
@@ -15,6 +16,7 @@ mod names;
 mod pools;
 mod raw;
 mod runtime;
+mod show;
 mod size;
 mod validate;
 
@@ -23,6 +25,7 @@ use std::path::Path;
 pub use api_token::load_api_token;
 pub use diff::diff;
 pub use duration::parse_duration;
+pub use edit::{apply_edit, typed_value, ChapScope, Edit};
 pub use error::{ConfigError, Issue, Location};
 pub use model::{
     Chap, Config, Daemon, Device, DeviceKind, Group, Lun, PoolConfig, Portal, Target,
@@ -31,6 +34,7 @@ pub use model::{
 pub use names::check_iscsi_name;
 pub use pools::open_pool;
 pub use runtime::{build, rebuild, Runtime};
+pub use show::show_object;
 pub use size::parse_size;
 pub use validate::{parse_listen, MAX_LUN};
 

@@ -211,17 +211,37 @@ impl Server {
 
     /// Accept connections on `listener` until [`Server::shutdown`] is called.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+        // The sender stays alive (and silent) for as long as we serve.
+        let (_never, stop) = watch::channel(false);
+        self.serve_until(listener, stop).await
+    }
+
+    /// Accept connections on `listener` until [`Server::shutdown`] is
+    /// called or `stop` turns true (the portal was removed). Connections
+    /// already accepted keep running either way until shutdown: removing
+    /// a portal only stops new logins on it.
+    pub async fn serve_until(
+        self: Arc<Self>,
+        listener: TcpListener,
+        mut stop: watch::Receiver<bool>,
+    ) -> std::io::Result<()> {
         let local = listener.local_addr()?;
         tracing::info!(portal = %local, "iSCSI portal listening");
         let mut shutdown = self.shutdown_signal();
         // Connections of this portal, logging in or logged in.
         let on_portal = Arc::new(AtomicUsize::new(0));
+        // False once the stopping side is gone: only shutdown ends us then.
+        let mut stoppable = true;
         loop {
-            if *shutdown.borrow() {
+            if *shutdown.borrow() || *stop.borrow() {
                 break;
             }
             tokio::select! {
                 _ = shutdown.changed() => continue,
+                changed = stop.changed(), if stoppable => {
+                    stoppable = changed.is_ok();
+                    continue;
+                }
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         if on_portal.load(Ordering::Relaxed) >= self.options.max_connections_per_portal {

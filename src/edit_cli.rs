@@ -1,0 +1,694 @@
+//! `openarray device|target|portal|group|initiator|lun|chap ...`: the
+//! imperative administration commands. Each change is one `POST /v1/edit`
+//! that the daemon validates against the whole configuration, writes
+//! atomically and applies live, exactly as `config apply` does; listings
+//! read `GET /v1/objects` and `GET /v1/config`.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use clap::{Args, Subcommand};
+use control::{ChapScope, Edit};
+use serde_json::Value;
+
+use crate::api_client::{call, ApiArgs, Endpoint};
+
+/// `KEY=VALUE` as typed; an empty value (`KEY=`) removes the key.
+fn setting(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not KEY=VALUE"))?;
+    if key.trim().is_empty() {
+        return Err(format!("`{text}` has no key"));
+    }
+    Ok((key.trim().to_string(), value.to_string()))
+}
+
+#[derive(Subcommand)]
+pub enum EditCommand {
+    /// Block devices: list, show, add, remove, modify.
+    Device {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        op: DeviceOp,
+    },
+    /// iSCSI targets: list, show, add, remove, modify.
+    Target {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        op: TargetOp,
+    },
+    /// Portals (listening addresses): list, add, remove. Sessions on a
+    /// removed portal keep running until they log out.
+    Portal {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        op: PortalOp,
+    },
+    /// Initiator groups of a target: list, add, remove.
+    Group {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        op: GroupOp,
+    },
+    /// Members of an initiator group: list, add, remove.
+    Initiator {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        op: InitiatorOp,
+    },
+    /// LUN mappings of a target or of one of its groups.
+    Lun {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        op: LunOp,
+    },
+    /// CHAP credentials of discovery, a target or a group. Secrets are
+    /// read from files (or `-` for standard input), never from arguments.
+    Chap {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        op: ChapOp,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum DeviceOp {
+    List,
+    /// Print the device's configuration.
+    Show {
+        name: String,
+    },
+    /// Add a device, e.g. `add vm1 --kind file --path /srv/vm1.img --size 10G`.
+    Add {
+        name: String,
+        /// file, mem, null or volume.
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        path: Option<PathBuf>,
+        /// Bytes, or with a unit: 512M, 10G.
+        #[arg(long)]
+        size: Option<String>,
+        #[arg(long)]
+        read_only: bool,
+        /// Any other key of [[device]], e.g. `--set block_size=4096`.
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = setting)]
+        settings: Vec<(String, String)>,
+    },
+    /// Remove a device no LUN maps any more.
+    Remove {
+        name: String,
+    },
+    /// Change keys of [[device]]: `modify vm1 size=20G read_only=true`
+    /// (`KEY=` removes the key).
+    Modify {
+        name: String,
+        #[arg(value_name = "KEY=VALUE", value_parser = setting, required = true)]
+        settings: Vec<(String, String)>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum TargetOp {
+    List,
+    /// Print the target's configuration, groups and LUNs (secrets masked).
+    Show {
+        iqn: String,
+    },
+    Add {
+        iqn: String,
+        #[arg(long)]
+        alias: Option<String>,
+    },
+    /// Remove a target; its sessions are asked to log out.
+    Remove {
+        iqn: String,
+    },
+    /// Change keys of [[target]], e.g. `alias=lab`.
+    Modify {
+        iqn: String,
+        #[arg(value_name = "KEY=VALUE", value_parser = setting, required = true)]
+        settings: Vec<(String, String)>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum PortalOp {
+    List,
+    /// Start listening on ADDR:PORT (IPv6 as [::1]:3260).
+    Add {
+        listen: String,
+    },
+    /// Stop accepting on ADDR:PORT.
+    Remove {
+        listen: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum GroupOp {
+    List {
+        target: String,
+    },
+    /// Add a group with its first members (a group named `default` has
+    /// none: it serves initiators no other group names).
+    Add {
+        target: String,
+        group: String,
+        #[arg(value_name = "INITIATOR")]
+        initiators: Vec<String>,
+    },
+    Remove {
+        target: String,
+        group: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum InitiatorOp {
+    List {
+        target: String,
+        group: String,
+    },
+    /// Add an initiator name, or a pattern with `*` and `?`.
+    Add {
+        target: String,
+        group: String,
+        initiator: String,
+    },
+    Remove {
+        target: String,
+        group: String,
+        initiator: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum LunOp {
+    List {
+        target: String,
+        #[arg(long)]
+        group: Option<String>,
+    },
+    /// Map DEVICE as LUN of the target (or of --group).
+    Add {
+        target: String,
+        lun: u64,
+        device: String,
+        #[arg(long)]
+        group: Option<String>,
+        #[arg(long)]
+        read_only: bool,
+    },
+    /// Make a mapping read-only or writable again.
+    Modify {
+        target: String,
+        lun: u64,
+        #[arg(long)]
+        group: Option<String>,
+        #[arg(
+            long,
+            conflicts_with = "read_write",
+            required_unless_present = "read_write"
+        )]
+        read_only: bool,
+        #[arg(long)]
+        read_write: bool,
+    },
+    /// Unmap a LUN; I/O in flight on it finishes or is aborted, and the
+    /// initiators that still see the target are told REPORTED LUNS DATA
+    /// HAS CHANGED.
+    Remove {
+        target: String,
+        lun: u64,
+        #[arg(long)]
+        group: Option<String>,
+    },
+}
+
+/// Whose credentials: `--discovery`, `--target T` or `--target T --group G`.
+#[derive(Args)]
+pub struct ChapWhere {
+    #[arg(long, conflicts_with = "target", required_unless_present = "target")]
+    discovery: bool,
+    #[arg(long)]
+    target: Option<String>,
+    #[arg(long, requires = "target")]
+    group: Option<String>,
+}
+
+impl ChapWhere {
+    fn scope(&self) -> ChapScope {
+        match (&self.target, &self.group) {
+            (Some(target), Some(group)) => ChapScope::Group {
+                target: target.clone(),
+                group: group.clone(),
+            },
+            (Some(target), None) => ChapScope::Target {
+                target: target.clone(),
+            },
+            (None, _) => ChapScope::Discovery,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+pub enum ChapOp {
+    /// Set the credentials initiators must present (and, with
+    /// --mutual-user, those the target answers with).
+    Set {
+        #[command(flatten)]
+        at: ChapWhere,
+        #[arg(long)]
+        user: String,
+        /// File holding the secret, or `-` for standard input.
+        #[arg(long, value_name = "FILE")]
+        secret_file: PathBuf,
+        #[arg(long, requires = "mutual_secret_file")]
+        mutual_user: Option<String>,
+        #[arg(long, value_name = "FILE", requires = "mutual_user")]
+        mutual_secret_file: Option<PathBuf>,
+    },
+    /// Remove the credentials.
+    Clear {
+        #[command(flatten)]
+        at: ChapWhere,
+    },
+}
+
+/// A secret from a file, or from standard input for `-`; the trailing
+/// newline is not part of it.
+fn read_secret(path: &Path) -> anyhow::Result<String> {
+    let mut text = String::new();
+    if path == Path::new("-") {
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read the secret from standard input")?;
+    } else {
+        text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the secret file {}", path.display()))?;
+    }
+    let secret = text.trim_end_matches(['\r', '\n']).to_string();
+    if secret.is_empty() {
+        bail!("the secret in {} is empty", path.display());
+    }
+    Ok(secret)
+}
+
+/// Turns `GET /v1/objects` into the lines a list command prints.
+type Lister = Box<dyn Fn(&Value) -> anyhow::Result<String>>;
+
+/// What a command asks of the daemon.
+enum Action {
+    Edit(Edit),
+    /// Print from `GET /v1/objects`.
+    List(Lister),
+    /// Print one object of the running configuration text.
+    Show {
+        kind: &'static str,
+        name: String,
+    },
+}
+
+fn settings_map(pairs: Vec<(String, String)>) -> BTreeMap<String, String> {
+    pairs.into_iter().collect()
+}
+
+fn action(cmd: EditCommand) -> anyhow::Result<(ApiArgs, Action)> {
+    Ok(match cmd {
+        EditCommand::Device { api, op } => (api, device(op)),
+        EditCommand::Target { api, op } => (api, target(op)),
+        EditCommand::Portal { api, op } => (api, portal(op)),
+        EditCommand::Group { api, op } => (api, group(op)),
+        EditCommand::Initiator { api, op } => (api, initiator(op)),
+        EditCommand::Lun { api, op } => (api, lun(op)),
+        EditCommand::Chap { api, op } => (api, chap(op)?),
+    })
+}
+
+fn device(op: DeviceOp) -> Action {
+    match op {
+        DeviceOp::List => Action::List(Box::new(|o| {
+            Ok(items(&o["devices"])
+                .iter()
+                .map(|d| format!("{} ({})\n", s(&d["name"]), s(&d["kind"])))
+                .collect())
+        })),
+        DeviceOp::Show { name } => Action::Show {
+            kind: "device",
+            name,
+        },
+        DeviceOp::Add {
+            name,
+            kind,
+            path,
+            size,
+            read_only,
+            settings,
+        } => {
+            let mut map = settings_map(settings);
+            map.insert("kind".into(), kind);
+            if let Some(p) = path {
+                map.insert("path".into(), format!("\"{}\"", p.display()));
+            }
+            if let Some(size) = size {
+                map.insert("size".into(), size);
+            }
+            if read_only {
+                map.insert("read_only".into(), "true".into());
+            }
+            Action::Edit(Edit::DeviceAdd {
+                name,
+                settings: map,
+            })
+        }
+        DeviceOp::Remove { name } => Action::Edit(Edit::DeviceRemove { name }),
+        DeviceOp::Modify { name, settings } => Action::Edit(Edit::DeviceModify {
+            name,
+            settings: settings_map(settings),
+        }),
+    }
+}
+
+fn target(op: TargetOp) -> Action {
+    match op {
+        TargetOp::List => Action::List(Box::new(|o| {
+            Ok(items(&o["targets"])
+                .iter()
+                .map(|t| format!("{}\n", s(&t["name"])))
+                .collect())
+        })),
+        TargetOp::Show { iqn } => Action::Show {
+            kind: "target",
+            name: iqn,
+        },
+        TargetOp::Add { iqn, alias } => {
+            let mut settings = BTreeMap::new();
+            if let Some(alias) = alias {
+                settings.insert("alias".to_string(), format!("\"{alias}\""));
+            }
+            Action::Edit(Edit::TargetAdd {
+                name: iqn,
+                settings,
+            })
+        }
+        TargetOp::Remove { iqn } => Action::Edit(Edit::TargetRemove { name: iqn }),
+        TargetOp::Modify { iqn, settings } => Action::Edit(Edit::TargetModify {
+            name: iqn,
+            settings: settings_map(settings),
+        }),
+    }
+}
+
+fn portal(op: PortalOp) -> Action {
+    match op {
+        PortalOp::List => Action::List(Box::new(|o| {
+            Ok(items(&o["portals"])
+                .iter()
+                .map(|p| format!("{}\n", s(p)))
+                .collect())
+        })),
+        PortalOp::Add { listen } => Action::Edit(Edit::PortalAdd { listen }),
+        PortalOp::Remove { listen } => Action::Edit(Edit::PortalRemove { listen }),
+    }
+}
+
+fn group(op: GroupOp) -> Action {
+    match op {
+        GroupOp::List { target } => Action::List(Box::new(move |o| {
+            Ok(items(&find(&o["targets"], &target)?["groups"])
+                .iter()
+                .map(|g| {
+                    let members: Vec<String> = items(&g["initiators"]).iter().map(s).collect();
+                    format!("{}: {}\n", s(&g["name"]), members.join(", "))
+                })
+                .collect())
+        })),
+        GroupOp::Add {
+            target,
+            group,
+            initiators,
+        } => Action::Edit(Edit::GroupAdd {
+            target,
+            group,
+            initiators,
+        }),
+        GroupOp::Remove { target, group } => Action::Edit(Edit::GroupRemove { target, group }),
+    }
+}
+
+fn initiator(op: InitiatorOp) -> Action {
+    match op {
+        InitiatorOp::List { target, group } => Action::List(Box::new(move |o| {
+            let t = find(&o["targets"], &target)?;
+            Ok(items(&find(&t["groups"], &group)?["initiators"])
+                .iter()
+                .map(|i| format!("{}\n", s(i)))
+                .collect())
+        })),
+        InitiatorOp::Add {
+            target,
+            group,
+            initiator,
+        } => Action::Edit(Edit::InitiatorAdd {
+            target,
+            group,
+            initiator,
+        }),
+        InitiatorOp::Remove {
+            target,
+            group,
+            initiator,
+        } => Action::Edit(Edit::InitiatorRemove {
+            target,
+            group,
+            initiator,
+        }),
+    }
+}
+
+fn lun(op: LunOp) -> Action {
+    match op {
+        LunOp::List { target, group } => Action::List(Box::new(move |o| {
+            let t = find(&o["targets"], &target)?;
+            let luns = match &group {
+                Some(g) => &find(&t["groups"], g)?["luns"],
+                None => &t["luns"],
+            };
+            Ok(items(luns)
+                .iter()
+                .map(|l| {
+                    let ro = if l["read_only"].as_bool() == Some(true) {
+                        " (read-only)"
+                    } else {
+                        ""
+                    };
+                    format!("{} -> {}{ro}\n", l["lun"], s(&l["device"]))
+                })
+                .collect())
+        })),
+        LunOp::Add {
+            target,
+            lun,
+            device,
+            group,
+            read_only,
+        } => Action::Edit(Edit::LunAdd {
+            target,
+            group,
+            lun,
+            device,
+            read_only,
+        }),
+        LunOp::Modify {
+            target,
+            lun,
+            group,
+            read_only,
+            ..
+        } => Action::Edit(Edit::LunModify {
+            target,
+            group,
+            lun,
+            read_only,
+        }),
+        LunOp::Remove { target, lun, group } => {
+            Action::Edit(Edit::LunRemove { target, group, lun })
+        }
+    }
+}
+
+fn chap(op: ChapOp) -> anyhow::Result<Action> {
+    Ok(match op {
+        ChapOp::Set {
+            at,
+            user,
+            secret_file,
+            mutual_user,
+            mutual_secret_file,
+        } => Action::Edit(Edit::ChapSet {
+            scope: at.scope(),
+            user,
+            secret: read_secret(&secret_file)?,
+            mutual_user,
+            mutual_secret: mutual_secret_file.as_deref().map(read_secret).transpose()?,
+        }),
+        ChapOp::Clear { at } => Action::Edit(Edit::ChapClear { scope: at.scope() }),
+    })
+}
+
+fn items(v: &Value) -> Vec<Value> {
+    v.as_array().cloned().unwrap_or_default()
+}
+
+fn s(v: &Value) -> String {
+    v.as_str().unwrap_or("").to_string()
+}
+
+/// The entry of `list` named `name` (names compare without case).
+fn find(list: &Value, name: &str) -> anyhow::Result<Value> {
+    items(list)
+        .into_iter()
+        .find(|i| s(&i["name"]).eq_ignore_ascii_case(name))
+        .ok_or_else(|| anyhow!("no `{name}` in the running configuration"))
+}
+
+/// The daemon's answer, or its error message as an error.
+fn answer(api: &Endpoint, method: &str, path: &str, body: &[u8]) -> anyhow::Result<Value> {
+    let (status, json) = call(api, method, path, body, None)?;
+    if status != 200 {
+        return Err(anyhow!(
+            "{}",
+            json["error"].as_str().unwrap_or("the daemon refused")
+        ));
+    }
+    Ok(json)
+}
+
+fn run_action(api: &Endpoint, action: Action) -> anyhow::Result<()> {
+    match action {
+        Action::Edit(edit) => {
+            let body = serde_json::to_vec(&edit).context("cannot encode the change")?;
+            let json = answer(api, "POST", "/v1/edit", &body)?;
+            for change in items(&json["changes"]) {
+                println!("{}", s(&change));
+            }
+        }
+        Action::List(print) => print!("{}", print(&answer(api, "GET", "/v1/objects", b"")?)?),
+        Action::Show { kind, name } => {
+            let json = answer(api, "GET", "/v1/config", b"")?;
+            print!(
+                "{}",
+                control::show_object(json["toml"].as_str().unwrap_or(""), kind, &name)
+                    .map_err(|e| anyhow!(e))?
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Exit status 0 when done, 1 when the daemon refused (the message names
+/// the field), 2 when it could not be asked.
+pub fn run(cmd: EditCommand) -> ExitCode {
+    let (api, action) = match action(cmd) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("openarray: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let endpoint = match api.endpoint() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("openarray: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    match run_action(&endpoint, action) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Unreachable daemon vs refusal: the transport errors carry context.
+            let unreachable = e.chain().count() > 1;
+            eprintln!("{e:#}");
+            ExitCode::from(if unreachable { 2 } else { 1 })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_split_at_the_first_equals() {
+        assert_eq!(setting("size=1G"), Ok(("size".into(), "1G".into())));
+        assert_eq!(setting("serial=a=b"), Ok(("serial".into(), "a=b".into())));
+        assert_eq!(setting("alias="), Ok(("alias".into(), String::new())));
+        assert!(setting("size").is_err());
+        assert!(setting("=1").is_err());
+    }
+
+    #[test]
+    fn chap_scope_follows_the_flags() {
+        let at = |discovery, target: Option<&str>, group: Option<&str>| ChapWhere {
+            discovery,
+            target: target.map(String::from),
+            group: group.map(String::from),
+        };
+        assert_eq!(at(true, None, None).scope(), ChapScope::Discovery);
+        assert_eq!(
+            at(false, Some("t"), None).scope(),
+            ChapScope::Target { target: "t".into() }
+        );
+        assert_eq!(
+            at(false, Some("t"), Some("g")).scope(),
+            ChapScope::Group {
+                target: "t".into(),
+                group: "g".into()
+            }
+        );
+    }
+
+    #[test]
+    fn secrets_come_from_files_without_the_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s");
+        std::fs::write(&file, "0123456789abcdef\n").unwrap();
+        assert_eq!(read_secret(&file).unwrap(), "0123456789abcdef");
+        std::fs::write(&file, "\n").unwrap();
+        assert!(read_secret(&file).is_err());
+        assert!(read_secret(&dir.path().join("none")).is_err());
+    }
+
+    #[test]
+    fn device_add_quotes_the_path_and_keeps_the_rest() {
+        let Action::Edit(Edit::DeviceAdd { name, settings }) = device(DeviceOp::Add {
+            name: "vm1".into(),
+            kind: "file".into(),
+            path: Some("/srv/1234".into()),
+            size: Some("1G".into()),
+            read_only: true,
+            settings: vec![("block_size".into(), "4096".into())],
+        }) else {
+            panic!("not a device add");
+        };
+        assert_eq!(name, "vm1");
+        let typed = |k: &str| control::typed_value(&settings[k]).to_string();
+        assert_eq!(typed("path").trim(), "\"/srv/1234\"");
+        assert_eq!(typed("size").trim(), "\"1G\"");
+        assert_eq!(typed("kind").trim(), "\"file\"");
+        assert_eq!(typed("read_only").trim(), "true");
+        assert_eq!(typed("block_size").trim(), "4096");
+    }
+}
