@@ -1,5 +1,6 @@
 //! The administration API: HTTP/1.1 with JSON bodies on a unix socket that
-//! only its owner may use (mode 0600).
+//! only its owner may use (mode 0600), and optionally on TCP with a bearer
+//! token (`http.rs`). The full reference is docs/admin.md.
 //!
 //! | request | answer |
 //! | --- | --- |
@@ -8,15 +9,16 @@
 //! | `POST /v1/config/diff` (TOML body) | `{"changes": [...]}` from running to the body |
 //! | `POST /v1/config/apply` (TOML body) | `{"changes": [...], "applied"}` |
 //! | `POST /v1/config/save` | `{"path"}`: the running configuration written out |
+//! | `POST /v1/edit` (JSON [`control::Edit`]) | `{"changes": [...], "applied"}` |
 //! | `GET /v1/stats` | `{"entries": [...]}`: I/O counters and latency histograms per target, LUN and initiator |
 //! | `GET /metrics` | the same in the Prometheus text format |
 //!
 //! Errors answer 4xx/5xx with `{"error"}`; a configuration error names the
-//! file, line, field and reason. `apply` validates the whole file, builds
-//! the new objects over the running ones, writes the file atomically, and
-//! only then makes the change live; a change that fails anywhere leaves the
-//! running state and the file as they were. Applying what is already
-//! running changes nothing.
+//! file, line, field and reason. `apply` and `edit` validate the whole
+//! configuration, build the new objects over the running ones, bind new
+//! portals, write the file atomically, and only then make the change live;
+//! a change that fails anywhere leaves the running state and the file as
+//! they were. Applying what is already running changes nothing.
 
 mod http;
 pub mod portals;
