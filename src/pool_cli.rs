@@ -255,12 +255,17 @@ fn print_pool(p: &Value) {
         return;
     }
     println!(
-        "pool {}: size {} used {} free {} (unit {})",
+        "pool {}: size {} used {} free {} (unit {}{})",
         p["name"].as_str().unwrap_or(""),
         p["size"],
         p["used"],
         p["free"],
-        p["unit_size"]
+        p["unit_size"],
+        if p["simulated_volatile_cache"] == true {
+            ", simulated volatile cache"
+        } else {
+            ""
+        }
     );
     print_volumes(&p["volumes"]);
 }
