@@ -33,6 +33,7 @@
 #                                  --quick: 1); the report keeps each one's best
 #                                  round (the machine is shared: the least
 #                                  disturbed run), the raw file keeps them all
+#   MATRIX_ROUNDS=2                rounds of the fio matrix (1 above; --quick: 1)
 #   DISK_DIR=/var/tmp              where the O_DIRECT LUN's file lives (not tmpfs)
 #   MATRIX_OUT=docs/bench          where matrix.md, its plots and raw figures go
 set -euo pipefail
@@ -58,6 +59,7 @@ if [ "$QUICK" -eq 1 ]; then
     LAT_READS=5000
     SEQ_MIB=512
     ROUNDS=${ROUNDS:-1}
+    MATRIX_ROUNDS=${MATRIX_ROUNDS:-1}
 else
     MATRIX_OUT=${MATRIX_OUT:-$ROOT/docs/bench}
     RUNTIME=${RUNTIME:-5}
@@ -66,6 +68,7 @@ else
     LAT_READS=20000
     SEQ_MIB=2048
     ROUNDS=${ROUNDS:-3}
+    MATRIX_ROUNDS=${MATRIX_ROUNDS:-2}
 fi
 LUN_MIB=1024
 OA_IQN=iqn.2024-01.org.openarray:matrix
@@ -87,10 +90,11 @@ DISK_FILE=""
 PIDS=()
 
 cleanup() {
-    local status=$? pid
+    local status=$? i
     set +e
     kill_children
-    for pid in "${PIDS[@]}"; do stop_process "$pid"; done
+    # Newest first: the bridges go before the targets they are logged in to.
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do stop_process "${PIDS[i]}"; done
     rm -f "/var/run/tgtd/socket.$TGT_PORT" "/var/run/tgtd/socket.$TGT_PORT.lock"
     [ -n "$WORK" ] && rm -rf "$WORK"
     [ -n "$DISK_FILE" ] && rm -f "$DISK_FILE"
@@ -372,25 +376,36 @@ direct_target_run() { # system url depth
         "$(us_per_io $((t1 - t0)) $((iops * RUNTIME)))" -
 }
 
+# The two targets take turns going first, round after round, so that a
+# change of load during a pair does not always favour the same one.
+targets_in_round() {
+    if [ $(($1 % 2)) -eq 1 ]; then echo "tgt openarray"; else echo "openarray tgt"; fi
+}
+
+# The tmpfs file LUN of a target.
+lun_url() {
+    case $1 in
+        tgt) echo "$TGT_URL/1" ;;
+        openarray) echo "$OA_URL/0" ;;
+    esac
+}
+
 # Every measurement straight to the targets (no bridge), once; main runs
 # this ROUNDS times and the report keeps the best round of each.
-direct_round() {
-    local n system url depth
+direct_round() { # round
+    local n system depth targets
+    targets=$(targets_in_round "$1")
     for n in $SESSIONS; do
-        sessions_run tgt "$TGT_URL/1" "$n"
-        sessions_run openarray "$OA_URL/0" "$n"
+        for system in $targets; do sessions_run "$system" "$(lun_url "$system")" "$n"; done
     done
     sessions_run openarray-ram "$OA_URL/1" 1 ram
 
-    latency_run tgt "$TGT_URL/1"
-    latency_run openarray "$OA_URL/0"
+    for system in $targets; do latency_run "$system" "$(lun_url "$system")"; done
 
-    for system in tgt openarray; do
-        url=$OA_URL/0
-        [ "$system" = tgt ] && url=$TGT_URL/1
-        qemu_bench_run write "$system" "$url" 4k-write 4k 32 $((RUNTIME * 40000)) -w
-        qemu_bench_run seq "$system" "$url" 1m-read 1M 8 "$SEQ_MIB"
-        qemu_bench_run seq "$system" "$url" 1m-write 1M 8 "$SEQ_MIB" -w
+    for system in $targets; do
+        qemu_bench_run write "$system" "$(lun_url "$system")" 4k-write 4k 32 $((RUNTIME * 40000)) -w
+        qemu_bench_run seq "$system" "$(lun_url "$system")" 1m-read 1M 8 "$SEQ_MIB"
+        qemu_bench_run seq "$system" "$(lun_url "$system")" 1m-write 1M 8 "$SEQ_MIB" -w
     done
 
     for depth in 1 32; do
@@ -399,11 +414,9 @@ direct_round() {
         direct_target_run tgt "$TGT_DIRECT_URL/1" "$depth"
     done
 
-    for system in tgt openarray; do
-        url=$OA_URL/0
-        [ "$system" = tgt ] && url=$TGT_URL/1
-        sessions_run "$system" "$url?header_digest=none" 1 digest-none
-        sessions_run "$system" "$url?header_digest=crc32c" 1 digest-crc32c
+    for system in $targets; do
+        sessions_run "$system" "$(lun_url "$system")?header_digest=none" 1 digest-none
+        sessions_run "$system" "$(lun_url "$system")?header_digest=crc32c" 1 digest-crc32c
     done
 }
 
@@ -446,18 +459,19 @@ main() {
     start_bridge tgt --image-opts "$(iscsi_opts "$TGT_PORT" "$TGT_IQN" 1)" --cache=none
     start_bridge bridge -f raw "$WORK/plain.img" --cache=none --aio=io_uring
 
-    local workload depth system
-    log "fio matrix through the NBD bridge"
-    for workload in 4k-randread 4k-randwrite 4m-read 4m-write; do
-        for depth in $DEPTHS; do
-            for system in tgt openarray bridge; do fio_run "$system" "$workload" "$depth"; done
+    local workload depth system round
+    for round in $(seq 1 "$MATRIX_ROUNDS"); do
+        log "fio matrix through the NBD bridge, round $round of $MATRIX_ROUNDS"
+        for workload in 4k-randread 4k-randwrite 4m-read 4m-write; do
+            for depth in $DEPTHS; do
+                for system in $(targets_in_round "$round") bridge; do fio_run "$system" "$workload" "$depth"; done
+            done
         done
     done
 
-    local round
     for round in $(seq 1 "$ROUNDS"); do
         log "direct measurements, round $round of $ROUNDS"
-        direct_round
+        direct_round "$round"
     done
 
     local commit
@@ -469,7 +483,7 @@ main() {
     $TOOL report --results "$RESULTS" --out "$MATRIX_OUT" --command "$cmd" --commit "$commit" \
         --runtime "$RUNTIME" --load-before "$load_before" --load-after "$(cut -d' ' -f1-3 /proc/loadavg)" \
         --minutes "$(( (SECONDS - started + 59) / 60 ))" --disk-dir "$DISK_DIR" --lat-reads "$LAT_READS" \
-        --seq-mib "$SEQ_MIB" --rounds "$ROUNDS" --failed "$FAILED"
+        --seq-mib "$SEQ_MIB" --rounds "$ROUNDS" --matrix-rounds "$MATRIX_ROUNDS" --failed "$FAILED"
     log "report written to $MATRIX_OUT/matrix.md"
     return "$FAILED"
 }

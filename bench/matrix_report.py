@@ -390,8 +390,9 @@ def section_goals(rows, out, tcp):
         out.append(f"| 1 MiB sequential {name}: ≥ 85 % of one loopback TCP stream "
                    f"| {fmt(get(o, 'mbps'))} of {fmt(tcp)} MB/s = {fmt(r, 2)} "
                    f"| {verdict(None if r is None else r >= 0.85)} |")
-    sess = sorted((int(r["param"]), get(r, "iops")) for r in rows
-                  if r["section"] == "sessions" and r["system"] == "openarray")
+    counts = sorted({int(r["param"]) for r in rows
+                     if r["section"] == "sessions" and r["system"] == "openarray"})
+    sess = [(n, get(find(rows, "sessions", "openarray", param=n), "iops")) for n in counts]
     if sess:
         curve = ", ".join(f"{n}: {fmt(i)}" for n, i in sess)
         grows = all(b is not None and a is not None and b >= a * 0.9
@@ -508,10 +509,11 @@ def report(args):
     out.append("Machine:\n")
     out.extend(machine_lines(args))
     out.append("")
-    out.append(f"Each direct measurement (sections 2–6) ran {args.rounds} times, the two "
+    out.append(f"Each direct measurement (sections 2–6) ran {args.rounds} time(s), the two "
                "targets alternating; the tables show the best round of each (highest "
                "throughput; for latency the lowest median), with the target CPU of that "
-               "same round. The fio matrix (section 1) ran once.\n")
+               f"same round. The fio matrix (section 1) ran {args.matrix_rounds} time(s), "
+               "reported the same way.\n")
     out.append("Setup: both targets serve the same 1 GiB of random data from a file on tmpfs "
                "(/dev/shm), 512-byte blocks, over 127.0.0.1; tgt: rdwr backing store, LUN 1; "
                "openarray: file device with `write_cache = true`, LUN 0 (both report WCE=1 "
@@ -562,7 +564,7 @@ def main():
         p = argparse.ArgumentParser(prog="matrix_report.py report")
         for opt in ("results", "out", "command", "commit", "runtime", "load-before",
                     "load-after", "minutes", "disk-dir", "lat-reads", "seq-mib", "rounds",
-                    "failed"):
+                    "matrix-rounds", "failed"):
             p.add_argument(f"--{opt}", required=True)
         report(p.parse_args(rest))
     else:
