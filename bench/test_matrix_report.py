@@ -9,6 +9,7 @@ import sys
 import tempfile
 import unittest
 
+sys.dont_write_bytecode = True  # no __pycache__ left in bench/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import matrix_report  # noqa: E402
 
