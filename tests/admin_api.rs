@@ -123,6 +123,18 @@ fn the_tcp_api_answers_only_the_token() {
     let (status, _) = get(&api, "/metrics", None);
     assert_eq!(status, 401, "the TCP API guards /metrics too");
 
+    // A body over the limit is refused before it is sent.
+    let mut stream = TcpStream::connect(&api).unwrap();
+    write!(
+        stream,
+        "POST /v1/config/diff HTTP/1.1\r\nHost: openarray\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n\r\n",
+        5 << 20
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+
     // The right token.
     let (status, body) = get(&api, "/v1/objects", Some(&format!("Bearer {TOKEN}")));
     assert_eq!(status, 200, "{body}");

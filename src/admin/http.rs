@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Response, StatusCode};
@@ -176,6 +176,15 @@ async fn answer(service: &Service, req: hyper::Request<Incoming>) -> Response<Fu
     }
     if req.uri().path() == "/metrics" {
         return metrics(&admin.stats, req.method());
+    }
+    // A declared length over the limit is refused before any of it is read.
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return error_response(413, "body too large");
     }
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
