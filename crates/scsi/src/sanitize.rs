@@ -289,14 +289,24 @@ impl LogicalUnit {
                     let per_chunk =
                         (OVERWRITE_CHUNK.min(size) / u64::from(self.block_size)).max(1) as usize;
                     let chunk = block.repeat(per_chunk);
+                    // Zeros on a thin device that reads discarded blocks as
+                    // zeros deallocate instead: the blocks read the pattern
+                    // and the old data leaves the backing store, without
+                    // allocating the whole LU (more than an overcommitted
+                    // pool may hold).
+                    let deallocate = self.caps.thin
+                        && self.caps.discard
+                        && self.caps.discard_zeroes
+                        && block.iter().all(|&b| b == 0);
                     let mut at = 0;
                     while at < size {
                         let n = (size - at).min(chunk.len() as u64);
-                        if self
-                            .device
-                            .write_at(&chunk[..n as usize], at, false)
-                            .is_err()
-                        {
+                        let done = if deallocate {
+                            self.device.write_zeroes(at, n)
+                        } else {
+                            self.device.write_at(&chunk[..n as usize], at, false)
+                        };
+                        if done.is_err() {
                             ok = false;
                             break 'passes;
                         }
@@ -357,6 +367,24 @@ mod tests {
         assert_eq!(&d[..6], &[1, 2, 3, 1, 2, 3]);
         // 512 is not a multiple of 3: the pattern restarts at each block.
         assert_eq!(&d[510..515], &[1, 2, 1, 2, 3]);
+    }
+
+    #[test]
+    fn zero_overwrite_of_a_thin_device_deallocates() {
+        let mem = Arc::new(block::MemDevice::new(1 << 20));
+        let lu = LogicalUnit::new(mem.clone(), crate::LuConfig::default()).unwrap();
+        let a = nexus("a");
+        ready(&lu, &a);
+        run(&lu, &a, &[0x2A, 0, 0, 0, 0, 0, 0, 0, 128, 0], &[9; 65536]);
+        assert!(mem.committed_bytes() > 0);
+        let mut p = vec![0x01, 0, 0, 4];
+        p.extend_from_slice(&[0; 4]);
+        let r = run(&lu, &a, &sanitize_cdb(false, 1, p.len() as u16), &p);
+        assert_eq!(r.status, status::GOOD);
+        // Nothing is left allocated, and every block reads the pattern.
+        assert_eq!(mem.committed_bytes(), 0);
+        let d = run(&lu, &a, &[0x28, 0, 0, 0, 0, 0, 0, 0, 128, 0], &[]).data_in;
+        assert!(d.iter().all(|&b| b == 0));
     }
 
     #[test]
