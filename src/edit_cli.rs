@@ -581,7 +581,11 @@ fn run_action(api: &Endpoint, action: Action) -> anyhow::Result<()> {
         Action::Edit(edit) => {
             let body = serde_json::to_vec(&edit).context("cannot encode the change")?;
             let json = answer(api, "POST", "/v1/edit", &body)?;
-            for change in items(&json["changes"]) {
+            let changes = items(&json["changes"]);
+            if changes.is_empty() {
+                println!("no changes");
+            }
+            for change in changes {
                 println!("{}", s(&change));
             }
         }

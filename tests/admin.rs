@@ -244,6 +244,15 @@ fn live_changes_apply_persist_and_leave_other_io_alone() {
     assert_eq!(stdout(&daemon.cli(&["show"])), v2);
     assert_eq!(daemon.luns(ESX1), vec![3, 7]);
 
+    // Under --listen the portals are pinned: a portal edit is refused.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
+    cmd.args(["portal", "add", "127.0.0.1:1", "--socket"])
+        .arg(&daemon.socket);
+    let refused = run_with_timeout(cmd, Duration::from_secs(60));
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--listen"));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), v2);
+
     stop.store(true, Ordering::Relaxed);
     let rounds = io
         .join()

@@ -213,6 +213,17 @@ fn edit(admin: &Admin, req: &Request) -> (u16, Value) {
         Err(e) => return error(400, format!("not an edit: {e}")),
     };
     let mut current = admin.lock();
+    let portal_edit = matches!(
+        edit,
+        control::Edit::PortalAdd { .. } | control::Edit::PortalRemove { .. }
+    );
+    if portal_edit && !current.listen_override.is_empty() {
+        return error(
+            409,
+            "portal: the daemon was started with --listen, which replaces the configured portals; \
+             restart it without --listen to manage portals",
+        );
+    }
     let text = match control::apply_edit(&current.text, &edit) {
         Ok(t) => t,
         Err(e) => return error(400, e),
