@@ -527,7 +527,7 @@ impl LogicalUnit {
     pub(crate) fn read_blocks(&self, lba: u64, blocks: u64) -> Result<Vec<u8>, Sense> {
         let len = usize::try_from(blocks * u64::from(self.block_size))
             .map_err(|_| Sense::internal_failure())?;
-        let mut buf = vec![0u8; len];
+        let mut buf = scsi_api::buffers::take(len);
         let _guard = self.locks.lock(lba, blocks, false);
         self.device
             .read_at(&mut buf, self.offset(lba))
