@@ -72,6 +72,9 @@ pub struct FileDevice {
     media: Media,
     direct: Option<Direct>,
     read_only: bool,
+    /// On tmpfs or ramfs without O_DIRECT: calls copy memory and never
+    /// wait, so transports may run them inline like a RAM LUN's.
+    in_memory: bool,
 }
 
 /// Prefixes an error with the path it concerns, so configuration errors
@@ -165,7 +168,10 @@ impl FileDevice {
             Some(f)
         };
 
+        let in_memory =
+            media == Media::Regular && direct.is_none() && sys::on_memory_file_system(file.as_fd());
         Ok(FileDevice {
+            in_memory,
             path: path.to_path_buf(),
             file,
             sync_file,
@@ -351,7 +357,7 @@ impl BlockDevice for FileDevice {
             // the disk's own cache need fdatasync to become stable, so the
             // LUN always reports a volatile cache and initiators flush.
             volatile_cache: true,
-            may_block: true,
+            may_block: !self.in_memory,
             discard_zeroes: regular,
             discard: true,
             read_only: self.read_only,
@@ -429,7 +435,46 @@ mod tests {
         assert_eq!(&head[..512], &data[..512]);
         assert!(head[512..4608].iter().all(|&b| b == 0));
         assert_eq!(&head[4608..], &data[4608..8192]);
-        assert!(dev.capabilities().thin && dev.capabilities().may_block);
+        assert!(dev.capabilities().thin);
+    }
+
+    /// File system type of the mount holding `path`, from /proc/self/mounts
+    /// (the longest mount point that prefixes it).
+    fn mount_type(path: &Path) -> String {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let path = path.canonicalize().unwrap();
+        mounts
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let (_, point, kind) = (f.next()?, f.next()?, f.next()?);
+                path.starts_with(point)
+                    .then(|| (point.len(), kind.to_string()))
+            })
+            .max()
+            .unwrap()
+            .1
+    }
+
+    #[test]
+    fn only_files_in_memory_run_inline() {
+        let shm = Path::new("/dev/shm");
+        let dirs = [
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap(),
+        ];
+        let shm_dir = shm.is_dir().then(|| tempfile::tempdir_in(shm).unwrap());
+        for dir in dirs.iter().chain(shm_dir.iter()) {
+            let dev = create(dir, "m.img", 1 << 20, false);
+            let path = dir.path().join("m.img");
+            let in_memory = matches!(mount_type(dir.path()).as_str(), "tmpfs" | "ramfs");
+            assert_eq!(
+                dev.capabilities().may_block,
+                !in_memory,
+                "{}",
+                path.display()
+            );
+        }
     }
 
     #[test]

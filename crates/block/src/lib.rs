@@ -50,6 +50,8 @@ pub trait BlockDevice: Send + Sync {
     fn size(&self) -> u64;
 
     /// Read `buf.len()` bytes at `offset`. The range is inside the device.
+    /// On success every byte of `buf` is written (holes as zeros): callers
+    /// hand in recycled buffers that still hold an earlier read.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
 
     /// Write `buf` at `offset`. With `fua`, returns only once the data is on

@@ -170,3 +170,16 @@ pub fn direct_io_alignment(fd: BorrowedFd<'_>) -> Option<(u32, u32)> {
     }
     Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align))
 }
+
+/// Whether the file lives in memory (tmpfs, ramfs): its reads and writes
+/// copy pages and never wait for a device.
+pub fn on_memory_file_system(fd: BorrowedFd<'_>) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    // SAFETY: fstatfs fills the zeroed struct for a valid descriptor.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } < 0 {
+        return false;
+    }
+    matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+}

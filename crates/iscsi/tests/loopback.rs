@@ -65,9 +65,11 @@ async fn login_read_write_logout() {
         let r = c.logout().await;
         assert_eq!(r.bhs.opcode(), Some(Opcode::LogoutResponse));
         assert_eq!(r.bhs.byte(2), 0);
-        assert!(c.closed_within(Duration::from_secs(5)).await);
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The nexus is gone (its reservations released) before the
+        // initiator reads the Logout Response.
         let ev = ram.events();
+        assert!(ev.iter().any(|e| e.starts_with("lost ")), "{ev:?}");
+        assert!(c.closed_within(Duration::from_secs(5)).await);
         assert!(
             ev[0].starts_with("added iqn.2024-01.test:client,i,0x801234560001"),
             "{ev:?}"
@@ -397,7 +399,9 @@ async fn pings_both_ways() {
     );
 
     // The target pings an idle initiator; answering keeps the connection.
-    let ping = c.recv_within(Duration::from_secs(3)).await.expect("ping");
+    // Generous bounds: pings follow a 1 s housekeeping tick, and a loaded
+    // machine may run it late.
+    let ping = c.recv_within(Duration::from_secs(10)).await.expect("ping");
     assert_eq!(
         (ping.bhs.opcode(), ping.bhs.itt()),
         (Some(Opcode::NopIn), 0xffff_ffff)
@@ -407,11 +411,11 @@ async fn pings_both_ways() {
     c.nop_out(0xffff_ffff, ttt, b"").await;
     // Not answering the next one ends it.
     let ping = c
-        .recv_within(Duration::from_secs(3))
+        .recv_within(Duration::from_secs(10))
         .await
         .expect("second ping");
     assert_eq!(ping.bhs.opcode(), Some(Opcode::NopIn));
-    assert!(c.closed_within(Duration::from_secs(5)).await);
+    assert!(c.closed_within(Duration::from_secs(15)).await);
 }
 
 #[tokio::test]

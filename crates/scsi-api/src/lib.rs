@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+pub mod buffers;
+
 /// SCSI status byte values (SAM-5).
 pub mod status {
     pub const GOOD: u8 = 0x00;

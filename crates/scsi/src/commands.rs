@@ -160,364 +160,48 @@ macro_rules! cmd {
 use op::*;
 use Access::*;
 
+#[rustfmt::skip]
 pub static COMMANDS: &[Command] = &[
-    cmd!(
-        TEST_UNIT_READY,
-        None,
-        "TEST UNIT READY",
-        &[TEST_UNIT_READY, 0, 0, 0, 0, C],
-        Status
-    ),
+    cmd!(TEST_UNIT_READY, None, "TEST UNIT READY", &[TEST_UNIT_READY, 0, 0, 0, 0, C], Status),
     Command {
         ignores_unit_attention: true,
         during_sanitize: true,
-        ..cmd!(
-            REQUEST_SENSE,
-            None,
-            "REQUEST SENSE",
-            &[REQUEST_SENSE, 0x01, 0, 0, 0xFF, C],
-            Always
-        )
+        ..cmd!(REQUEST_SENSE, None, "REQUEST SENSE", &[REQUEST_SENSE, 0x01, 0, 0, 0xFF, C], Always)
     },
-    cmd!(
-        READ_6,
-        None,
-        "READ(6)",
-        &[READ_6, 0x1F, 0xFF, 0xFF, 0xFF, C],
-        Read
-    ),
-    cmd!(
-        WRITE_6,
-        None,
-        "WRITE(6)",
-        &[WRITE_6, 0x1F, 0xFF, 0xFF, 0xFF, C],
-        Write
-    ),
+    cmd!(READ_6, None, "READ(6)", &[READ_6, 0x1F, 0xFF, 0xFF, 0xFF, C], Read),
+    cmd!(WRITE_6, None, "WRITE(6)", &[WRITE_6, 0x1F, 0xFF, 0xFF, 0xFF, C], Write),
     Command {
         ignores_unit_attention: true,
         during_sanitize: true,
-        ..cmd!(
-            INQUIRY,
-            None,
-            "INQUIRY",
-            &[INQUIRY, 0x01, 0xFF, 0xFF, 0xFF, C],
-            Always
-        )
+        ..cmd!(INQUIRY, None, "INQUIRY", &[INQUIRY, 0x01, 0xFF, 0xFF, 0xFF, C], Always)
     },
-    cmd!(
-        MODE_SELECT_6,
-        None,
-        "MODE SELECT(6)",
-        &[MODE_SELECT_6, 0x11, 0, 0, 0xFF, C],
-        Write
-    ),
-    cmd!(
-        RESERVE_6,
-        None,
-        "RESERVE(6)",
-        &[RESERVE_6, 0, 0, 0, 0, C],
-        Own
-    ),
-    cmd!(
-        RELEASE_6,
-        None,
-        "RELEASE(6)",
-        &[RELEASE_6, 0, 0, 0, 0, C],
-        Own
-    ),
-    cmd!(
-        MODE_SENSE_6,
-        None,
-        "MODE SENSE(6)",
-        &[MODE_SENSE_6, 0x08, 0xFF, 0xFF, 0xFF, C],
-        Read
-    ),
-    cmd!(
-        START_STOP_UNIT,
-        None,
-        "START STOP UNIT",
-        &[START_STOP_UNIT, 0x01, 0, 0x0F, 0xF7, C],
-        Write
-    ),
-    cmd!(
-        PREVENT_ALLOW,
-        None,
-        "PREVENT ALLOW MEDIUM REMOVAL",
-        &[PREVENT_ALLOW, 0, 0, 0, 0x03, C],
-        Write
-    ),
-    cmd!(
-        READ_CAPACITY_10,
-        None,
-        "READ CAPACITY(10)",
-        &[READ_CAPACITY_10, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0x01, C],
-        Always
-    ),
-    cmd!(
-        READ_10,
-        None,
-        "READ(10)",
-        &[READ_10, 0x1A, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
-        Read
-    ),
-    cmd!(
-        WRITE_10,
-        None,
-        "WRITE(10)",
-        &[WRITE_10, 0x1A, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
-        Write
-    ),
-    cmd!(
-        WRITE_VERIFY_10,
-        None,
-        "WRITE AND VERIFY(10)",
-        &[
-            WRITE_VERIFY_10,
-            0x16,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0x1F,
-            0xFF,
-            0xFF,
-            C
-        ],
-        Write
-    ),
-    cmd!(
-        VERIFY_10,
-        None,
-        "VERIFY(10)",
-        &[VERIFY_10, 0x16, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
-        Read
-    ),
-    cmd!(
-        PRE_FETCH_10,
-        None,
-        "PRE-FETCH(10)",
-        &[
-            PRE_FETCH_10,
-            0x02,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0x1F,
-            0xFF,
-            0xFF,
-            C
-        ],
-        Read
-    ),
-    cmd!(
-        SYNCHRONIZE_CACHE_10,
-        None,
-        "SYNCHRONIZE CACHE(10)",
-        &[
-            SYNCHRONIZE_CACHE_10,
-            0x06,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0x1F,
-            0xFF,
-            0xFF,
-            C
-        ],
-        Write
-    ),
-    cmd!(
-        READ_DEFECT_DATA_10,
-        None,
-        "READ DEFECT DATA(10)",
-        &[READ_DEFECT_DATA_10, 0, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, C],
-        Write
-    ),
-    cmd!(
-        WRITE_SAME_10,
-        None,
-        "WRITE SAME(10)",
-        &[
-            WRITE_SAME_10,
-            0x18,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0x1F,
-            0xFF,
-            0xFF,
-            C
-        ],
-        Write
-    ),
-    cmd!(
-        UNMAP,
-        None,
-        "UNMAP",
-        &[UNMAP, 0x01, 0, 0, 0, 0, 0x1F, 0xFF, 0xFF, C],
-        Write,
-        Needs::Provisioning
-    ),
-    cmd!(
-        SANITIZE,
-        Some(sa::SANITIZE_OVERWRITE),
-        "SANITIZE (OVERWRITE)",
-        &[
-            SANITIZE,
-            0xA0 | sa::SANITIZE_OVERWRITE,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            C
-        ],
-        Write,
-        Needs::SanitizeOverwrite
-    ),
-    cmd!(
-        SANITIZE,
-        Some(sa::SANITIZE_BLOCK_ERASE),
-        "SANITIZE (BLOCK ERASE)",
-        &[
-            SANITIZE,
-            0xA0 | sa::SANITIZE_BLOCK_ERASE,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            C
-        ],
-        Write,
-        Needs::SanitizeBlockErase
-    ),
-    cmd!(
-        SANITIZE,
-        Some(sa::SANITIZE_EXIT_FAILURE_MODE),
-        "SANITIZE (EXIT FAILURE MODE)",
-        &[
-            SANITIZE,
-            0xA0 | sa::SANITIZE_EXIT_FAILURE_MODE,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            C
-        ],
-        Write,
-        Needs::Sanitize
-    ),
-    cmd!(
-        MODE_SELECT_10,
-        None,
-        "MODE SELECT(10)",
-        &[MODE_SELECT_10, 0x11, 0, 0, 0, 0, 0, 0xFF, 0xFF, C],
-        Write
-    ),
-    cmd!(
-        RESERVE_10,
-        None,
-        "RESERVE(10)",
-        &[RESERVE_10, 0, 0, 0, 0, 0, 0, 0, 0, C],
-        Own
-    ),
-    cmd!(
-        RELEASE_10,
-        None,
-        "RELEASE(10)",
-        &[RELEASE_10, 0, 0, 0, 0, 0, 0, 0, 0, C],
-        Own
-    ),
-    cmd!(
-        MODE_SENSE_10,
-        None,
-        "MODE SENSE(10)",
-        &[MODE_SENSE_10, 0x18, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0xFF, C],
-        Read
-    ),
-    cmd!(
-        PERSISTENT_RESERVE_IN,
-        Some(sa::PRIN_READ_KEYS),
-        "PERSISTENT RESERVE IN (READ KEYS)",
-        &[
-            PERSISTENT_RESERVE_IN,
-            sa::PRIN_READ_KEYS,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            C
-        ],
-        Own
-    ),
-    cmd!(
-        PERSISTENT_RESERVE_IN,
-        Some(sa::PRIN_READ_RESERVATION),
-        "PERSISTENT RESERVE IN (READ RESERVATION)",
-        &[
-            PERSISTENT_RESERVE_IN,
-            sa::PRIN_READ_RESERVATION,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            C
-        ],
-        Own
-    ),
-    cmd!(
-        PERSISTENT_RESERVE_IN,
-        Some(sa::PRIN_REPORT_CAPABILITIES),
-        "PERSISTENT RESERVE IN (REPORT CAPABILITIES)",
-        &[
-            PERSISTENT_RESERVE_IN,
-            sa::PRIN_REPORT_CAPABILITIES,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            C
-        ],
-        Own
-    ),
-    cmd!(
-        PERSISTENT_RESERVE_IN,
-        Some(sa::PRIN_READ_FULL_STATUS),
-        "PERSISTENT RESERVE IN (READ FULL STATUS)",
-        &[
-            PERSISTENT_RESERVE_IN,
-            sa::PRIN_READ_FULL_STATUS,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            C
-        ],
-        Own
-    ),
+    cmd!(MODE_SELECT_6, None, "MODE SELECT(6)", &[MODE_SELECT_6, 0x11, 0, 0, 0xFF, C], Write),
+    cmd!(RESERVE_6, None, "RESERVE(6)", &[RESERVE_6, 0, 0, 0, 0, C], Own),
+    cmd!(RELEASE_6, None, "RELEASE(6)", &[RELEASE_6, 0, 0, 0, 0, C], Own),
+    cmd!(MODE_SENSE_6, None, "MODE SENSE(6)", &[MODE_SENSE_6, 0x08, 0xFF, 0xFF, 0xFF, C], Read),
+    cmd!(START_STOP_UNIT, None, "START STOP UNIT", &[START_STOP_UNIT, 0x01, 0, 0x0F, 0xF7, C], Write),
+    cmd!(PREVENT_ALLOW, None, "PREVENT ALLOW MEDIUM REMOVAL", &[PREVENT_ALLOW, 0, 0, 0, 0x03, C], Write),
+    cmd!(READ_CAPACITY_10, None, "READ CAPACITY(10)", &[READ_CAPACITY_10, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0x01, C], Always),
+    cmd!(READ_10, None, "READ(10)", &[READ_10, 0x1A, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C], Read),
+    cmd!(WRITE_10, None, "WRITE(10)", &[WRITE_10, 0x1A, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C], Write),
+    cmd!(WRITE_VERIFY_10, None, "WRITE AND VERIFY(10)", &[WRITE_VERIFY_10, 0x16, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C], Write),
+    cmd!(VERIFY_10, None, "VERIFY(10)", &[VERIFY_10, 0x16, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C], Read),
+    cmd!(PRE_FETCH_10, None, "PRE-FETCH(10)", &[PRE_FETCH_10, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C], Read),
+    cmd!(SYNCHRONIZE_CACHE_10, None, "SYNCHRONIZE CACHE(10)", &[SYNCHRONIZE_CACHE_10, 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C], Write),
+    cmd!(READ_DEFECT_DATA_10, None, "READ DEFECT DATA(10)", &[READ_DEFECT_DATA_10, 0, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, C], Write),
+    cmd!(WRITE_SAME_10, None, "WRITE SAME(10)", &[WRITE_SAME_10, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C], Write),
+    cmd!(UNMAP, None, "UNMAP", &[UNMAP, 0x01, 0, 0, 0, 0, 0x1F, 0xFF, 0xFF, C], Write, Needs::Provisioning),
+    cmd!(SANITIZE, Some(sa::SANITIZE_OVERWRITE), "SANITIZE (OVERWRITE)", &[SANITIZE, 0xA0 | sa::SANITIZE_OVERWRITE, 0, 0, 0, 0, 0, 0xFF, 0xFF, C ], Write, Needs::SanitizeOverwrite),
+    cmd!(SANITIZE, Some(sa::SANITIZE_BLOCK_ERASE), "SANITIZE (BLOCK ERASE)", &[SANITIZE, 0xA0 | sa::SANITIZE_BLOCK_ERASE, 0, 0, 0, 0, 0, 0xFF, 0xFF, C ], Write, Needs::SanitizeBlockErase),
+    cmd!(SANITIZE, Some(sa::SANITIZE_EXIT_FAILURE_MODE), "SANITIZE (EXIT FAILURE MODE)", &[SANITIZE, 0xA0 | sa::SANITIZE_EXIT_FAILURE_MODE, 0, 0, 0, 0, 0, 0xFF, 0xFF, C ], Write, Needs::Sanitize),
+    cmd!(MODE_SELECT_10, None, "MODE SELECT(10)", &[MODE_SELECT_10, 0x11, 0, 0, 0, 0, 0, 0xFF, 0xFF, C], Write),
+    cmd!(RESERVE_10, None, "RESERVE(10)", &[RESERVE_10, 0, 0, 0, 0, 0, 0, 0, 0, C], Own),
+    cmd!(RELEASE_10, None, "RELEASE(10)", &[RELEASE_10, 0, 0, 0, 0, 0, 0, 0, 0, C], Own),
+    cmd!(MODE_SENSE_10, None, "MODE SENSE(10)", &[MODE_SENSE_10, 0x18, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0xFF, C], Read),
+    cmd!(PERSISTENT_RESERVE_IN, Some(sa::PRIN_READ_KEYS), "PERSISTENT RESERVE IN (READ KEYS)", &[PERSISTENT_RESERVE_IN, sa::PRIN_READ_KEYS, 0, 0, 0, 0, 0, 0xFF, 0xFF, C], Own),
+    cmd!(PERSISTENT_RESERVE_IN, Some(sa::PRIN_READ_RESERVATION), "PERSISTENT RESERVE IN (READ RESERVATION)", &[PERSISTENT_RESERVE_IN, sa::PRIN_READ_RESERVATION, 0, 0, 0, 0, 0, 0xFF, 0xFF, C], Own),
+    cmd!(PERSISTENT_RESERVE_IN, Some(sa::PRIN_REPORT_CAPABILITIES), "PERSISTENT RESERVE IN (REPORT CAPABILITIES)", &[PERSISTENT_RESERVE_IN, sa::PRIN_REPORT_CAPABILITIES, 0, 0, 0, 0, 0, 0xFF, 0xFF, C], Own),
+    cmd!(PERSISTENT_RESERVE_IN, Some(sa::PRIN_READ_FULL_STATUS), "PERSISTENT RESERVE IN (READ FULL STATUS)", &[PERSISTENT_RESERVE_IN, sa::PRIN_READ_FULL_STATUS, 0, 0, 0, 0, 0, 0xFF, 0xFF, C], Own),
     prout(
         sa::PROUT_REGISTER,
         "PERSISTENT RESERVE OUT (REGISTER)",
@@ -558,319 +242,34 @@ pub static COMMANDS: &[Command] = &[
         "PERSISTENT RESERVE OUT (REGISTER AND MOVE)",
         &PROUT_USAGE[7],
     ),
-    cmd!(
-        EXTENDED_COPY,
-        Some(sa::EXTENDED_COPY_LID1),
-        "EXTENDED COPY(LID1)",
-        &[
-            EXTENDED_COPY,
-            sa::EXTENDED_COPY_LID1,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0,
-            C
-        ],
-        Write
-    ),
-    cmd!(
-        RECEIVE_COPY_RESULTS,
-        Some(sa::COPY_STATUS),
-        "RECEIVE COPY RESULTS (COPY STATUS)",
-        &[
-            RECEIVE_COPY_RESULTS,
-            sa::COPY_STATUS,
-            0xFF,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0,
-            C
-        ],
-        Read
-    ),
-    cmd!(
-        RECEIVE_COPY_RESULTS,
-        Some(sa::COPY_OPERATING_PARAMETERS),
-        "RECEIVE COPY RESULTS (OPERATING PARAMETERS)",
-        &[
-            RECEIVE_COPY_RESULTS,
-            sa::COPY_OPERATING_PARAMETERS,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0,
-            C
-        ],
-        Always
-    ),
+    cmd!(EXTENDED_COPY, Some(sa::EXTENDED_COPY_LID1), "EXTENDED COPY(LID1)", &[EXTENDED_COPY, sa::EXTENDED_COPY_LID1, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C], Write),
+    cmd!(RECEIVE_COPY_RESULTS, Some(sa::COPY_STATUS), "RECEIVE COPY RESULTS (COPY STATUS)", &[RECEIVE_COPY_RESULTS, sa::COPY_STATUS, 0xFF, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C], Read),
+    cmd!(RECEIVE_COPY_RESULTS, Some(sa::COPY_OPERATING_PARAMETERS), "RECEIVE COPY RESULTS (OPERATING PARAMETERS)", &[RECEIVE_COPY_RESULTS, sa::COPY_OPERATING_PARAMETERS, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C], Always),
     cmd!(READ_16, None, "READ(16)", &RW16_USAGE[0], Read),
-    cmd!(
-        COMPARE_AND_WRITE,
-        None,
-        "COMPARE AND WRITE",
-        &[
-            COMPARE_AND_WRITE,
-            0x1A,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0,
-            0,
-            0,
-            0xFF,
-            0x1F,
-            C
-        ],
-        Write
-    ),
+    cmd!(COMPARE_AND_WRITE, None, "COMPARE AND WRITE", &[COMPARE_AND_WRITE, 0x1A, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0x1F, C], Write),
     cmd!(WRITE_16, None, "WRITE(16)", &RW16_USAGE[1], Write),
     cmd!(ORWRITE_16, None, "ORWRITE(16)", &RW16_USAGE[2], Write),
-    cmd!(
-        WRITE_VERIFY_16,
-        None,
-        "WRITE AND VERIFY(16)",
-        &RW16_USAGE[3],
-        Write
-    ),
+    cmd!(WRITE_VERIFY_16, None, "WRITE AND VERIFY(16)", &RW16_USAGE[3], Write),
     cmd!(VERIFY_16, None, "VERIFY(16)", &RW16_USAGE[4], Read),
-    cmd!(
-        PRE_FETCH_16,
-        None,
-        "PRE-FETCH(16)",
-        &[
-            PRE_FETCH_16,
-            0x02,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0x1F,
-            C
-        ],
-        Read
-    ),
-    cmd!(
-        SYNCHRONIZE_CACHE_16,
-        None,
-        "SYNCHRONIZE CACHE(16)",
-        &RW16_USAGE[5],
-        Write
-    ),
+    cmd!(PRE_FETCH_16, None, "PRE-FETCH(16)", &[PRE_FETCH_16, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, C], Read),
+    cmd!(SYNCHRONIZE_CACHE_16, None, "SYNCHRONIZE CACHE(16)", &RW16_USAGE[5], Write),
     cmd!(WRITE_SAME_16, None, "WRITE SAME(16)", &RW16_USAGE[6], Write),
-    cmd!(
-        WRITE_ATOMIC_16,
-        None,
-        "WRITE ATOMIC(16)",
-        &[
-            WRITE_ATOMIC_16,
-            0x18,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            0x1F,
-            C
-        ],
-        Write,
-        Needs::Atomic
-    ),
-    cmd!(
-        SERVICE_ACTION_IN_16,
-        Some(sa::READ_CAPACITY_16),
-        "READ CAPACITY(16)",
-        &[
-            SERVICE_ACTION_IN_16,
-            sa::READ_CAPACITY_16,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0x01,
-            C
-        ],
-        Always
-    ),
-    cmd!(
-        SERVICE_ACTION_IN_16,
-        Some(sa::GET_LBA_STATUS),
-        "GET LBA STATUS",
-        &[
-            SERVICE_ACTION_IN_16,
-            sa::GET_LBA_STATUS,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0,
-            C
-        ],
-        Read
-    ),
+    cmd!(WRITE_ATOMIC_16, None, "WRITE ATOMIC(16)", &[WRITE_ATOMIC_16, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0xFF, 0xFF, 0x1F, C], Write, Needs::Atomic),
+    cmd!(SERVICE_ACTION_IN_16, Some(sa::READ_CAPACITY_16), "READ CAPACITY(16)", &[SERVICE_ACTION_IN_16, sa::READ_CAPACITY_16, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x01, C], Always),
+    cmd!(SERVICE_ACTION_IN_16, Some(sa::GET_LBA_STATUS), "GET LBA STATUS", &[SERVICE_ACTION_IN_16, sa::GET_LBA_STATUS, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, C], Read),
     Command {
         ignores_unit_attention: true,
         during_sanitize: true,
-        ..cmd!(
-            REPORT_LUNS,
-            None,
-            "REPORT LUNS",
-            &[REPORT_LUNS, 0, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C],
-            Always
-        )
+        ..cmd!(REPORT_LUNS, None, "REPORT LUNS", &[REPORT_LUNS, 0, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C], Always)
     },
-    cmd!(
-        MAINTENANCE_IN,
-        Some(sa::REPORT_TARGET_PORT_GROUPS),
-        "REPORT TARGET PORT GROUPS",
-        &[
-            MAINTENANCE_IN,
-            0xE0 | sa::REPORT_TARGET_PORT_GROUPS,
-            0,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0,
-            C
-        ],
-        Always
-    ),
-    cmd!(
-        MAINTENANCE_IN,
-        Some(sa::REPORT_SUPPORTED_OPCODES),
-        "REPORT SUPPORTED OPERATION CODES",
-        &[
-            MAINTENANCE_IN,
-            sa::REPORT_SUPPORTED_OPCODES,
-            0x87,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0,
-            C
-        ],
-        Always
-    ),
-    cmd!(
-        MAINTENANCE_IN,
-        Some(sa::REPORT_SUPPORTED_TMFS),
-        "REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS",
-        &[
-            MAINTENANCE_IN,
-            sa::REPORT_SUPPORTED_TMFS,
-            0x80,
-            0,
-            0,
-            0,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0,
-            C
-        ],
-        Always
-    ),
+    cmd!(MAINTENANCE_IN, Some(sa::REPORT_TARGET_PORT_GROUPS), "REPORT TARGET PORT GROUPS", &[MAINTENANCE_IN, 0xE0 | sa::REPORT_TARGET_PORT_GROUPS, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C ], Always),
+    cmd!(MAINTENANCE_IN, Some(sa::REPORT_SUPPORTED_OPCODES), "REPORT SUPPORTED OPERATION CODES", &[MAINTENANCE_IN, sa::REPORT_SUPPORTED_OPCODES, 0x87, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, C], Always),
+    cmd!(MAINTENANCE_IN, Some(sa::REPORT_SUPPORTED_TMFS), "REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS", &[MAINTENANCE_IN, sa::REPORT_SUPPORTED_TMFS, 0x80, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C], Always),
     cmd!(READ_12, None, "READ(12)", &RW12_USAGE[0], Read),
     cmd!(WRITE_12, None, "WRITE(12)", &RW12_USAGE[1], Write),
-    cmd!(
-        WRITE_VERIFY_12,
-        None,
-        "WRITE AND VERIFY(12)",
-        &RW12_USAGE[2],
-        Write
-    ),
+    cmd!(WRITE_VERIFY_12, None, "WRITE AND VERIFY(12)", &RW12_USAGE[2], Write),
     cmd!(VERIFY_12, None, "VERIFY(12)", &RW12_USAGE[3], Read),
-    cmd!(
-        READ_DEFECT_DATA_12,
-        None,
-        "READ DEFECT DATA(12)",
-        &[
-            READ_DEFECT_DATA_12,
-            0x1F,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0xFF,
-            0,
-            C
-        ],
-        Write
-    ),
+    cmd!(READ_DEFECT_DATA_12, None, "READ DEFECT DATA(12)", &[READ_DEFECT_DATA_12, 0x1F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, C], Write),
 ];
 
 const fn rw12(opcode: u8, flags: u8) -> [u8; 12] {

@@ -527,17 +527,28 @@ impl LogicalUnit {
     pub(crate) fn read_blocks(&self, lba: u64, blocks: u64) -> Result<Vec<u8>, Sense> {
         let len = usize::try_from(blocks * u64::from(self.block_size))
             .map_err(|_| Sense::internal_failure())?;
-        let mut buf = vec![0u8; len];
+        let mut buf = scsi_api::buffers::take(len);
         let _guard = self.locks.lock(lba, blocks, false);
-        self.device
-            .read_at(&mut buf, self.offset(lba))
-            .map_err(|e| io_sense(&e, false))?;
+        self.read_locked(&mut buf, lba)?;
         Ok(buf)
     }
 
     pub(crate) fn write_blocks(&self, lba: u64, data: &[u8], fua: bool) -> Result<(), Sense> {
         let blocks = data.len() as u64 / u64::from(self.block_size);
         let _guard = self.locks.lock(lba, blocks, false);
+        self.write_locked(data, lba, fua)
+    }
+
+    /// Read at `lba` while the caller holds the range's lock.
+    pub(crate) fn read_locked(&self, buf: &mut [u8], lba: u64) -> Result<(), Sense> {
+        self.device
+            .read_at(buf, self.offset(lba))
+            .map_err(|e| io_sense(&e, false))
+    }
+
+    /// Write at `lba` (forced to stable storage when `fua` or WCE = 0 ask
+    /// for it) while the caller holds the range's lock.
+    pub(crate) fn write_locked(&self, data: &[u8], lba: u64, fua: bool) -> Result<(), Sense> {
         self.device
             .write_at(data, self.offset(lba), self.force_unit_access(fua))
             .map_err(|e| io_sense(&e, true))

@@ -197,19 +197,11 @@ impl LogicalUnit {
         // in between.
         let _guard = self.locks.lock(e.lba, blocks, true);
         let mut buf = vec![0u8; data.len()];
-        self.device
-            .read_at(&mut buf, self.offset(e.lba))
-            .map_err(|err| io_sense(&err, false))?;
+        self.read_locked(&mut buf, e.lba)?;
         for (b, d) in buf.iter_mut().zip(data) {
             *b |= d;
         }
-        self.device
-            .write_at(
-                &buf,
-                self.offset(e.lba),
-                self.force_unit_access(fua_of(cdb)),
-            )
-            .map_err(|err| io_sense(&err, true))?;
+        self.write_locked(&buf, e.lba, fua_of(cdb))?;
         Ok(ScsiResponse::good())
     }
 
@@ -233,15 +225,11 @@ impl LogicalUnit {
         let (expect, new) = ctx.cmd.data_out[..len].split_at(len / 2);
         let _guard = self.locks.lock(e.lba, e.blocks, true);
         let mut current = vec![0u8; expect.len()];
-        self.device
-            .read_at(&mut current, self.offset(e.lba))
-            .map_err(|err| io_sense(&err, false))?;
+        self.read_locked(&mut current, e.lba)?;
         if let Some(at) = first_difference(&current, expect) {
             return Err(Sense::miscompare(at as u64).into());
         }
-        self.device
-            .write_at(new, self.offset(e.lba), self.force_unit_access(fua_of(cdb)))
-            .map_err(|err| io_sense(&err, true))?;
+        self.write_locked(new, e.lba, fua_of(cdb))?;
         Ok(ScsiResponse::good())
     }
 
@@ -259,13 +247,7 @@ impl LogicalUnit {
             return Err(Sense::illegal(asc::INVALID_FIELD_IN_INFORMATION_UNIT).into());
         };
         let _guard = self.locks.lock(e.lba, e.blocks, true);
-        self.device
-            .write_at(
-                data,
-                self.offset(e.lba),
-                self.force_unit_access(fua_of(cdb)),
-            )
-            .map_err(|err| io_sense(&err, true))?;
+        self.write_locked(data, e.lba, fua_of(cdb))?;
         Ok(ScsiResponse::good())
     }
 

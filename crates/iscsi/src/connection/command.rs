@@ -136,7 +136,11 @@ pub(crate) fn residual(shape: &ResponseShape, resp: &ScsiResponse) -> Residual {
 /// when there is no sense, a separate SCSI Response otherwise.
 pub(crate) fn response_pdus(shape: &ResponseShape, resp: ScsiResponse) -> Vec<OutPdu> {
     let residual = residual(shape, &resp);
-    let mut data_in = Bytes::from(resp.data_in);
+    let mut data_in = if resp.data_in.capacity() >= 64 << 10 {
+        Bytes::from_owner(scsi_api::buffers::Recycled(resp.data_in))
+    } else {
+        Bytes::from(resp.data_in)
+    };
     if shape.read {
         data_in.truncate(shape.edtl as usize);
     } else {

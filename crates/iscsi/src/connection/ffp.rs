@@ -117,6 +117,8 @@ pub(super) struct Conn {
     /// that the clock is not read for every PDU.
     pub(super) rx_since_tick: bool,
     pub(super) logout_deadline: Option<Instant>,
+    /// The SCSI layer was told the I_T nexus is gone.
+    pub(super) nexus_ended: bool,
 }
 
 /// Run the full feature phase until the connection ends, then tear the
@@ -164,6 +166,7 @@ pub(crate) async fn run(server: Arc<Server>, stream: TcpStream, est: Established
         last_rx: Instant::now(),
         rx_since_tick: false,
         logout_deadline: None,
+        nexus_ended: false,
     };
     let cause = conn.main_loop(&mut reader, est.control_rx).await;
     drop(reader);
@@ -493,6 +496,9 @@ impl Conn {
                 return Flow::Close(c);
             }
         }
+        // The I_T nexus ends before the initiator hears that it did: a
+        // reservation it held must not outlive the Logout Response it sees.
+        self.end_nexus().await;
         let bhs = target::logout_response(l.itt, LOGOUT_OK, 0, 0);
         let _ = self
             .send(OutPdu::new(bhs, Bytes::new(), StatSn::Advance))
@@ -565,6 +571,16 @@ impl Conn {
         }
     }
 
+    /// Tell the SCSI layer this session's I_T nexus is gone (once).
+    async fn end_nexus(&mut self) {
+        if std::mem::replace(&mut self.nexus_ended, true) {
+            return;
+        }
+        if let (Some(target), Some(nexus)) = (self.ctx.target.clone(), self.ctx.nexus.clone()) {
+            let _ = tokio::task::spawn_blocking(move || target.scsi.nexus_lost(&nexus)).await;
+        }
+    }
+
     async fn teardown(
         mut self,
         cause: &'static str,
@@ -581,9 +597,7 @@ impl Conn {
         for w in aborted.waiters {
             w.wait().await;
         }
-        if let (Some(target), Some(nexus)) = (self.ctx.target.clone(), self.ctx.nexus.clone()) {
-            let _ = tokio::task::spawn_blocking(move || target.scsi.nexus_lost(&nexus)).await;
-        }
+        self.end_nexus().await;
         self.server.registry.lock().remove(self.ctx.id);
         let _ = closed.send(true);
         tracing::info!(

@@ -104,6 +104,8 @@ pub(crate) struct PduReader<R> {
 
 /// Bytes asked of the socket per read.
 const READ_CHUNK: usize = 64 * 1024;
+/// Data segments at least this long share the read buffer's memory.
+const SHARED_SEGMENT: usize = 16 * 1024;
 
 impl<R: AsyncRead + Unpin> PduReader<R> {
     pub fn new(r: R, framing: Framing) -> Self {
@@ -172,6 +174,7 @@ impl<R: AsyncRead + Unpin> PduReader<R> {
             }
             at += DIGEST_LEN;
         }
+        let data_at = at;
         let data = &frame[at..at + lens.data + lens.padding];
         at += lens.data + lens.padding;
         if lens.data_digest > 0 {
@@ -183,13 +186,16 @@ impl<R: AsyncRead + Unpin> PduReader<R> {
                 }));
             }
         }
-        // The data gets its own allocation: a small segment must not keep
-        // a whole read buffer alive while its command waits.
-        Some(Ok(Pdu {
-            bhs,
-            ahs: ahs.to_vec(),
-            data: Bytes::copy_from_slice(&data[..lens.data]),
-        }))
+        let ahs = ahs.to_vec();
+        // A small segment gets its own allocation, so it does not keep a
+        // whole read buffer alive while its command waits; a large one is
+        // most of its buffer already and is not worth a copy.
+        let data = if lens.data >= SHARED_SEGMENT {
+            frame.freeze().slice(data_at..data_at + lens.data)
+        } else {
+            Bytes::copy_from_slice(&data[..lens.data])
+        };
+        Some(Ok(Pdu { bhs, ahs, data }))
     }
 }
 

@@ -17,6 +17,9 @@ use crate::pdu::initiator::{Request, ScsiCommand as ScsiCommandPdu};
 use crate::pdu::target::{self, reject_reason};
 use crate::pdu::Bhs;
 
+/// Most bytes reserved ahead for assembling one write's Data-Out.
+const ASSEMBLY_RESERVE: usize = 16 << 20;
+
 impl Conn {
     pub(super) async fn on_scsi_command(
         &mut self,
@@ -220,16 +223,26 @@ impl Conn {
         };
         let complete = ws.complete();
         // Immediate data was kept as received; assemble once more arrives.
+        if task.data.capacity() == 0 {
+            // One buffer for the whole transfer (the EDTL is capped only
+            // for how much is reserved ahead, not for what may arrive).
+            task.data = scsi_api::buffers::take_empty((task.edtl as usize).min(ASSEMBLY_RESERVE));
+        }
         if task.data.is_empty() && !task.immediate.is_empty() {
             task.data.extend_from_slice(&task.immediate);
             task.immediate = Bytes::new();
         }
         let start = placement.offset as usize;
         let end = start + placement.len as usize;
-        if task.data.len() < end {
-            task.data.resize(end, 0);
+        if start == task.data.len() {
+            // In order, the usual case: no zero fill before the copy.
+            task.data.extend_from_slice(&d.data);
+        } else {
+            if task.data.len() < end {
+                task.data.resize(end, 0);
+            }
+            task.data[start..end].copy_from_slice(&d.data);
         }
-        task.data[start..end].copy_from_slice(&d.data);
         if complete {
             return self.ready(itt).await;
         }
@@ -313,7 +326,7 @@ impl Conn {
         let data_out = if task.data.is_empty() {
             std::mem::take(&mut task.immediate)
         } else {
-            Bytes::from(std::mem::take(&mut task.data))
+            Bytes::from_owner(scsi_api::buffers::Recycled(std::mem::take(&mut task.data)))
         };
         let job = Job {
             lun: task.lun,
