@@ -9,11 +9,12 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::iscsi::{rw10_cdb, LoginParams, Session};
+use common::iscsi::{rw10_cdb, Completion, LoginParams, Session};
 use common::{free_port, require_tool, run_with_timeout};
 
 const TARGET: &str = "iqn.2026-11.org.test:edit";
@@ -162,33 +163,95 @@ impl Drop for Daemon {
     }
 }
 
-/// Writes and reads back LUN `lun` as ESX1 until told to stop; the number
-/// of verified rounds or the first error.
-fn verified_io(port: u16, lun: u64, stop: Arc<AtomicBool>) -> Result<u64, String> {
+/// What one I/O session saw.
+#[derive(Debug, Default)]
+struct IoOutcome {
+    /// Rounds of write + read back + compare that succeeded.
+    rounds: u64,
+    /// A unit attention REPORTED LUNS DATA HAS CHANGED arrived.
+    luns_changed: bool,
+    /// Commands ended with LOGICAL UNIT NOT SUPPORTED (the LUN was removed).
+    lun_gone: bool,
+}
+
+/// ASC and ASCQ of fixed or descriptor format sense data.
+fn asc(c: &Completion) -> (u8, u8) {
+    let at = |i: usize| c.sense.get(i).copied().unwrap_or(0);
+    match at(0) & 0x7f {
+        0x72 | 0x73 => (at(2), at(3)),
+        _ => (at(12), at(13)),
+    }
+}
+
+/// One command, retried past unit attentions (noting a changed LUN map).
+fn command(
+    s: &mut Session,
+    lun: u64,
+    cdb: &[u8],
+    data: &[u8],
+    read_len: usize,
+    seen: &mut IoOutcome,
+) -> Result<Completion, String> {
+    for _ in 0..8 {
+        let c = s
+            .command(lun, cdb, data, read_len)
+            .map_err(|e| format!("round {}: {e}", seen.rounds))?;
+        if c.sense_key() != Some(6) {
+            return Ok(c);
+        }
+        if asc(&c) == (0x3f, 0x0e) {
+            seen.luns_changed = true;
+        }
+    }
+    Err("unit attentions kept coming".into())
+}
+
+/// Writes, reads back and compares LUN `lun` as ESX1 until `stop` (and at
+/// least 20 rounds), or with `until_gone` until the LUN is removed: then
+/// the only acceptable failure is LOGICAL UNIT NOT SUPPORTED.
+fn verified_io(
+    port: u16,
+    lun: u64,
+    stop: Arc<AtomicBool>,
+    until_gone: bool,
+    progress: Arc<AtomicU64>,
+) -> Result<IoOutcome, String> {
+    // One session per LUN: the same ISID would reinstate (end) the other.
+    let mut params = LoginParams::normal(ESX1, TARGET);
+    params.isid[5] = lun as u8;
     let mut s = Session::login(
         ([127, 0, 0, 1], port).into(),
-        &LoginParams::normal(ESX1, TARGET),
+        &params,
         Duration::from_secs(10),
     )
     .map_err(|e| format!("login: {e}"))?;
-    let mut rounds = 0u64;
-    while !stop.load(Ordering::Relaxed) || rounds < 20 {
-        let lba = (rounds % 64) as u32 * 8;
+    let mut seen = IoOutcome::default();
+    let gone = |c: &Completion| c.sense_key() == Some(0x05) && asc(c) == (0x25, 0x00);
+    while until_gone || !stop.load(Ordering::Relaxed) || seen.rounds < 20 {
+        let lba = (seen.rounds % 64) as u32 * 8;
         let data: Vec<u8> = (0..4096u32)
-            .map(|i| (i as u64 * 13 + rounds * 5) as u8)
+            .map(|i| (i as u64 * 13 + seen.rounds * 5 + lun) as u8)
             .collect();
-        s.write10(lun, lba, &data, 512)
-            .map_err(|e| format!("write round {rounds}: {e}"))?;
-        let back = s
-            .read10(lun, lba, 8, 512)
-            .map_err(|e| format!("read round {rounds}: {e}"))?;
-        if back != data {
-            return Err(format!("round {rounds}: data read back differs"));
+        let w = command(&mut s, lun, &rw10_cdb(0x2a, lba, 8), &data, 0, &mut seen)?;
+        let r = command(&mut s, lun, &rw10_cdb(0x28, lba, 8), &[], 4096, &mut seen)?;
+        if until_gone && (gone(&w) || gone(&r)) {
+            seen.lun_gone = true;
+            break;
         }
-        rounds += 1;
+        if w.status != 0 || r.status != 0 {
+            return Err(format!(
+                "round {}: status {:#x}/{:#x}, sense {:02x?} {:02x?}",
+                seen.rounds, w.status, r.status, w.sense, r.sense
+            ));
+        }
+        if r.data != data {
+            return Err(format!("round {}: data read back differs", seen.rounds));
+        }
+        seen.rounds += 1;
+        progress.store(seen.rounds, Ordering::Relaxed);
     }
     s.logout().map_err(|e| format!("logout: {e}"))?;
-    Ok(rounds)
+    Ok(seen)
 }
 
 /// The sense key of a one-block WRITE(10) to `lun` as `initiator`, past
@@ -237,7 +300,8 @@ fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
     let stop = Arc::new(AtomicBool::new(false));
     let io = {
         let stop = stop.clone();
-        std::thread::spawn(move || verified_io(port, 3, stop))
+        let progress = Arc::new(AtomicU64::new(0));
+        std::thread::spawn(move || verified_io(port, 3, stop, false, progress))
     };
 
     // A new device, a new group with its own map (the same device under
@@ -264,7 +328,30 @@ fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
     daemon.ok(&["lun", "add", TARGET, "1", "spare", "--group", "linux"]);
     daemon.ok(&["lun", "add", TARGET, "5", "spare", "--group", "esx"]);
     assert_eq!(daemon.luns(port, ESX1, ""), vec![3, 5, 201]);
+
+    // LUN 5 is removed while a session writes to it: its I/O ends with
+    // LOGICAL UNIT NOT SUPPORTED, never a hang, an error on another LUN
+    // or a wrong read.
+    let progress = Arc::new(AtomicU64::new(0));
+    let (done_tx, done_rx) = mpsc::channel();
+    {
+        let progress = progress.clone();
+        let never = Arc::new(AtomicBool::new(false));
+        std::thread::spawn(move || {
+            let _ = done_tx.send(verified_io(port, 5, never, true, progress));
+        });
+    }
+    let start = Instant::now();
+    while progress.load(Ordering::Relaxed) < 10 {
+        assert!(start.elapsed() < Duration::from_secs(60), "no I/O on LUN 5");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     daemon.ok(&["lun", "remove", TARGET, "5", "--group", "esx"]);
+    let removed = done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("I/O on the removed LUN ended")
+        .unwrap_or_else(|e| panic!("I/O on the removed LUN: {e}\n{}", daemon.log()));
+    assert!(removed.lun_gone && removed.rounds >= 10, "{removed:?}");
     daemon.ok(&[
         "lun",
         "modify",
@@ -368,11 +455,16 @@ fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
     assert_eq!(daemon.luns(port, ESX1, ""), vec![3, 201]);
 
     stop.store(true, Ordering::Relaxed);
-    let rounds = io
+    let untouched = io
         .join()
         .unwrap()
         .unwrap_or_else(|e| panic!("I/O on the untouched LUN failed: {e}\n{}", daemon.log()));
-    assert!(rounds >= 20);
+    assert!(untouched.rounds >= 20);
+    assert!(!untouched.lun_gone);
+    assert!(
+        untouched.luns_changed,
+        "the group's sessions hear that its LUN map changed"
+    );
 
     // The file keeps its comment, stays private, and is what a restart serves.
     let text = std::fs::read_to_string(&path).unwrap();
