@@ -22,6 +22,7 @@ const ESX1: &str = "iqn.1998-01.com.vmware:esx1";
 const LINUX1: &str = "iqn.2026-11.org.test:linux-1";
 const STRANGER: &str = "iqn.2026-11.org.test:stranger";
 const LINUX_SECRET: &str = "linux-secret-0123";
+const MUTUAL_SECRET: &str = "array-secret-4567";
 
 fn config(dir: &Path, port: u16) -> String {
     let d = dir.display();
@@ -275,6 +276,18 @@ fn write_sense_key(port: u16, initiator: &str, lun: u64) -> Option<u8> {
     panic!("unit attentions kept coming");
 }
 
+/// `iscsi-inq -i LINUX1 URL` with extra environment; true on success.
+fn inq(url: &str, env: &[(&str, &str)]) -> bool {
+    let mut cmd = Command::new("iscsi-inq");
+    cmd.arg("-i").arg(LINUX1).arg(url);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run_with_timeout(cmd, Duration::from_secs(60))
+        .status
+        .success()
+}
+
 fn wait_refused(port: u16) -> bool {
     for _ in 0..200 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -288,6 +301,7 @@ fn wait_refused(port: u16) -> bool {
 #[test]
 fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
     require_tool("iscsi-ls");
+    require_tool("iscsi-inq");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("openarray.toml");
     let port = free_port();
@@ -418,6 +432,68 @@ fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
     assert_eq!(
         daemon.luns(port, LINUX1, &format!("linux%{LINUX_SECRET}@")),
         vec![0, 1]
+    );
+
+    // Mutual CHAP, the initiator's secret from standard input; then back
+    // to one-way (a set replaces the credentials).
+    let mutual_file = dir.path().join("array.secret");
+    std::fs::write(&mutual_file, format!("{MUTUAL_SECRET}\n")).unwrap();
+    let mut set = Command::new(env!("CARGO_BIN_EXE_openarray"));
+    set.args(["chap", "set", "--target", TARGET, "--group", "linux"])
+        .args([
+            "--user",
+            "linux",
+            "--secret-file",
+            "-",
+            "--mutual-user",
+            "array",
+        ])
+        .arg("--mutual-secret-file")
+        .arg(&mutual_file)
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null());
+    let mut child = set.spawn().unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "{LINUX_SECRET}").unwrap();
+    }
+    assert!(child.wait().unwrap().success());
+    let url = format!("iscsi://linux%{LINUX_SECRET}@127.0.0.1:{port}/{TARGET}/0");
+    assert!(inq(
+        &url,
+        &[
+            ("LIBISCSI_CHAP_TARGET_USERNAME", "array"),
+            ("LIBISCSI_CHAP_TARGET_PASSWORD", MUTUAL_SECRET)
+        ]
+    ));
+    assert!(!inq(
+        &url,
+        &[
+            ("LIBISCSI_CHAP_TARGET_USERNAME", "array"),
+            ("LIBISCSI_CHAP_TARGET_PASSWORD", "array-secret-wrong")
+        ]
+    ));
+    assert!(!inq(&url, &[]), "the target insists on mutual CHAP");
+    daemon.ok(&[
+        "chap",
+        "set",
+        "--target",
+        TARGET,
+        "--group",
+        "linux",
+        "--user",
+        "linux",
+        "--secret-file",
+        secret_file.to_str().unwrap(),
+    ]);
+    assert!(inq(&url, &[]));
+    let log = daemon.log();
+    assert!(
+        !log.contains(LINUX_SECRET) && !log.contains(MUTUAL_SECRET),
+        "a secret reached the log"
     );
 
     // A second portal comes and goes without touching the first.
