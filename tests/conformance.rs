@@ -242,13 +242,13 @@ const THIN_CONFIG: &str = r#"
 [[pool]]
 name = "tank"
 devices = ["@DIR@/tank0.img", "@DIR@/tank1.img"]
-device_size = "192M"
+device_size = "640M"
 
 [[device]]
 name = "thin0"
 kind = "volume"
 pool = "tank"
-size = "256M"
+size = "1G"
 
 [[target]]
 name = "iqn.2026-11.org.openarray:thin"
@@ -258,8 +258,9 @@ lun = 0
 device = "thin0"
 "#;
 
-/// A 256 MiB thin volume of a pool over two files: UNMAP, WRITE SAME with
-/// UNMAP and GET LBA STATUS run against real allocation.
+/// A 1 GiB thin volume (the size of the other scenarios' LUNs) of a pool
+/// over two sparse files: UNMAP, WRITE SAME with UNMAP and GET LBA STATUS
+/// run against real allocation.
 #[test]
 fn thin_volume_lun() {
     let dir = tempfile::tempdir().expect("tempdir");
