@@ -95,11 +95,13 @@ pub enum DeviceOp {
         /// file, mem, null or volume.
         #[arg(long)]
         kind: String,
+        /// For `file`: the file or block device.
         #[arg(long)]
         path: Option<PathBuf>,
         /// Bytes, or with a unit: 512M, 10G.
         #[arg(long)]
         size: Option<String>,
+        /// Serve the device read-only to everyone.
         #[arg(long)]
         read_only: bool,
         /// Any other key of [[device]], e.g. `--set block_size=4096`.
@@ -128,6 +130,7 @@ pub enum TargetOp {
     },
     Add {
         iqn: String,
+        /// TargetAlias reported at login.
         #[arg(long)]
         alias: Option<String>,
     },
@@ -198,6 +201,7 @@ pub enum InitiatorOp {
 pub enum LunOp {
     List {
         target: String,
+        /// The group's map instead of the target's own.
         #[arg(long)]
         group: Option<String>,
     },
@@ -206,8 +210,10 @@ pub enum LunOp {
         target: String,
         lun: u64,
         device: String,
+        /// Map it in this group instead of the target's own map.
         #[arg(long)]
         group: Option<String>,
+        /// Writes through this mapping fail with DATA PROTECT.
         #[arg(long)]
         read_only: bool,
     },
@@ -215,14 +221,17 @@ pub enum LunOp {
     Modify {
         target: String,
         lun: u64,
+        /// The mapping in this group instead of the target's own map.
         #[arg(long)]
         group: Option<String>,
+        /// Refuse writes through the mapping.
         #[arg(
             long,
             conflicts_with = "read_write",
             required_unless_present = "read_write"
         )]
         read_only: bool,
+        /// Allow writes again.
         #[arg(long)]
         read_write: bool,
     },
@@ -232,6 +241,7 @@ pub enum LunOp {
     Remove {
         target: String,
         lun: u64,
+        /// The mapping in this group instead of the target's own map.
         #[arg(long)]
         group: Option<String>,
     },
@@ -240,10 +250,13 @@ pub enum LunOp {
 /// Whose credentials: `--discovery`, `--target T` or `--target T --group G`.
 #[derive(Args)]
 pub struct ChapWhere {
+    /// The credentials of discovery (SendTargets) sessions.
     #[arg(long, conflicts_with = "target", required_unless_present = "target")]
     discovery: bool,
+    /// The credentials of logins to this target.
     #[arg(long)]
     target: Option<String>,
+    /// Of this group of --target only (they take precedence over the target's).
     #[arg(long, requires = "target")]
     group: Option<String>,
 }
@@ -270,13 +283,16 @@ pub enum ChapOp {
     Set {
         #[command(flatten)]
         at: ChapWhere,
+        /// The name initiators present (CHAP_N).
         #[arg(long)]
         user: String,
         /// File holding the secret, or `-` for standard input.
         #[arg(long, value_name = "FILE")]
         secret_file: PathBuf,
+        /// Mutual CHAP: the name the target answers with.
         #[arg(long, requires = "mutual_secret_file")]
         mutual_user: Option<String>,
+        /// Mutual CHAP: file holding the target's secret (`-` for stdin).
         #[arg(long, value_name = "FILE", requires = "mutual_user")]
         mutual_secret_file: Option<PathBuf>,
     },
