@@ -433,6 +433,11 @@ main() {
     log "building openarray (release)"
     run_child cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" -p openarray --bin openarray
     OA_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/openarray
+    # What was built: the commit, and whether the working tree differed from it.
+    local commit dirty
+    commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    dirty=$(git -C "$ROOT" status --porcelain --untracked-files=no -- src crates Cargo.toml Cargo.lock 2>/dev/null | wc -l)
+    [ "$dirty" -eq 0 ] || commit="$commit (+ uncommitted changes in $dirty files of src/, crates/)"
 
     WORK=$(mktemp -d /dev/shm/openarray-matrix.XXXXXX)
     RESULTS=$WORK/results.tsv
@@ -474,8 +479,6 @@ main() {
         direct_round "$round"
     done
 
-    local commit
-    commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
     local cmd="bench/matrix.sh"
     [ "$QUICK" -eq 1 ] && cmd="bench/matrix.sh --quick"
     mkdir -p "$MATRIX_OUT"
