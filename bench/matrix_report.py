@@ -431,21 +431,42 @@ STYLES = {"tgt": "lc rgb '#d62728' pt 7", "openarray": "lc rgb '#1f77b4' pt 5",
           "bridge": "lc rgb '#7f7f7f' pt 9 dt 2"}
 
 
+def best_and_all(rows, section, system, workload=None, cols=("iops", "mbps")):
+    """Data lines of the best round per depth or session count (the line)
+    and of every round (the dots)."""
+    params = sorted({int(r["param"]) for r in matching(rows, section, system, workload)})
+    best = [find(rows, section, system, workload, p) for p in params]
+    every = sorted(matching(rows, section, system, workload), key=lambda r: int(r["param"]))
+
+    def data(selected):
+        return [" ".join([r["param"]] + [r[c] for c in cols]) for r in selected
+                if num(r[cols[0]]) is not None] or ["1 0 0"]
+
+    return data(best), data(every)
+
+
+def plot_series(name, col, style, title):
+    """The best rounds as a line, every round as dots of the same colour."""
+    colour = style.split(" pt ")[0]
+    return (f"${name}_best using 1:{col} with linespoints {style} title '{title}', "
+            f"${name}_all using 1:{col} with points {colour} pt 1 notitle")
+
+
 def plot_depth(rows, out_dir):
     script = PLOT_HEAD.format(w=1100, h=800, out=os.path.join(out_dir, "iops-vs-depth.png"))
     for wl, _ in WORKLOADS:
         for system in ("tgt", "openarray", "bridge"):
-            lines = [f"{r['param']} {r['iops']} {r['mbps']}" for r in rows
-                     if r["section"] == "matrix" and r["system"] == system and r["workload"] == wl
-                     and num(r["iops"]) is not None]
-            script += datablock(f"d_{wl.replace('-', '_')}_{system}", lines or ["1 0 0"])
-    script += "set multiplot layout 2,2 title 'fio through the NBD bridge, by queue depth'\n"
+            best, every = best_and_all(rows, "matrix", system, wl)
+            script += datablock(f"d_{wl.replace('-', '_')}_{system}_best", best)
+            script += datablock(f"d_{wl.replace('-', '_')}_{system}_all", every)
+    script += ("set multiplot layout 2,2 title 'fio through the NBD bridge, by queue depth "
+               "(line: best round, +: every round)'\n")
     script += "set logscale x 2\nset xlabel 'queue depth'\nset grid\nset key top left\nset yrange [0:*]\n"
     for wl, name in WORKLOADS:
         col, unit = (2, "IOPS") if wl.startswith("4k") else (3, "MB/s")
         script += f"set title '{name}'\nset ylabel '{unit}'\n"
-        series = [f"$d_{wl.replace('-', '_')}_{s} using 1:{col} with linespoints {STYLES[s]} "
-                  f"title '{'bridge only' if s == 'bridge' else s}'"
+        series = [plot_series(f"d_{wl.replace('-', '_')}_{s}", col, STYLES[s],
+                              "bridge only" if s == "bridge" else s)
                   for s in ("tgt", "openarray", "bridge")]
         script += "plot " + ", ".join(series) + "\n"
     script += "unset multiplot\n"
@@ -455,18 +476,18 @@ def plot_depth(rows, out_dir):
 def plot_sessions(rows, out_dir):
     script = PLOT_HEAD.format(w=1100, h=420, out=os.path.join(out_dir, "iops-vs-sessions.png"))
     for system in ("tgt", "openarray"):
-        lines = sorted((int(r["param"]), r["iops"], r["cpu"]) for r in rows
-                       if r["section"] == "sessions" and r["system"] == system
-                       and num(r["iops"]) is not None)
-        script += datablock(f"s_{system}", [f"{n} {i} {c}" for n, i, c in lines] or ["1 0 0"])
-    script += ("set multiplot layout 1,2 title '4K random read, QD32 per session (iscsi-perf)'\n"
+        best, every = best_and_all(rows, "sessions", system, cols=("iops", "cpu"))
+        script += datablock(f"s_{system}_best", best)
+        script += datablock(f"s_{system}_all", every)
+    script += ("set multiplot layout 1,2 title '4K random read, QD32 per session (iscsi-perf; "
+               "line: best round, +: every round)'\n"
                "set logscale x 2\nset xlabel 'sessions'\nset grid\nset key top left\nset yrange [0:*]\n"
                "set title 'IOPS (sum over sessions)'\nset ylabel 'IOPS'\n"
-               f"plot $s_tgt using 1:2 with linespoints {STYLES['tgt']} title 'tgt', "
-               f"$s_openarray using 1:2 with linespoints {STYLES['openarray']} title 'openarray'\n"
-               "set title 'target CPU per I/O'\nset ylabel 'µs'\n"
-               f"plot $s_tgt using 1:3 with linespoints {STYLES['tgt']} title 'tgt', "
-               f"$s_openarray using 1:3 with linespoints {STYLES['openarray']} title 'openarray'\n"
+               f"plot {plot_series('s_tgt', 2, STYLES['tgt'], 'tgt')}, "
+               f"{plot_series('s_openarray', 2, STYLES['openarray'], 'openarray')}\n"
+               "set title 'target CPU per I/O (of the same rounds)'\nset ylabel 'µs'\n"
+               f"plot {plot_series('s_tgt', 3, STYLES['tgt'], 'tgt')}, "
+               f"{plot_series('s_openarray', 3, STYLES['openarray'], 'openarray')}\n"
                "unset multiplot\n")
     gnuplot(script)
 
