@@ -8,32 +8,12 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use iscsi::access::{AccessList, AccessPolicy, Admission, Group, InitiatorPattern, TargetAccess};
 use iscsi::auth_chap::{ChapAuthenticator, ChapCredentials, ChapPolicy, ChapRequirement, Secret};
 use iscsi::login::{LoginMachine, LoginStep, TargetDirectory, TargetInfo};
 use iscsi::negotiation::TargetLimits;
-use iscsi::pdu::initiator::LoginRequest;
 use libfuzzer_sys::fuzz_target;
-use scsi_api::{Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult};
-
-struct NoLuns;
-impl ScsiTarget for NoLuns {
-    fn execute(&self, _: &Nexus, _: &ScsiCommand<'_>) -> ScsiResponse {
-        ScsiResponse::default()
-    }
-    fn may_block(&self, _: u64) -> bool {
-        false
-    }
-    fn lun_exists(&self, _: &Nexus, _: u64) -> bool {
-        false
-    }
-    fn task_management(&self, _: &Nexus, _: TaskManagement) -> TmfResult {
-        TmfResult::Complete
-    }
-    fn nexus_lost(&self, _: &Nexus) {}
-    fn nexus_added(&self, _: &Nexus) {}
-}
+use openarray_fuzz::{login_requests, NoLuns};
 
 fn chap(user: &str, secret: &str, mutual: bool) -> ChapRequirement {
     ChapRequirement {
@@ -113,25 +93,7 @@ fuzz_target!(|data: &[u8]| {
         1,
         128,
     );
-    for chunk in data.split(|&b| b == 0xff) {
-        let Some((&flags, text)) = chunk.split_first() else {
-            continue;
-        };
-        let req = LoginRequest {
-            transit: flags & 0x80 != 0,
-            continue_: flags & 0x40 != 0,
-            csg: (flags >> 2) & 3,
-            nsg: flags & 3,
-            version_max: 0,
-            version_min: 0,
-            isid: [0x80, 0, 0, 0, 0, 1],
-            tsih: 0,
-            itt: 1,
-            cid: 0,
-            cmdsn: 1,
-            exp_statsn: 0,
-            data: Bytes::copy_from_slice(text),
-        };
+    for req in login_requests(data) {
         match machine.step(&req, &directory) {
             LoginStep::Reply(_) => {}
             LoginStep::Complete(_, result) => {

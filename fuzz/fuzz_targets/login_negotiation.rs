@@ -7,12 +7,11 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use iscsi::auth::NoAuthentication;
 use iscsi::login::{LoginMachine, LoginStep, TargetDirectory, TargetInfo};
 use iscsi::negotiation::{Negotiator, Stage, TargetLimits};
-use iscsi::pdu::initiator::LoginRequest;
 use libfuzzer_sys::fuzz_target;
+use openarray_fuzz::login_requests;
 
 struct Targets;
 
@@ -42,25 +41,7 @@ fuzz_target!(|data: &[u8]| {
     // The login state machine over a sequence of requests.
     let mut machine =
         LoginMachine::new(TargetLimits::default(), Arc::new(NoAuthentication), 1, 128);
-    for chunk in data.split(|&b| b == 0xff) {
-        let Some((&flags, text)) = chunk.split_first() else {
-            continue;
-        };
-        let req = LoginRequest {
-            transit: flags & 0x80 != 0,
-            continue_: flags & 0x40 != 0,
-            csg: (flags >> 2) & 3,
-            nsg: flags & 3,
-            version_max: 0,
-            version_min: 0,
-            isid: [0x80, 0, 0, 0, 0, 1],
-            tsih: 0,
-            itt: 1,
-            cid: 0,
-            cmdsn: 1,
-            exp_statsn: 0,
-            data: Bytes::copy_from_slice(text),
-        };
+    for req in login_requests(data) {
         match machine.step(&req, &Targets) {
             LoginStep::Reply(_) => {}
             LoginStep::Complete(reply, result) => {
