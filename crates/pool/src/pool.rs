@@ -231,6 +231,35 @@ pub struct Pool {
     commit_lock: Mutex<()>,
     /// Whether the data devices sit behind a simulated volatile cache.
     volatile_cache: bool,
+    /// Whether I/O may wait on storage: a data device or the metadata
+    /// store does. A pool wholly in memory runs its volumes' commands on
+    /// the caller's thread, like a file on tmpfs.
+    may_block: bool,
+}
+
+/// Whether the metadata store may wait on storage: a file on a file
+/// system other than tmpfs or ramfs, or a device that may block.
+fn metadata_may_block(metadata: &MetadataLocation) -> bool {
+    match metadata {
+        MetadataLocation::Device(dev) => dev.capabilities().may_block,
+        MetadataLocation::File(path) => !on_memory_file_system(path),
+    }
+}
+
+fn on_memory_file_system(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs(2) with a NUL-terminated path and a zeroed struct of
+    // the right type to fill.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c_path.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
 }
 
 fn new_pool_id() -> u128 {
@@ -308,7 +337,7 @@ impl Pool {
             unit_size,
             devices: units,
         })?;
-        Pool::assemble(name, devices, store)
+        Pool::assemble(name, devices, store, metadata_may_block(metadata))
     }
 
     /// Opens an existing pool; `devices` come in the order they were
@@ -322,7 +351,7 @@ impl Pool {
             MetadataLocation::File(path) => Store::open_file(path)?,
             MetadataLocation::Device(dev) => Store::on_device(dev.clone())?,
         };
-        Pool::assemble(name, devices, store)
+        Pool::assemble(name, devices, store, metadata_may_block(metadata))
     }
 
     /// Opens the pool if its metadata exists, creates it otherwise.
@@ -347,6 +376,7 @@ impl Pool {
         name: &str,
         devices: Vec<Arc<dyn BlockDevice>>,
         store: Store,
+        metadata_may_block: bool,
     ) -> io::Result<Arc<Pool>> {
         let loaded = store.load()?;
         let meta = &loaded.meta;
@@ -382,6 +412,7 @@ impl Pool {
             }
             slots.push((dev, units));
         }
+        let may_block = metadata_may_block || slots.iter().any(|(d, _)| d.capabilities().may_block);
         let layout = Layout::new(meta.unit_size, slots);
         let space = Space::new(layout.total_units(), loaded.refs.clone())?;
         let volumes = loaded
@@ -401,6 +432,7 @@ impl Pool {
             }),
             commit_lock: Mutex::new(()),
             volatile_cache,
+            may_block,
         }))
     }
 
@@ -421,6 +453,11 @@ impl Pool {
     /// power cut would. Never for real data: it only makes things worse.
     pub fn simulate_volatile_cache(&self, on: bool) -> io::Result<()> {
         self.store.set_flag(VOLATILE_CACHE, on)
+    }
+
+    /// Whether I/O to the pool's volumes may wait on storage.
+    pub fn may_block(&self) -> bool {
+        self.may_block
     }
 
     pub fn unit_size(&self) -> u64 {

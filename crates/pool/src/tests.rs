@@ -35,6 +35,37 @@ fn unwritten_volume_reads_zeros_and_uses_no_space() {
     );
     let caps = v.capabilities();
     assert!(caps.thin && caps.discard && caps.discard_zeroes && caps.volatile_cache);
+    // RAM devices under data and metadata: nothing waits on storage.
+    assert!(!caps.may_block);
+}
+
+/// Whether `path` lies on tmpfs or ramfs, from /proc/mounts.
+fn in_memory(path: &std::path::Path) -> bool {
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.nth(1)?.to_string(), f.next()?.to_string()))
+        })
+        .filter(|(mount, _)| path.starts_with(mount))
+        .max_by_key(|(mount, _)| mount.len())
+        .is_some_and(|(_, fs)| fs == "tmpfs" || fs == "ramfs")
+}
+
+#[test]
+fn a_pool_with_its_metadata_file_on_disk_may_block() {
+    // RAM data devices: the metadata file decides.
+    let mut dirs = vec![tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap()];
+    if std::path::Path::new("/dev/shm").is_dir() {
+        dirs.push(tempfile::tempdir_in("/dev/shm").unwrap());
+    }
+    for dir in dirs {
+        let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(17 * UNIT));
+        let meta = MetadataLocation::File(dir.path().join("p.meta"));
+        let pool = Pool::create("p", vec![data], &meta, UNIT).unwrap();
+        assert_eq!(pool.may_block(), !in_memory(dir.path()), "{:?}", dir.path());
+    }
 }
 
 #[test]

@@ -372,7 +372,7 @@ impl BlockDevice for VolumeDevice {
         Capabilities {
             thin: true,
             volatile_cache: true,
-            may_block: true,
+            may_block: self.pool.may_block(),
             discard_zeroes: true,
             discard: !self.read_only,
             read_only: self.read_only,
