@@ -67,3 +67,9 @@ cpu_ticks() {
 us_per_io() {
     awk -v t="$1" -v hz="$CLK_TCK" -v n="$2" 'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "n/a" }'
 }
+
+# Voluntary and involuntary context switches of every live thread of a
+# process (threads that ended since are not counted).
+ctx_switches() {
+    cat "/proc/$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { n += $2 } END { print n + 0 }'
+}

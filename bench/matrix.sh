@@ -217,7 +217,14 @@ iscsi_opts() { # portal iqn lun [extra]
 }
 
 RESULTS=""
-# section system workload param iops mbps p50 p90 p99 p999 cpu_us bridge_cpu_us
+CTX0=0
+
+# Context switches of the target per I/O since CTX0 was sampled: how often
+# serving one command puts a thread to sleep or takes it off a core.
+ctx_per_io() { # pid ios
+    awk -v c="$(( $(ctx_switches "$1") - CTX0 ))" -v n="$2" 'BEGIN { if (n > 0) printf "%.2f", c / n; else print "n/a" }'
+}
+# section system workload param iops mbps p50 p90 p99 p999 cpu_us bridge_cpu_us ctxsw
 record() {
     local IFS=$'\t'
     echo "$*" >>"$RESULTS"
@@ -245,7 +252,7 @@ fio_run() { # system workload depth
     local tpid bpid t0=0 t1=0 b0 b1
     tpid=$(target_pid "$system")
     bpid=$(eval "echo \$BRIDGE_PID_$system")
-    [ -n "$tpid" ] && t0=$(cpu_ticks "$tpid")
+    [ -n "$tpid" ] && t0=$(cpu_ticks "$tpid") && CTX0=$(ctx_switches "$tpid")
     b0=$(cpu_ticks "$bpid")
     if ! run_child timeout $((RUNTIME + 60)) fio --name="$workload" --ioengine=nbd \
         --uri="nbd+unix:///?socket=$WORK/$system.sock" --rw="$rw" --bs="$bs" \
@@ -259,9 +266,9 @@ fio_run() { # system workload depth
     b1=$(cpu_ticks "$bpid")
     local iops mbps p50 p90 p99 p999 ios
     read -r iops mbps p50 p90 p99 p999 ios < <($TOOL parse-fio "$out")
-    local cpu=n/a
-    [ -n "$tpid" ] && cpu=$(us_per_io $((t1 - t0)) "$ios")
-    record matrix "$system" "$workload" "$depth" "$iops" "$mbps" "$p50" "$p90" "$p99" "$p999" "$cpu" "$(us_per_io $((b1 - b0)) "$ios")"
+    local cpu=n/a ctx=-
+    [ -n "$tpid" ] && cpu=$(us_per_io $((t1 - t0)) "$ios") && ctx=$(ctx_per_io "$tpid" "$ios")
+    record matrix "$system" "$workload" "$depth" "$iops" "$mbps" "$p50" "$p90" "$p99" "$p999" "$cpu" "$(us_per_io $((b1 - b0)) "$ios")" "$ctx"
 }
 
 # 2. N concurrent iscsi-perf sessions, 4K random read QD32 each.
@@ -269,6 +276,7 @@ sessions_run() { # system url sessions [section]
     local system=$1 url=$2 n=$3 section=${4:-sessions} pid t0 t1 i rc=0 pids=()
     pid=$(target_pid "$system")
     t0=$(cpu_ticks "$pid")
+    CTX0=$(ctx_switches "$pid")
     for i in $(seq 1 "$n"); do
         timeout $((RUNTIME + 30)) iscsi-perf -i "iqn.2024-01.org.openarray:bench-client-$i" \
             -m 32 -b 8 -r -t "$RUNTIME" "$url" >"$WORK/perf-$system-$n-$i.out" 2>&1 &
@@ -291,7 +299,7 @@ sessions_run() { # system url sessions [section]
     fi
     record "$section" "$system" 4k-randread-qd32 "$n" "$total" \
         "$(awk -v i="$total" 'BEGIN { printf "%.1f", i * 4096 / 1e6 }')" - - - - \
-        "$(us_per_io $((t1 - t0)) $((total * RUNTIME)))" -
+        "$(us_per_io $((t1 - t0)) $((total * RUNTIME)))" - "$(ctx_per_io "$pid" $((total * RUNTIME)))"
 }
 
 # 3. QD1 latency, timed per read by qemu-io (no bridge).
@@ -300,6 +308,7 @@ latency_run() { # system url
     $TOOL random-reads "$LAT_READS" "$LUN_MIB" >"$WORK/reads.txt"
     pid=$(target_pid "$system")
     t0=$(cpu_ticks "$pid")
+    CTX0=$(ctx_switches "$pid")
     # qemu-io reads its commands from stdin, which a background child of a
     # script would get as /dev/null: redirect inside the child.
     # shellcheck disable=SC2016 # expanded by the inner shell
@@ -310,7 +319,7 @@ latency_run() { # system url
     local n iops p50 p90 p99 p999
     read -r n iops p50 p90 p99 p999 < <($TOOL parse-qemu-io "$out")
     [ "$n" -eq "$LAT_READS" ] || { log "qemu-io against $system: $n of $LAT_READS reads timed"; FAILED=1; return; }
-    record latency "$system" 4k-randread-qd1 1 "$iops" - "$p50" "$p90" "$p99" "$p999" "$(us_per_io $((t1 - t0)) "$n")" -
+    record latency "$system" 4k-randread-qd1 1 "$iops" - "$p50" "$p90" "$p99" "$p999" "$(us_per_io $((t1 - t0)) "$n")" - "$(ctx_per_io "$pid" "$n")"
 }
 
 # 4 and 5. qemu-img bench straight to the target.
@@ -319,6 +328,7 @@ qemu_bench_run() { # section system url workload size depth count [-w]
     local pid t0 t1 out="$WORK/bench-$system-$workload.out" seconds
     pid=$(target_pid "$system")
     t0=$(cpu_ticks "$pid")
+    CTX0=$(ctx_switches "$pid")
     # shellcheck disable=SC2086 # mode is empty or -w
     if ! run_child timeout 300 qemu-img bench -f raw -t none $mode -d "$depth" -s "$size" -c "$count" \
         --pattern 0x5a "$url" >"$out" 2>&1; then
@@ -332,7 +342,7 @@ qemu_bench_run() { # section system url workload size depth count [-w]
     record "$section" "$system" "$workload" "$depth" \
         "$(awk -v n="$count" -v s="$seconds" 'BEGIN { printf "%d", n / s }')" \
         "$(awk -v n="$count" -v b="$bytes" -v s="$seconds" 'BEGIN { printf "%.1f", n * b / s / 1e6 }')" \
-        - - - - "$(us_per_io $((t1 - t0)) "$count")" -
+        - - - - "$(us_per_io $((t1 - t0)) "$count")" - "$(ctx_per_io "$pid" "$count")"
 }
 
 tcp_stream_run() {
@@ -344,7 +354,7 @@ tcp_stream_run() {
     if ! run_child timeout 60 iperf3 -c 127.0.0.1 -p "$IPERF_PORT" -t "$RUNTIME" -J >"$WORK/iperf.json" 2>&1; then
         log "iperf3 failed: $(tail -2 "$WORK/iperf.json")"; FAILED=1; return
     fi
-    record tcp iperf3 one-stream 1 - "$($TOOL parse-iperf "$WORK/iperf.json")" - - - - - -
+    record tcp iperf3 one-stream 1 - "$($TOOL parse-iperf "$WORK/iperf.json")" - - - - - - -
 }
 
 # 6. fio io_uring straight on the disk file, as the device's own figure.
@@ -358,13 +368,14 @@ direct_fio_run() { # depth
     fi
     local iops mbps p50 p90 p99 p999 ios
     read -r iops mbps p50 p90 p99 p999 ios < <($TOOL parse-fio "$out")
-    record direct fio-io_uring 4k-randread "$depth" "$iops" "$mbps" "$p50" "$p90" "$p99" "$p999" - -
+    record direct fio-io_uring 4k-randread "$depth" "$iops" "$mbps" "$p50" "$p90" "$p99" "$p999" - - -
 }
 
 direct_target_run() { # system url depth
     local system=$1 url=$2 depth=$3 pid t0 t1 out="$WORK/direct-$1-$3.out" iops
     pid=$(target_pid "$system")
     t0=$(cpu_ticks "$pid")
+    CTX0=$(ctx_switches "$pid")
     if ! run_child timeout $((RUNTIME + 30)) iscsi-perf -m "$depth" -b 8 -r -t "$RUNTIME" "$url" >"$out" 2>&1; then
         log "iscsi-perf QD$depth against $system's O_DIRECT LUN failed"; FAILED=1; return
     fi
@@ -373,7 +384,7 @@ direct_target_run() { # system url depth
     [ -n "$iops" ] || { log "no result from iscsi-perf against $system's O_DIRECT LUN"; FAILED=1; return; }
     record direct "$system" 4k-randread "$depth" "$iops" \
         "$(awk -v i="$iops" 'BEGIN { printf "%.1f", i * 4096 / 1e6 }')" - - - - \
-        "$(us_per_io $((t1 - t0)) $((iops * RUNTIME)))" -
+        "$(us_per_io $((t1 - t0)) $((iops * RUNTIME)))" - "$(ctx_per_io "$pid" $((iops * RUNTIME)))"
 }
 
 # The two targets take turns going first, round after round, so that a

@@ -9,8 +9,9 @@ Subcommands:
   report --results TSV ...   docs/bench/matrix.md and the PNG plots
 
 The results TSV has one measurement a line:
-  section system workload param iops mbps p50 p90 p99 p99.9 cpu_us bridge_cpu_us
-with "-" or "n/a" where a column does not apply.
+  section system workload param iops mbps p50 p90 p99 p99.9 cpu_us bridge_cpu_us ctxsw
+(ctxsw: the target's context switches per I/O) with "-" or "n/a" where a
+column does not apply.
 """
 
 import argparse
@@ -24,7 +25,7 @@ import sys
 
 PERCENTILES = ("50.000000", "90.000000", "99.000000", "99.900000")
 COLUMNS = ("section", "system", "workload", "param", "iops", "mbps",
-           "p50", "p90", "p99", "p999", "cpu", "bridge_cpu")
+           "p50", "p90", "p99", "p999", "cpu", "bridge_cpu", "ctx")
 
 
 def load_json_after_noise(path):
@@ -93,6 +94,9 @@ def load_results(path):
     with open(path, encoding="utf-8") as f:
         for line in f:
             fields = line.rstrip("\n").split("\t")
+            # Files written before the context switch column lack it.
+            if len(fields) == len(COLUMNS) - 1:
+                fields.append("-")
             if len(fields) == len(COLUMNS):
                 rows.append(dict(zip(COLUMNS, fields)))
     return rows
@@ -240,15 +244,16 @@ def section_sessions(rows, out):
                "IOPS are the sum; initiators and target share the same two cores, so the "
                "curve flattens when the cores are full, not when the target serializes.\n")
     out.append("| sessions | tgt IOPS | openarray IOPS | IOPS oa/tgt | tgt µs CPU/IO "
-               "| openarray µs CPU/IO | CPU oa/tgt |")
-    out.append("|---:|---:|---:|---:|---:|---:|---:|")
+               "| openarray µs CPU/IO | CPU oa/tgt | tgt ctx sw/IO | openarray ctx sw/IO |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in sorted({int(r["param"]) for r in rows if r["section"] == "sessions"}):
         t = find(rows, "sessions", "tgt", param=n)
         o = find(rows, "sessions", "openarray", param=n)
         out.append(f"| {n} | {fmt(get(t, 'iops'))} | {fmt(get(o, 'iops'))} "
                    f"| {fmt(ratio(get(o, 'iops'), get(t, 'iops')), 2)} "
                    f"| {fmt(get(t, 'cpu'), 1)} | {fmt(get(o, 'cpu'), 1)} "
-                   f"| {fmt(ratio(get(o, 'cpu'), get(t, 'cpu')), 2)} |")
+                   f"| {fmt(ratio(get(o, 'cpu'), get(t, 'cpu')), 2)} "
+                   f"| {fmt(get(t, 'ctx'), 2)} | {fmt(get(o, 'ctx'), 2)} |")
     ram = find(rows, "ram", "openarray-ram")
     if ram:
         out.append(f"\nopenarray's RAM LUN (same contents), 1 session: {fmt(get(ram, 'iops'))} IOPS "
@@ -262,19 +267,19 @@ def section_latency(rows, out, lat_reads):
                "4 KiB reads at random offsets one after the other and times each one. "
                "Bridged: fio QD1 through qemu-nbd (section 1); bridge only is the bridge "
                "over the plain file.\n")
-    out.append("| path | system | p50 µs | p90 µs | p99 µs | p99.9 µs | IOPS | µs CPU/IO |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    out.append("| path | system | p50 µs | p90 µs | p99 µs | p99.9 µs | IOPS | µs CPU/IO | ctx sw/IO |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for system in ("tgt", "openarray"):
         r = find(rows, "latency", system)
         out.append(f"| direct (qemu-io) | {system} | {fmt(get(r, 'p50'), 1)} | {fmt(get(r, 'p90'), 1)} "
                    f"| {fmt(get(r, 'p99'), 1)} | {fmt(get(r, 'p999'), 1)} | {fmt(get(r, 'iops'))} "
-                   f"| {fmt(get(r, 'cpu'), 1)} |")
+                   f"| {fmt(get(r, 'cpu'), 1)} | {fmt(get(r, 'ctx'), 2)} |")
     for system in ("tgt", "openarray", "bridge"):
         r = find(rows, "matrix", system, "4k-randread", 1)
         name = "bridge only" if system == "bridge" else system
         out.append(f"| fio via NBD bridge | {name} | {fmt(get(r, 'p50'), 1)} | {fmt(get(r, 'p90'), 1)} "
                    f"| {fmt(get(r, 'p99'), 1)} | {fmt(get(r, 'p999'), 1)} | {fmt(get(r, 'iops'))} "
-                   f"| {fmt(get(r, 'cpu'), 1)} |")
+                   f"| {fmt(get(r, 'cpu'), 1)} | {fmt(get(r, 'ctx'), 2)} |")
     out.append("\n![latency percentiles](latency-percentiles.png)\n")
 
 
@@ -284,8 +289,8 @@ def section_direct_io(rows, out, tcp):
                "QD32 (sequential offsets), and 1 MiB reads and writes at QD8. "
                f"One loopback TCP stream (iperf3, same run): **{fmt(tcp)} MB/s**.\n")
     out.append("| workload | tgt | openarray | oa/tgt | tgt µs CPU/IO | openarray µs CPU/IO "
-               "| openarray / TCP stream |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|")
+               "| tgt ctx sw/IO | openarray ctx sw/IO | openarray / TCP stream |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for section, wl, name, col, unit in (("write", "4k-write", "4K write QD32", "iops", "IOPS"),
                                          ("seq", "1m-read", "1 MiB read QD8", "mbps", "MB/s"),
                                          ("seq", "1m-write", "1 MiB write QD8", "mbps", "MB/s")):
@@ -294,7 +299,8 @@ def section_direct_io(rows, out, tcp):
         vs_tcp = fmt(ratio(get(o, "mbps"), tcp), 2) if col == "mbps" else "–"
         out.append(f"| {name} ({unit}) | {fmt(get(t, col))} | {fmt(get(o, col))} "
                    f"| {fmt(ratio(get(o, col), get(t, col)), 2)} | {fmt(get(t, 'cpu'), 1)} "
-                   f"| {fmt(get(o, 'cpu'), 1)} | {vs_tcp} |")
+                   f"| {fmt(get(o, 'cpu'), 1)} | {fmt(get(t, 'ctx'), 2)} | {fmt(get(o, 'ctx'), 2)} "
+                   f"| {vs_tcp} |")
     out.append("")
 
 
@@ -305,8 +311,8 @@ def section_odirect(rows, out, disk_dir):
                "`iscsi-perf -b 8 -r` at the given depth; the device's own figure is fio "
                "`ioengine=io_uring direct=1` 4K randread on the very same file at the same depth.\n")
     out.append("| QD | fio io_uring IOPS | openarray IOPS | openarray / fio | tgt IOPS | tgt / fio "
-               "| openarray µs CPU/IO | tgt µs CPU/IO |")
-    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+               "| openarray µs CPU/IO | tgt µs CPU/IO | openarray ctx sw/IO | tgt ctx sw/IO |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for qd in sorted({int(r["param"]) for r in rows if r["section"] == "direct"}):
         f = find(rows, "direct", "fio-io_uring", param=qd)
         o = find(rows, "direct", "openarray", param=qd)
@@ -314,7 +320,7 @@ def section_odirect(rows, out, disk_dir):
         out.append(f"| {qd} | {fmt(get(f, 'iops'))} | {fmt(get(o, 'iops'))} "
                    f"| {fmt(ratio(get(o, 'iops'), get(f, 'iops')), 2)} | {fmt(get(t, 'iops'))} "
                    f"| {fmt(ratio(get(t, 'iops'), get(f, 'iops')), 2)} | {fmt(get(o, 'cpu'), 1)} "
-                   f"| {fmt(get(t, 'cpu'), 1)} |")
+                   f"| {fmt(get(t, 'cpu'), 1)} | {fmt(get(o, 'ctx'), 2)} | {fmt(get(t, 'ctx'), 2)} |")
     out.append("")
 
 
@@ -540,7 +546,9 @@ def report(args):
                "openarray: file device with `write_cache = true`, LUN 0 (both report WCE=1 "
                "and neither syncs per write). CPU per I/O is utime+stime of the target "
                f"process (all threads) from /proc/PID/stat over each run of {args.runtime} s, "
-               "divided by the I/Os of that run. Initiators, the bridge and the target "
+               "divided by the I/Os of that run; context switches per I/O (ctx sw/IO) "
+               "likewise, from the voluntary and involuntary switches of every thread of the "
+               "target in /proc/PID/task/*/status. Initiators, the bridge and the target "
                "share the same two cores, so IOPS are bounded by all of them; CPU per I/O "
                "is the steadier figure.\n")
     section_goals(rows, out, tcp)
@@ -561,7 +569,8 @@ def report(args):
                "straight to the target) carry the IOPS comparisons.\n")
     out.append(f"The raw figures of this run are in `matrix-results.tsv` beside this file "
                "(one measurement a line: section, system, workload, depth or sessions, "
-               "IOPS, MB/s, p50/p90/p99/p99.9 µs, target µs CPU/IO, bridge µs CPU/IO).\n")
+               "IOPS, MB/s, p50/p90/p99/p99.9 µs, target µs CPU/IO, bridge µs CPU/IO, "
+               "target context switches per I/O).\n")
     with open(os.path.join(args.out, "matrix.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(out))
     plot_depth(rows, args.out)

@@ -94,7 +94,8 @@ class RandomReads(unittest.TestCase):
 
 def row(section, system, workload, param, iops="-", mbps="-", p50="-", cpu="-"):
     return dict(zip(matrix_report.COLUMNS,
-                    (section, system, workload, str(param), iops, mbps, p50, "-", "-", "-", cpu, "-")))
+                    (section, system, workload, str(param), iops, mbps, p50, "-", "-", "-", cpu, "-",
+                     "-")))
 
 
 class BestRound(unittest.TestCase):
@@ -122,6 +123,17 @@ class BestRound(unittest.TestCase):
     def test_every_round_listed(self):
         self.assertEqual(matrix_report.every_round(self.rows, "sessions", "openarray", param=1),
                          "80 000, 95 000")
+
+
+class LoadResults(TempFiles):
+    def test_context_switch_column_optional_and_short_lines_skipped(self):
+        path = self.write("results.tsv", "\n".join([
+            "sessions\ttgt\tw\t1\t5\t-\t-\t-\t-\t-\t20.0\t-\t1.70",
+            "sessions\ttgt\tw\t2\t6\t-\t-\t-\t-\t-\t21.0\t-",
+            "truncated\tline",
+        ]) + "\n")
+        rows = matrix_report.load_results(path)
+        self.assertEqual([(r["param"], r["ctx"]) for r in rows], [("1", "1.70"), ("2", "-")])
 
 
 class Report(TempFiles):
