@@ -157,6 +157,9 @@ fn run_inner(api: &Endpoint, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             for c in &changes {
                 println!("{c}");
             }
+            if let Some(note) = json["note"].as_str() {
+                println!("note: {note}");
+            }
         }
         ConfigCommand::Save => {
             println!("saved to {}", json["path"].as_str().unwrap_or("?"));

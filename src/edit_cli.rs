@@ -604,6 +604,9 @@ fn run_action(api: &Endpoint, action: Action) -> anyhow::Result<()> {
             for change in changes {
                 println!("{}", s(&change));
             }
+            if let Some(note) = json["note"].as_str() {
+                println!("note: {note}");
+            }
         }
         Action::List(print) => print!("{}", print(&answer(api, "GET", "/v1/objects", b"")?)?),
         Action::Show { kind, name } => {

@@ -35,6 +35,9 @@ use tokio::net::UnixListener;
 
 pub use http::{serve_metrics, serve_tcp, serve_unix, Token};
 
+/// How long a change waits for a removed portal's listener to close.
+const PORTAL_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The configuration being served and the objects built from it.
 pub struct Current {
     pub config: control::Config,
@@ -282,10 +285,20 @@ fn apply_text(admin: &Admin, current: &mut Current, text: String, origin: &str) 
         tracing::info!(%addr, "portal added");
         portals.start(addr, listener);
     }
-    for addr in removed {
-        portals.stop(addr);
-    }
+    let closing: Vec<_> = removed
+        .into_iter()
+        .filter_map(|a| portals.stop(a))
+        .collect();
     drop(portals);
+    // Answer once removed portals are closed, so their address can be
+    // bound by the next change (`remove` then `add` moves a portal).
+    tokio::runtime::Handle::current().block_on(async {
+        for task in closing {
+            let _ = tokio::time::timeout(PORTAL_CLOSE_WAIT, task).await;
+        }
+    });
+    // The transport reads its [daemon] settings once, at start.
+    let restart_needed = current.config.daemon != config.daemon;
     let previous = std::mem::replace(&mut current.runtime, runtime);
     current.config = config;
     current.text = text;
@@ -296,7 +309,11 @@ fn apply_text(admin: &Admin, current: &mut Current, text: String, origin: &str) 
     for change in &changes {
         tracing::info!(change = %change, "configuration applied");
     }
-    (200, json!({ "changes": changes, "applied": true }))
+    let mut answer = json!({ "changes": changes, "applied": true });
+    if restart_needed {
+        answer["note"] = json!("[daemon] settings take effect at the next start");
+    }
+    (200, answer)
 }
 
 /// Replace `path` with `text` so that a crash leaves the old file or the
