@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# The cost of thin provisioning: one openarray daemon serves, on the same
+# filesystem (tmpfs, so the backing store is not what is measured),
+#   LUN 0: a 1 GiB raw file (file device), and
+#   LUN 1: a 1 GiB thin volume of a pool on one file,
+# and the same real clients run against both, 32 I/Os in flight:
+#   - allocating write: 4 KiB writes, one per 64 KiB allocation unit, on a
+#     volume that holds nothing (qemu-img bench -w -s 4k -S 64k); each write
+#     allocates a unit and writes it whole (zeros around the 4 KiB). On the
+#     raw file the same writes land in place.
+#   - overwrite: 4 KiB sequential writes over the whole LUN once every unit
+#     is allocated (qemu-img bench -w -s 4k), in place on both.
+#   - random read: iscsi-perf -m 32 -b 8 -r (4 KiB at random LBAs) of the
+#     fully written LUNs.
+# Between rounds the thin volume is emptied again with a discard of the
+# whole LUN (UNMAP), so every round's allocating write allocates.
+#
+# Usage: bench/thin.sh
+# Environment (all optional):
+#   ROUNDS=3             rounds; the best of each workload is reported
+#   READ_SECONDS=10      length of each read run
+#   OA_PORT=3260         portal on 127.0.0.1
+#   BENCH_OUT=docs/bench/thin.md
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROUNDS=${ROUNDS:-3}
+READ_SECONDS=${READ_SECONDS:-10}
+OA_PORT=${OA_PORT:-3260}
+BENCH_OUT=${BENCH_OUT:-$ROOT/docs/bench/thin.md}
+IQN=iqn.2026-11.org.openarray:thin-bench
+LUN_BYTES=$((1 << 30))
+UNIT_BYTES=$((64 << 10))
+ALLOC_COUNT=$((LUN_BYTES / UNIT_BYTES))
+OVERWRITE_COUNT=$((LUN_BYTES / 4096))
+CLK_TCK=$(getconf CLK_TCK)
+
+# shellcheck source=bench/common.sh
+. "$ROOT/bench/common.sh"
+
+WORK=""
+OA_PID=""
+
+cleanup() {
+    local status=$?
+    set +e
+    kill_children
+    if [ -n "$OA_PID" ]; then stop_process "$OA_PID"; fi
+    if [ -n "$WORK" ]; then rm -rf "$WORK"; fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+start_openarray() {
+    fallocate -l "$LUN_BYTES" "$WORK/raw.img" 2>/dev/null ||
+        dd if=/dev/zero of="$WORK/raw.img" bs=1M count=1024 status=none
+    cat >"$WORK/openarray.toml" <<EOF
+[[pool]]
+name = "bench"
+devices = ["$WORK/pool.img"]
+device_size = "1200M"
+unit_size = "64K"
+
+[[device]]
+name = "raw"
+kind = "file"
+path = "$WORK/raw.img"
+write_cache = true
+
+[[device]]
+name = "thin"
+kind = "volume"
+pool = "bench"
+size = "1G"
+
+[[target]]
+name = "$IQN"
+
+[[target.lun]]
+lun = 0
+device = "raw"
+
+[[target.lun]]
+lun = 1
+device = "thin"
+EOF
+    "$OA_BIN" serve --config "$WORK/openarray.toml" --listen "127.0.0.1:$OA_PORT" \
+        --admin-socket "$WORK/admin.sock" >"$WORK/openarray.log" 2>&1 &
+    OA_PID=$!
+    wait_for_port "$OA_PORT" "$OA_PID" openarray
+    log "openarray pid $OA_PID on 127.0.0.1:$OA_PORT"
+}
+
+url() { echo "iscsi://127.0.0.1:$OA_PORT/$IQN/$1"; }
+
+# Results, one line each: workload|lun|iops|us_per_io
+RESULTS=()
+FAILED=0
+record() { RESULTS+=("$1|$2|$3|$4"); log "$1 on $2: $3 IOPS, $4 us/IO"; }
+
+name_of() { if [ "$1" = 0 ]; then echo "raw file"; else echo "thin volume"; fi; }
+
+# qemu-img bench: workload name, LUN, count, step (0 = the buffer size).
+measure_write() {
+    local workload=$1 lun=$2 count=$3 step=$4 out="$WORK/write.out" before after seconds iops
+    local args=(-f raw -w -t none -c "$count" -d 32 -s 4k --pattern 0x5a)
+    if [ "$step" != 0 ]; then args+=(-S "$step"); fi
+    before=$(cpu_ticks "$OA_PID")
+    if ! run_child timeout 300 qemu-img bench "${args[@]}" "$(url "$lun")" >"$out" 2>&1; then
+        log "qemu-img bench ($workload, LUN $lun) failed:"; tail -5 "$out" >&2
+        record "$workload" "$(name_of "$lun")" failed n/a; FAILED=1; return
+    fi
+    after=$(cpu_ticks "$OA_PID")
+    seconds=$(sed -n 's/^Run completed in \([0-9.]*\) seconds.*/\1/p' "$out")
+    iops=$(awk -v n="$count" -v s="$seconds" 'BEGIN { if (s > 0) printf "%d", n / s; else print "failed" }')
+    record "$workload" "$(name_of "$lun")" "$iops" "$(us_per_io $((after - before)) "$count")"
+}
+
+measure_read() {
+    local lun=$1 out="$WORK/read.out" before after iops
+    before=$(cpu_ticks "$OA_PID")
+    if ! run_child timeout $((READ_SECONDS + 20)) iscsi-perf -m 32 -b 8 -r -t "$READ_SECONDS" "$(url "$lun")" >"$out" 2>&1; then
+        log "iscsi-perf (LUN $lun) failed:"; tr '\r' '\n' <"$out" | tail -5 >&2
+        record "4K random read QD32" "$(name_of "$lun")" failed n/a; FAILED=1; return
+    fi
+    after=$(cpu_ticks "$OA_PID")
+    iops=$(tr '\r' '\n' <"$out" | sed -n 's/^iops average \([0-9]*\) .*/\1/p' | tail -1)
+    [ -n "$iops" ] || iops=failed
+    record "4K random read QD32" "$(name_of "$lun")" "$iops" "$(us_per_io $((after - before)) $((${iops//failed/0} * READ_SECONDS)))"
+}
+
+# Writes every byte of a LUN (1 MiB sequential writes): allocates the thin
+# volume fully before the overwrite and read runs.
+fill() {
+    run_child qemu-img bench -f raw -w -t none -c 1024 -d 16 -s 1M --pattern 0x33 "$(url "$1")" >/dev/null
+}
+
+# Discards the whole thin volume (UNMAP), then SYNCHRONIZE CACHE commits it.
+empty_thin() {
+    run_child qemu-io -f raw -c "discard 0 1G" -c "flush" "$(url 1)" >/dev/null
+}
+
+pool_used() {
+    "$OA_BIN" pool show --socket "$WORK/admin.sock" bench | sed -n 's/.* used \([0-9]*\) .*/\1/p'
+}
+
+best_of() {
+    local r w l iops us best="" best_iops=-1
+    for r in "${RESULTS[@]}"; do
+        IFS='|' read -r w l iops us <<<"$r"
+        if [ "$w" != "$1" ] || [ "$l" != "$2" ]; then continue; fi
+        [[ "$iops" =~ ^[0-9]+$ ]] || continue
+        if [ "$iops" -gt "$best_iops" ]; then best_iops=$iops; best="$iops|$us"; fi
+    done
+    echo "$best"
+}
+
+all_of() {
+    local r w l iops us out=""
+    for r in "${RESULTS[@]}"; do
+        IFS='|' read -r w l iops us <<<"$r"
+        if [ "$w" = "$1" ] && [ "$l" = "$2" ]; then out="$out${out:+, }$iops"; fi
+    done
+    echo "$out"
+}
+
+WORKLOADS=("4K allocating write QD32" "4K overwrite QD32" "4K random read QD32")
+
+report_table() {
+    local w raw thin overhead
+    echo "| workload | raw file IOPS | thin volume IOPS | thin/raw | thin overhead | CPU µs/IO raw | CPU µs/IO thin | IOPS of every round (raw; thin) |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---|"
+    for w in "${WORKLOADS[@]}"; do
+        raw=$(best_of "$w" "raw file")
+        thin=$(best_of "$w" "thin volume")
+        overhead=$(awk -v a="${thin%%|*}" -v b="${raw%%|*}" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.1f%%", (b / a - 1) * 100; else print "n/a" }')
+        echo "| $w | ${raw%%|*} | ${thin%%|*} | $(awk -v a="${thin%%|*}" -v b="${raw%%|*}" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "n/a" }') | $overhead | ${raw#*|} | ${thin#*|} | $(all_of "$w" "raw file"); $(all_of "$w" "thin volume") |"
+    done
+}
+
+write_report() {
+    local commit
+    commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    mkdir -p "$(dirname "$BENCH_OUT")"
+    {
+        echo "# Thin volume vs raw file"
+        echo
+        echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') at commit $commit with:"
+        echo
+        echo '```'
+        echo "ROUNDS=$ROUNDS READ_SECONDS=$READ_SECONDS bench/thin.sh"
+        echo '```'
+        echo
+        echo "- CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), nproc $(nproc)"
+        echo "- load average before the run: $LOAD_BEFORE (the machine is shared; the best round is taken)"
+        echo "- $(iscsi-perf 2>&1 | grep -m1 -o 'iscsi-perf version [0-9.]*'), $(qemu-img --version | head -1)"
+        echo
+        report_table
+        echo
+        echo "Thin overhead = raw IOPS / thin IOPS - 1 (time per I/O added by the volume)."
+        echo "Pool space after the allocating writes of the last round: $ALLOC_USED bytes"
+        echo "($ALLOC_COUNT writes of 4 KiB, one 64 KiB unit each)."
+        echo
+        echo "Setup: one daemon, both LUNs 1 GiB with 512-byte blocks on tmpfs (/dev/shm):"
+        echo "LUN 0 a file device with write_cache = true, LUN 1 a thin volume of a pool"
+        echo "on one sparse file with 64 KiB units. Allocating write: \`qemu-img bench -f raw -w -t none"
+        echo "-c $ALLOC_COUNT -d 32 -s 4k -S 64k\` on the emptied volume. Overwrite: \`qemu-img bench -f raw"
+        echo "-w -t none -c $OVERWRITE_COUNT -d 32 -s 4k\` on the fully written LUN. Reads: \`iscsi-perf -m 32"
+        echo "-b 8 -r -t $READ_SECONDS\`. CPU per I/O counts the daemon only (utime+stime)."
+    } >"$BENCH_OUT"
+}
+
+main() {
+    LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+    port_in_use "$OA_PORT" && die "port $OA_PORT is taken; set OA_PORT"
+    WORK=$(mktemp -d /dev/shm/openarray-thin-bench.XXXXXX)
+    log "building openarray (release)"
+    run_child cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" -p openarray --bin openarray
+    OA_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/openarray
+    start_openarray
+    ALLOC_USED=0
+
+    local round lun
+    for round in $(seq 1 "$ROUNDS"); do
+        log "round $round of $ROUNDS"
+        empty_thin
+        for lun in 0 1; do
+            measure_write "4K allocating write QD32" "$lun" "$ALLOC_COUNT" 64k
+        done
+        run_child qemu-io -f raw -c flush "$(url 1)" >/dev/null
+        ALLOC_USED=$(pool_used)
+        for lun in 0 1; do fill "$lun"; done
+        for lun in 0 1; do
+            measure_write "4K overwrite QD32" "$lun" "$OVERWRITE_COUNT" 0
+        done
+        for lun in 0 1; do measure_read "$lun"; done
+    done
+
+    echo
+    report_table
+    write_report
+    log "report written to $BENCH_OUT"
+    return "$FAILED"
+}
+
+main "$@"
