@@ -599,6 +599,17 @@ mod tests {
     use super::*;
     use crate::{default_config, parse_config};
 
+    /// The I_T nexus of `initiator` on `target` through portal group 1.
+    fn nexus_of(initiator: &str, target: &str) -> scsi_api::Nexus {
+        scsi_api::Nexus {
+            initiator_name: initiator.into(),
+            isid: [0; 6],
+            target_name: target.into(),
+            relative_port: 1,
+            portal_group: 1,
+        }
+    }
+
     #[test]
     fn builds_the_default_configuration() {
         let runtime = build(&default_config()).unwrap();
@@ -699,7 +710,7 @@ device = "img"
     fn groups_become_views_and_access_rules() {
         use iscsi::access::{AccessPolicy, Admission};
         use iscsi::auth_chap::ChapPolicy;
-        use scsi_api::{Nexus, ScsiCommand, TaskAttr};
+        use scsi_api::{ScsiCommand, TaskAttr};
 
         let text = r#"
 [[portal]]
@@ -754,13 +765,7 @@ device = "d"
         let Admission::View(other) = access.admit("iqn.2026-11.org.example:other", guarded) else {
             panic!("the default group admits the rest")
         };
-        let nexus = Nexus {
-            initiator_name: "iqn.2026-11.org.example:host1".into(),
-            isid: [0; 6],
-            target_name: guarded.into(),
-            relative_port: 1,
-            portal_group: 1,
-        };
+        let nexus = nexus_of("iqn.2026-11.org.example:host1", guarded);
         assert!(host.lun_exists(&nexus, 201));
         assert!(!host.lun_exists(&nexus, 5));
         assert!(other.lun_exists(&nexus, 5));
@@ -791,7 +796,6 @@ device = "d"
     #[test]
     fn rebuild_keeps_units_and_views_and_commits_at_once() {
         use iscsi::access::{AccessPolicy, Admission};
-        use scsi_api::Nexus;
 
         let base = r#"
 [[portal]]
@@ -827,13 +831,7 @@ device = "d1"
         let first = build(&parse_config(base, "t.toml").unwrap()).unwrap();
         let esx = view_of(&first, "iqn.2026-11.org.example:esx").unwrap();
         let old = view_of(&first, "iqn.2026-11.org.example:old").unwrap();
-        let nexus = Nexus {
-            initiator_name: "iqn.2026-11.org.example:esx".into(),
-            isid: [0; 6],
-            target_name: t.into(),
-            relative_port: 1,
-            portal_group: 1,
-        };
+        let nexus = nexus_of("iqn.2026-11.org.example:esx", t);
 
         let changed = base
             .replace(
