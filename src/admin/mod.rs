@@ -292,11 +292,11 @@ fn apply_text(admin: &Admin, current: &mut Current, text: String, origin: &str) 
     drop(portals);
     // Answer once removed portals are closed, so their address can be
     // bound by the next change (`remove` then `add` moves a portal).
-    tokio::runtime::Handle::current().block_on(async {
-        for task in closing {
-            let _ = tokio::time::timeout(PORTAL_CLOSE_WAIT, task).await;
-        }
-    });
+    // (Polled rather than awaited: changes run on a blocking thread.)
+    let waiting = std::time::Instant::now();
+    while closing.iter().any(|t| !t.is_finished()) && waiting.elapsed() < PORTAL_CLOSE_WAIT {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     // The transport reads its [daemon] settings once, at start.
     let restart_needed = current.config.daemon != config.daemon;
     let previous = std::mem::replace(&mut current.runtime, runtime);
