@@ -101,7 +101,10 @@ fn init_logging(level: Option<&str>) -> Result<(), String> {
 }
 
 fn check_config(file: &std::path::Path) -> ExitCode {
-    match control::load_config(file) {
+    // The token file is checked as `serve` would (mode, length).
+    let loaded = control::load_config(file)
+        .and_then(|config| control::load_api_token(&config).map(|_| config));
+    match loaded {
         Ok(config) => {
             let luns: usize = config.targets.iter().map(|t| t.luns.len()).sum();
             println!(

@@ -206,6 +206,13 @@ fn a_token_file_others_can_read_is_a_config_error() {
         err.contains("daemon.api_token_file") && err.contains("mode 644"),
         "{err}"
     );
+
+    // check-config says the same without serving.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
+    cmd.arg("check-config").arg(&config);
+    let out = run_with_timeout(cmd, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("daemon.api_token_file"));
 }
 
 /// Reads until the peer closes; `true` when it did within `limit` (a
