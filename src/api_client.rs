@@ -70,7 +70,6 @@ impl ApiArgs {
 
 /// One request to the daemon's unix socket; the HTTP status and the JSON
 /// body.
-#[allow(dead_code)] // for callers that only know a socket path
 pub fn request(
     socket: &Path,
     method: &str,
