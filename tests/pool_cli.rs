@@ -65,3 +65,36 @@ fn volumes_snapshots_and_clones_from_the_command_line() {
     let list = ok(&["volume", "list", "-c", c, "--pool", "tank"]);
     assert!(list.contains("vm@1") && !list.contains(" vm "), "{list}");
 }
+
+#[test]
+fn pools_are_created_listed_and_destroyed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path());
+    let c = cfg.as_str();
+    // Reading does not format anything.
+    let out = openarray(&["pool", "show", "-c", c, "tank"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not created yet"));
+    assert!(!dir.path().join("a.img").exists());
+    let created = ok(&["pool", "create", "-c", c, "tank"]);
+    // Two 64 MiB files, one superblock unit each.
+    assert!(
+        created.contains(&format!("size {} used 0", 2 * (64 << 20) - 2 * (64 << 10))),
+        "{created}"
+    );
+    ok(&["volume", "create", "-c", c, "--pool", "tank", "vm", "1M"]);
+    let listed = ok(&["pool", "list", "-c", c]);
+    assert!(
+        listed.contains("pool tank:") && listed.contains(" vm "),
+        "{listed}"
+    );
+    let out = openarray(&["pool", "destroy", "-c", c, "tank"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds vm"));
+    ok(&["pool", "destroy", "-c", c, "tank", "--force"]);
+    assert!(!dir.path().join("a.img.meta").exists());
+    // A new, empty pool can be made over the same devices.
+    ok(&["pool", "create", "-c", c, "tank"]);
+    let list = ok(&["volume", "list", "-c", c, "--pool", "tank"]);
+    assert!(list.trim().is_empty(), "{list}");
+}
