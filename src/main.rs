@@ -64,10 +64,12 @@ enum Command {
     },
     /// Print the built-in default configuration.
     DefaultConfig,
-    /// Storage pools of a configuration (while the daemon is stopped).
+    /// Storage pools: through a running daemon with --socket, or from the
+    /// configuration file while it is stopped.
     #[command(subcommand)]
     Pool(pool_cli::PoolCommand),
-    /// Thin volumes, snapshots and clones of a pool (while the daemon is stopped).
+    /// Thin volumes, snapshots and clones of a pool: through a running daemon
+    /// with --socket, or from the configuration file while it is stopped.
     #[command(subcommand)]
     Volume(pool_cli::VolumeCommand),
     /// The running configuration of a daemon: show, diff, apply, save.
