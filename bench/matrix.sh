@@ -16,7 +16,7 @@
 #      driver, no bridge) times every read; median, p99, p99.9.
 #   4. 4K write QD32 directly: qemu-img bench -w (sequential offsets).
 #   5. 1 MiB sequential read and write (qemu-img bench, QD8) against one
-#      loopback TCP stream measured by iperf3.
+#      loopback TCP stream measured by iperf3 in the same round.
 #   6. O_DIRECT file LUN on the real disk (a file under /var/tmp): iscsi-perf
 #      at QD1 and QD32 against fio ioengine=io_uring direct=1 on that file.
 #   7. header digests: iscsi-perf QD32 with header_digest=crc32c vs none.
@@ -345,12 +345,16 @@ qemu_bench_run() { # section system url workload size depth count [-w]
         - - - - "$(us_per_io $((t1 - t0)) "$count")" - "$(ctx_per_io "$pid" "$count")"
 }
 
-tcp_stream_run() {
+start_tcp_server() {
     # No --one-off: the readiness probe below is a connection of its own.
     iperf3 -s -B 127.0.0.1 -p "$IPERF_PORT" >"$WORK/iperf-server.log" 2>&1 &
     local spid=$!
     PIDS+=("$spid")
     wait_for_port "$IPERF_PORT" "$spid" iperf3
+}
+
+# One loopback TCP stream, the ceiling for one iSCSI connection's data.
+tcp_stream_run() {
     if ! run_child timeout 60 iperf3 -c 127.0.0.1 -p "$IPERF_PORT" -t "$RUNTIME" -J >"$WORK/iperf.json" 2>&1; then
         log "iperf3 failed: $(tail -2 "$WORK/iperf.json")"; FAILED=1; return
     fi
@@ -413,6 +417,7 @@ direct_round() { # round
 
     for system in $targets; do latency_run "$system" "$(lun_url "$system")"; done
 
+    tcp_stream_run
     for system in $targets; do
         qemu_bench_run write "$system" "$(lun_url "$system")" 4k-write 4k 32 $((RUNTIME * 40000)) -w
         qemu_bench_run seq "$system" "$(lun_url "$system")" 1m-read 1M 8 "$SEQ_MIB"
@@ -469,7 +474,7 @@ main() {
     run_child qemu-img convert -n -f raw -O raw -t none "$WORK/base.img" "$OA_URL/1"
 
     FAILED=0
-    tcp_stream_run
+    start_tcp_server
 
     start_bridge openarray --image-opts "$(iscsi_opts "$OA_PORT" "$OA_IQN" 0)" --cache=none
     start_bridge tgt --image-opts "$(iscsi_opts "$TGT_PORT" "$TGT_IQN" 1)" --cache=none

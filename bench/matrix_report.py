@@ -287,7 +287,7 @@ def section_direct_io(rows, out, tcp):
     out.append("## 4. Writes and 1 MiB sequential, direct\n")
     out.append("`qemu-img bench -t none` straight to the target (no bridge): 4 KiB writes at "
                "QD32 (sequential offsets), and 1 MiB reads and writes at QD8. "
-               f"One loopback TCP stream (iperf3, same run): **{fmt(tcp)} MB/s**.\n")
+               f"One loopback TCP stream (iperf3, best of the same rounds): **{fmt(tcp)} MB/s**.\n")
     out.append("| workload | tgt | openarray | oa/tgt | tgt µs CPU/IO | openarray µs CPU/IO "
                "| tgt ctx sw/IO | openarray ctx sw/IO | openarray / TCP stream |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
