@@ -100,6 +100,9 @@ pub struct Device {
     /// When absent, derived from the device name.
     pub naa: Option<[u8; 16]>,
     pub block_size: u32,
+    /// Physical block size in bytes reported to initiators (a power of two
+    /// multiple of `block_size`); equal to it unless configured.
+    pub physical_block_size: u32,
     pub read_only: bool,
     pub write_cache: bool,
     /// For `volume`: the pool and the volume's name in it.

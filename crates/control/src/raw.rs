@@ -93,6 +93,7 @@ pub struct RawDevice {
     pub serial: Option<Spanned<String>>,
     pub naa: Option<Spanned<String>>,
     pub block_size: Option<Spanned<i64>>,
+    pub physical_block_size: Option<Spanned<i64>>,
     pub read_only: Option<bool>,
     pub write_cache: Option<bool>,
     /// For `volume`: the pool holding it.

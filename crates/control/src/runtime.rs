@@ -161,6 +161,7 @@ fn lu_config(config: &Config, dev: &Device) -> LuConfig {
         serial,
         naa,
         block_size: dev.block_size,
+        physical_block_exponent: (dev.physical_block_size / dev.block_size).trailing_zeros() as u8,
         read_only: dev.read_only,
         write_cache: dev.write_cache,
         pr_state_file: config

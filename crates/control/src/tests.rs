@@ -156,6 +156,34 @@ fn bad_sizes() {
 }
 
 #[test]
+fn physical_block_size_is_a_power_of_two_multiple_of_the_block_size() {
+    let with = |extra: &str| MINIMAL.replace("kind = \"mem\"", &format!("kind = \"mem\"\n{extra}"));
+    let config = parse_config(&with("physical_block_size = 4096"), "t").unwrap();
+    assert_eq!(
+        (
+            config.devices[0].block_size,
+            config.devices[0].physical_block_size
+        ),
+        (512, 4096)
+    );
+    let config = parse_config(&with(""), "t").unwrap();
+    assert_eq!(config.devices[0].physical_block_size, 512);
+    for (extra, bad) in [
+        ("physical_block_size = 1536", "1536"),
+        ("physical_block_size = 256", "256"),
+        ("block_size = 4096\nphysical_block_size = 2048", "2048"),
+        ("physical_block_size = 131072", "131072"),
+    ] {
+        assert_error(
+            &with(extra),
+            &[&format!(
+                "device[0].physical_block_size: {bad} is not a power-of-two multiple"
+            )],
+        );
+    }
+}
+
+#[test]
 fn duplicates_are_errors() {
     let text = format!("{MINIMAL}\n[[device]]\nname = \"d0\"\nkind = \"null\"\n");
     assert_error(

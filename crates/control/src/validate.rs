@@ -22,6 +22,8 @@ use crate::size::parse_size;
 
 /// Highest LUN the flat addressing of SAM can carry.
 pub const MAX_LUN: u64 = 16383;
+/// Largest physical block size a device may report (64 KiB).
+const MAX_PHYSICAL_BLOCK: i64 = 64 << 10;
 
 /// Parses a portal address: `ip:port`, `[ipv6]:port`, or an address
 /// alone for the default port.
@@ -295,6 +297,31 @@ impl Checker<'_> {
             }
         };
 
+        let physical_block_size = match &raw.physical_block_size {
+            None => block_size,
+            Some(pbs) => {
+                let n = *pbs.get_ref();
+                let fits = n >= i64::from(block_size)
+                    && n <= MAX_PHYSICAL_BLOCK
+                    && n % i64::from(block_size) == 0
+                    && (n / i64::from(block_size)).count_ones() == 1;
+                if !fits {
+                    self.fail(
+                        &pbs.span(),
+                        field("physical_block_size"),
+                        format!(
+                            "{n} is not a power-of-two multiple of the {block_size}-byte block size up to {MAX_PHYSICAL_BLOCK}"
+                        ),
+                    );
+                }
+                if fits {
+                    n as u32
+                } else {
+                    block_size
+                }
+            }
+        };
+
         let size = match &raw.size {
             None if matches!(kind, DeviceKind::File | DeviceKind::Volume) => None,
             None => Some(DEFAULT_DEVICE_SIZE),
@@ -361,6 +388,7 @@ impl Checker<'_> {
             serial,
             naa,
             block_size,
+            physical_block_size,
             read_only: raw.read_only.unwrap_or(false),
             write_cache: raw.write_cache.unwrap_or(true),
             pool,

@@ -18,6 +18,9 @@ pub struct LuConfig {
     pub naa: [u8; 16],
     /// Logical block size in bytes: 512 or 4096.
     pub block_size: u32,
+    /// Logical blocks per physical block as a power of two (READ CAPACITY
+    /// 16's LBPPBE): 3 for 512-byte blocks on 4 KiB sectors ("512e").
+    pub physical_block_exponent: u8,
     pub read_only: bool,
     /// Initial WCE bit of the caching mode page. While WCE is zero every
     /// write reaches the device as a FUA write.
@@ -35,6 +38,7 @@ impl Default for LuConfig {
             serial: String::new(),
             naa: [0; 16],
             block_size: 512,
+            physical_block_exponent: 0,
             read_only: false,
             write_cache: true,
             pr_state_file: None,

@@ -223,12 +223,14 @@ impl LogicalUnit {
         let mut d = vec![0u8; 32];
         put64(&mut d, 0, self.blocks() - 1);
         put32(&mut d, 8, self.block_size);
-        // LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT stays 0 even over a
-        // device with a granularity: libiscsi 1.19's GetLBAStatus.UnmapSingle
-        // expects, with more than one logical block per physical block, a
-        // descriptor for LBA n + 1 to start at n + LBPPB, which no correct
-        // target returns. The granularity goes to initiators through the
-        // Block Limits page instead (see docs/pool.md).
+        // LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT is what the
+        // configuration says, not derived from a device's granularity:
+        // libiscsi 1.19's GetLBAStatus.UnmapSingle expects, with more than
+        // one logical block per physical block, a descriptor for LBA n + 1
+        // to start at n + LBPPB, which no correct target returns. The
+        // granularity goes to initiators through the Block Limits page
+        // instead (see docs/pool.md).
+        d[13] = self.config().physical_block_exponent & 0x0F;
         if self.thin() {
             d[14] = 0x80;
             if self.unmapped_reads_zero() {
@@ -377,6 +379,16 @@ mod tests {
         cdb[1] = 0x10;
         cdb[13] = 32;
         run(lu, &a, &cdb, &[]).data_in
+    }
+
+    #[test]
+    fn configured_physical_blocks_are_reported() {
+        let config = crate::LuConfig {
+            physical_block_exponent: 3,
+            ..crate::LuConfig::default()
+        };
+        let lu = lu_with(1 << 20, config);
+        assert_eq!(rc16(&lu)[13] & 0x0F, 3);
     }
 
     #[test]
