@@ -6,196 +6,51 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Output;
 
-use common::iscsi::{LoginParams, Session};
-use common::{free_port, require_tool, run_with_timeout};
+use common::admin::{esx_config, run_openarray, AdminDaemon};
+use common::verified_io::BackgroundIo;
+use common::{free_port, require_tool};
 
 const TARGET: &str = "iqn.2026-11.org.test:admin";
 const ESX1: &str = "iqn.1998-01.com.vmware:esx1";
 
-fn config(esx_luns: &[(u64, &str)]) -> String {
-    let mut text = format!(
-        r#"[[portal]]
-listen = "127.0.0.1:3260"
-
-[[device]]
-name = "shared"
-kind = "file"
-path = "@DIR@/shared.img"
-size = "4M"
-
-[[device]]
-name = "other"
-kind = "file"
-path = "@DIR@/other.img"
-size = "4M"
-
-[[target]]
-name = "{TARGET}"
-[[target.group]]
-name = "esx"
-initiators = ["{ESX1}"]
-"#
-    );
-    for (lun, device) in esx_luns {
-        text.push_str(&format!(
-            "[[target.group.lun]]\nlun = {lun}\ndevice = \"{device}\"\n"
-        ));
-    }
-    text
+/// The test's configuration: `esx_luns` mapped for ESX1. Its portal is
+/// pinned by `--listen` and never served.
+fn config(dir: &Path, esx_luns: &[(u64, &str)]) -> String {
+    esx_config(dir, 3260, TARGET, ESX1, esx_luns)
 }
 
-/// `openarray serve --config FILE --listen PORT --admin-socket SOCK`,
-/// killed on drop.
-struct Daemon {
-    child: Child,
-    port: u16,
-    socket: PathBuf,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn start(config: &Path, dir: &Path, port: u16) -> Daemon {
-        let socket = dir.join("admin.sock");
-        let log = dir.join(format!("daemon-{port}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_openarray"))
-            .arg("serve")
-            .arg("--config")
-            .arg(config)
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--admin-socket")
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn openarray serve");
-        let d = Daemon {
-            child,
-            port,
-            socket,
-            log,
-        };
-        let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() || !d.socket.exists() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "daemon did not start:\n{}",
-                d.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        d
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
-        cmd.arg("config")
-            .arg("--socket")
-            .arg(&self.socket)
-            .args(args);
-        let out = run_with_timeout(cmd, Duration::from_secs(60));
-        eprintln!(
-            "openarray config {args:?}: {}\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    /// LUN numbers `initiator` sees, from `iscsi-ls -s`.
-    fn luns(&self, initiator: &str) -> Vec<u64> {
-        let mut cmd = Command::new("iscsi-ls");
-        cmd.arg("-s")
-            .arg("-i")
-            .arg(initiator)
-            .arg(format!("iscsi://127.0.0.1:{}", self.port));
-        let out = run_with_timeout(cmd, Duration::from_secs(60));
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.strip_prefix("Lun:"))
-            .filter_map(|l| l.split_whitespace().next()?.parse().ok())
-            .collect()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// LUN numbers ESX1 sees on the daemon's port.
+fn esx_luns(daemon: &AdminDaemon) -> Vec<u64> {
+    daemon.luns(daemon.port, ESX1, "")
 }
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Writes and reads back LUN `lun` until told to stop; returns the number
-/// of verified rounds or the first error.
-fn verified_io(port: u16, lun: u64, stop: Arc<AtomicBool>) -> Result<u64, String> {
-    let mut s = Session::login(
-        ([127, 0, 0, 1], port).into(),
-        &LoginParams::normal(ESX1, TARGET),
-        Duration::from_secs(10),
-    )
-    .map_err(|e| format!("login: {e}"))?;
-    let mut rounds = 0u64;
-    while !stop.load(Ordering::Relaxed) || rounds < 20 {
-        let lba = (rounds % 64) as u32 * 8;
-        let data: Vec<u8> = (0..4096u32)
-            .map(|i| (i as u64 * 31 + rounds * 7) as u8)
-            .collect();
-        s.write10(lun, lba, &data, 512)
-            .map_err(|e| format!("write round {rounds}: {e}"))?;
-        let back = s
-            .read10(lun, lba, 8, 512)
-            .map_err(|e| format!("read round {rounds}: {e}"))?;
-        if back != data {
-            return Err(format!("round {rounds}: data read back differs"));
-        }
-        rounds += 1;
-    }
-    s.logout().map_err(|e| format!("logout: {e}"))?;
-    Ok(rounds)
-}
-
 #[test]
 fn live_changes_apply_persist_and_leave_other_io_alone() {
     require_tool("iscsi-ls");
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_str().unwrap();
     let path = dir.path().join("openarray.toml");
-    let v1 = config(&[(201, "shared"), (3, "other")]).replace("@DIR@", d);
+    let v1 = config(dir.path(), &[(201, "shared"), (3, "other")]);
     std::fs::write(&path, &v1).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let daemon = Daemon::start(&path, dir.path(), free_port());
-    assert_eq!(daemon.luns(ESX1), vec![3, 201]);
+    let daemon = AdminDaemon::start_listening(&path, dir.path(), free_port());
+    assert_eq!(esx_luns(&daemon), vec![3, 201]);
 
     // Verified I/O on LUN 3 runs through every change below.
-    let stop = Arc::new(AtomicBool::new(false));
-    let io = {
-        let stop = stop.clone();
-        let port = daemon.port;
-        std::thread::spawn(move || verified_io(port, 3, stop))
-    };
-    std::thread::sleep(Duration::from_millis(300));
+    let io = BackgroundIo::start(daemon.port, ESX1, TARGET, 3);
+    io.wait_rounds(1);
 
     // LUN 201 goes, LUN 7 comes: same device under a new number.
-    let v2 = config(&[(7, "shared"), (3, "other")]).replace("@DIR@", d);
+    let v2 = config(dir.path(), &[(7, "shared"), (3, "other")]);
     let v2_path = dir.path().join("v2.toml");
     std::fs::write(&v2_path, &v2).unwrap();
-    let diff = daemon.cli(&["diff", v2_path.to_str().unwrap()]);
+    let diff = daemon.config_cli(&["diff", v2_path.to_str().unwrap()]);
     assert_eq!(diff.status.code(), Some(1), "diff reports drift");
     let text = stdout(&diff);
     assert!(
@@ -207,11 +62,11 @@ fn live_changes_apply_persist_and_leave_other_io_alone() {
         "{text}"
     );
 
-    let apply = daemon.cli(&["apply", v2_path.to_str().unwrap()]);
+    let apply = daemon.config_cli(&["apply", v2_path.to_str().unwrap()]);
     assert!(apply.status.success());
     assert!(stdout(&apply).contains("LUN 7 = shared"));
-    assert_eq!(daemon.luns(ESX1), vec![3, 7]);
-    let list = stdout(&daemon.cli(&["list"]));
+    assert_eq!(esx_luns(&daemon), vec![3, 7]);
+    let list = stdout(&daemon.config_cli(&["list"]));
     assert!(
         list.contains(&format!(
             "target {TARGET}\n  group esx: {ESX1}\n    LUN 3 -> other\n    LUN 7 -> shared\n"
@@ -223,17 +78,17 @@ fn live_changes_apply_persist_and_leave_other_io_alone() {
     assert_eq!(mode & 0o777, 0o600, "the file keeps its secrets private");
 
     // Applying the same file again changes nothing.
-    let again = daemon.cli(&["apply", v2_path.to_str().unwrap()]);
+    let again = daemon.config_cli(&["apply", v2_path.to_str().unwrap()]);
     assert!(again.status.success());
     assert_eq!(stdout(&again).trim(), "no changes");
-    let diff = daemon.cli(&["diff", v2_path.to_str().unwrap()]);
+    let diff = daemon.config_cli(&["diff", v2_path.to_str().unwrap()]);
     assert_eq!(diff.status.code(), Some(0));
 
     // A bad change is refused, names the field, and changes nothing.
-    let bad = config(&[(7, "shared"), (3, "missing")]).replace("@DIR@", d);
+    let bad = config(dir.path(), &[(7, "shared"), (3, "missing")]);
     let bad_path = dir.path().join("bad.toml");
     std::fs::write(&bad_path, &bad).unwrap();
-    let refused = daemon.cli(&["apply", bad_path.to_str().unwrap()]);
+    let refused = daemon.config_cli(&["apply", bad_path.to_str().unwrap()]);
     assert_eq!(refused.status.code(), Some(1));
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(
@@ -241,32 +96,30 @@ fn live_changes_apply_persist_and_leave_other_io_alone() {
         "{err}"
     );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), v2);
-    assert_eq!(stdout(&daemon.cli(&["show"])), v2);
-    assert_eq!(daemon.luns(ESX1), vec![3, 7]);
+    assert_eq!(stdout(&daemon.config_cli(&["show"])), v2);
+    assert_eq!(esx_luns(&daemon), vec![3, 7]);
 
     // Under --listen the portals are pinned: a portal edit is refused.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
-    cmd.args(["portal", "add", "127.0.0.1:1", "--socket"])
-        .arg(&daemon.socket);
-    let refused = run_with_timeout(cmd, Duration::from_secs(60));
+    let refused = daemon.cli(&["portal", "add", "127.0.0.1:1"]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--listen"));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), v2);
 
-    stop.store(true, Ordering::Relaxed);
-    let rounds = io
-        .join()
-        .unwrap()
+    let untouched = io
+        .finish()
         .unwrap_or_else(|e| panic!("I/O on the untouched LUN failed: {e}\n{}", daemon.log()));
-    assert!(rounds >= 20);
+    assert!(
+        untouched.rounds >= 20 && !untouched.lun_gone,
+        "{untouched:?}"
+    );
     assert!(daemon.log().contains("configuration applied"));
 
     // The applied state is what a restart serves.
     let port = daemon.port;
     drop(daemon);
-    let restarted = Daemon::start(&path, dir.path(), port);
-    assert_eq!(restarted.luns(ESX1), vec![3, 7]);
-    let saved = restarted.cli(&["save"]);
+    let restarted = AdminDaemon::start_listening(&path, dir.path(), port);
+    assert_eq!(esx_luns(&restarted), vec![3, 7]);
+    let saved = restarted.config_cli(&["save"]);
     assert!(saved.status.success());
     assert_eq!(std::fs::read_to_string(&path).unwrap(), v2);
 }
@@ -274,12 +127,13 @@ fn live_changes_apply_persist_and_leave_other_io_alone() {
 #[test]
 fn the_cli_says_when_no_daemon_listens() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
-    cmd.arg("config")
-        .arg("--socket")
-        .arg(dir.path().join("none.sock"))
-        .arg("show");
-    let out = run_with_timeout(cmd, Duration::from_secs(30));
+    let socket = dir.path().join("none.sock");
+    let out = run_openarray([
+        "config".as_ref(),
+        "--socket".as_ref(),
+        socket.as_os_str(),
+        "show".as_ref(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the daemon"));
 }

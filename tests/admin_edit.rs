@@ -7,14 +7,13 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use common::iscsi::{rw10_cdb, Completion, LoginParams, Session};
+use common::admin::{esx_config, AdminDaemon};
+use common::iscsi::{rw10_cdb, LoginParams, Session};
+use common::verified_io::BackgroundIo;
 use common::{free_port, require_tool, run_with_timeout};
 
 const TARGET: &str = "iqn.2026-11.org.test:edit";
@@ -24,235 +23,40 @@ const STRANGER: &str = "iqn.2026-11.org.test:stranger";
 const LINUX_SECRET: &str = "linux-secret-0123";
 const MUTUAL_SECRET: &str = "array-secret-4567";
 
+/// The starting configuration, served on `port`, with a comment the edits
+/// must keep.
 fn config(dir: &Path, port: u16) -> String {
-    let d = dir.display();
-    format!(
-        r#"# edited by the test through the CLI only
-[[portal]]
-listen = "127.0.0.1:{port}"
-
-[[device]]
-name = "shared"
-kind = "file"
-path = "{d}/shared.img"
-size = "4M"
-
-[[device]]
-name = "other"
-kind = "file"
-path = "{d}/other.img"
-size = "4M"
-
-[[target]]
-name = "{TARGET}"
-[[target.group]]
-name = "esx"
-initiators = ["{ESX1}"]
-[[target.group.lun]]
-lun = 3
-device = "other"
-[[target.group.lun]]
-lun = 201
-device = "shared"
-"#
-    )
+    let luns = [(3, "other"), (201, "shared")];
+    let body = esx_config(dir, port, TARGET, ESX1, &luns);
+    format!("# edited by the test through the CLI only\n{body}")
 }
 
-/// `openarray serve --config FILE --admin-socket SOCK` on the configured
-/// portals (no `--listen`, so portal changes are live); killed on drop.
-struct Daemon {
-    child: Child,
-    port: u16,
-    socket: PathBuf,
-    log: PathBuf,
+/// Distinct LUN numbers `initiator` sees through `iscsi-ls -s` on `port`,
+/// sorted: with two portals the target (and its LUNs) is listed once per
+/// portal.
+fn distinct_luns(daemon: &AdminDaemon, port: u16, initiator: &str) -> Vec<u64> {
+    let mut luns = daemon.luns(port, initiator, "");
+    luns.sort();
+    luns.dedup();
+    luns
 }
 
-impl Daemon {
-    fn start(config: &Path, dir: &Path, port: u16) -> Daemon {
-        let socket = dir.join("admin.sock");
-        let log = dir.join(format!(
-            "daemon-{}.log",
-            Instant::now().elapsed().as_nanos()
-        ));
-        let logfile = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_openarray"))
-            .arg("serve")
-            .arg("--config")
-            .arg(config)
-            .arg("--admin-socket")
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(logfile.try_clone().unwrap())
-            .stderr(logfile)
-            .spawn()
-            .expect("spawn openarray serve");
-        let d = Daemon {
-            child,
-            port,
-            socket,
-            log,
-        };
-        let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() || !d.socket.exists() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "daemon did not start:\n{}",
-                d.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        d
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// `openarray ARGS --socket SOCK`.
-    fn cli(&self, args: &[&str]) -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
-        cmd.args(args).arg("--socket").arg(&self.socket);
-        let out = run_with_timeout(cmd, Duration::from_secs(60));
-        eprintln!(
-            "openarray {args:?}: {}\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.cli(args);
-        assert!(out.status.success(), "openarray {args:?} failed");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// LUN numbers `initiator` sees through `iscsi-ls -s` on `port`
-    /// (`credentials` as `user%secret@` or empty).
-    fn luns(&self, port: u16, initiator: &str, credentials: &str) -> Vec<u64> {
-        let mut cmd = Command::new("iscsi-ls");
-        cmd.arg("-s")
-            .arg("-i")
-            .arg(initiator)
-            .arg(format!("iscsi://{credentials}127.0.0.1:{port}"));
-        let out = run_with_timeout(cmd, Duration::from_secs(60));
-        let mut luns: Vec<u64> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.strip_prefix("Lun:"))
-            .filter_map(|l| l.split_whitespace().next()?.parse().ok())
-            .collect();
-        // With two portals the target is listed (and its LUNs) once per portal.
-        luns.sort();
-        luns.dedup();
-        luns
-    }
-
-    fn targets(&self, initiator: &str) -> String {
-        let mut cmd = Command::new("iscsi-ls");
-        cmd.arg("-i")
-            .arg(initiator)
-            .arg(format!("iscsi://127.0.0.1:{}", self.port));
-        String::from_utf8_lossy(&run_with_timeout(cmd, Duration::from_secs(60)).stdout).into_owned()
-    }
+/// Target names `initiator` is shown by `iscsi-ls` on the daemon's port.
+fn targets(daemon: &AdminDaemon, initiator: &str) -> String {
+    let mut cmd = Command::new("iscsi-ls");
+    cmd.arg("-i")
+        .arg(initiator)
+        .arg(format!("iscsi://127.0.0.1:{}", daemon.port));
+    String::from_utf8_lossy(&run_with_timeout(cmd, Duration::from_secs(60)).stdout).into_owned()
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// What one I/O session saw.
-#[derive(Debug, Default)]
-struct IoOutcome {
-    /// Rounds of write + read back + compare that succeeded.
-    rounds: u64,
-    /// A unit attention REPORTED LUNS DATA HAS CHANGED arrived.
-    luns_changed: bool,
-    /// Commands ended with LOGICAL UNIT NOT SUPPORTED (the LUN was removed).
-    lun_gone: bool,
-}
-
-/// ASC and ASCQ of fixed or descriptor format sense data.
-fn asc(c: &Completion) -> (u8, u8) {
-    let at = |i: usize| c.sense.get(i).copied().unwrap_or(0);
-    match at(0) & 0x7f {
-        0x72 | 0x73 => (at(2), at(3)),
-        _ => (at(12), at(13)),
-    }
-}
-
-/// One command, retried past unit attentions (noting a changed LUN map).
-fn command(
-    s: &mut Session,
-    lun: u64,
-    cdb: &[u8],
-    data: &[u8],
-    read_len: usize,
-    seen: &mut IoOutcome,
-) -> Result<Completion, String> {
-    for _ in 0..8 {
-        let c = s
-            .command(lun, cdb, data, read_len)
-            .map_err(|e| format!("round {}: {e}", seen.rounds))?;
-        if c.sense_key() != Some(6) {
-            return Ok(c);
-        }
-        if asc(&c) == (0x3f, 0x0e) {
-            seen.luns_changed = true;
-        }
-    }
-    Err("unit attentions kept coming".into())
-}
-
-/// Writes, reads back and compares LUN `lun` as ESX1 until `stop` (and at
-/// least 20 rounds), or with `until_gone` until the LUN is removed: then
-/// the only acceptable failure is LOGICAL UNIT NOT SUPPORTED.
-fn verified_io(
-    port: u16,
-    lun: u64,
-    stop: Arc<AtomicBool>,
-    until_gone: bool,
-    progress: Arc<AtomicU64>,
-) -> Result<IoOutcome, String> {
-    // One session per LUN: the same ISID would reinstate (end) the other.
-    let mut params = LoginParams::normal(ESX1, TARGET);
-    params.isid[5] = lun as u8;
-    let mut s = Session::login(
-        ([127, 0, 0, 1], port).into(),
-        &params,
-        Duration::from_secs(10),
-    )
-    .map_err(|e| format!("login: {e}"))?;
-    let mut seen = IoOutcome::default();
-    let gone = |c: &Completion| c.sense_key() == Some(0x05) && asc(c) == (0x25, 0x00);
-    while until_gone || !stop.load(Ordering::Relaxed) || seen.rounds < 20 {
-        let lba = (seen.rounds % 64) as u32 * 8;
-        let data: Vec<u8> = (0..4096u32)
-            .map(|i| (i as u64 * 13 + seen.rounds * 5 + lun) as u8)
-            .collect();
-        let w = command(&mut s, lun, &rw10_cdb(0x2a, lba, 8), &data, 0, &mut seen)?;
-        let r = command(&mut s, lun, &rw10_cdb(0x28, lba, 8), &[], 4096, &mut seen)?;
-        if until_gone && (gone(&w) || gone(&r)) {
-            seen.lun_gone = true;
-            break;
-        }
-        if w.status != 0 || r.status != 0 {
-            return Err(format!(
-                "round {}: status {:#x}/{:#x}, sense {:02x?} {:02x?}",
-                seen.rounds, w.status, r.status, w.sense, r.sense
-            ));
-        }
-        if r.data != data {
-            return Err(format!("round {}: data read back differs", seen.rounds));
-        }
-        seen.rounds += 1;
-        progress.store(seen.rounds, Ordering::Relaxed);
-    }
-    s.logout().map_err(|e| format!("logout: {e}"))?;
-    Ok(seen)
+/// One-way CHAP for the linux group: user `linux`, the secret from
+/// `secret_file` (a set replaces any credentials the group had).
+fn set_one_way_chap(daemon: &AdminDaemon, secret_file: &Path) {
+    let secret_file = secret_file.to_str().unwrap();
+    let group = ["--target", TARGET, "--group", "linux"];
+    let user = ["--user", "linux", "--secret-file", secret_file];
+    daemon.ok(&[&["chap", "set"][..], &group, &user].concat());
 }
 
 /// The sense key of a one-block WRITE(10) to `lun` as `initiator`, past
@@ -297,16 +101,11 @@ fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
     let port = free_port();
     std::fs::write(&path, config(dir.path(), port)).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let daemon = Daemon::start(&path, dir.path(), port);
+    let daemon = AdminDaemon::start(&path, dir.path(), port);
     assert_eq!(daemon.luns(port, ESX1, ""), vec![3, 201]);
 
     // Verified I/O on LUN 3 runs through every change below.
-    let stop = Arc::new(AtomicBool::new(false));
-    let io = {
-        let stop = stop.clone();
-        let progress = Arc::new(AtomicU64::new(0));
-        std::thread::spawn(move || verified_io(port, 3, stop, false, progress))
-    };
+    let io = BackgroundIo::start(port, ESX1, TARGET, 3);
 
     // A new device, a new group with its own map (the same device under
     // another number), a read-only mapping, a mapping added then removed.
@@ -336,24 +135,11 @@ fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
     // LUN 5 is removed while a session writes to it: its I/O ends with
     // LOGICAL UNIT NOT SUPPORTED, never a hang, an error on another LUN
     // or a wrong read.
-    let progress = Arc::new(AtomicU64::new(0));
-    let (done_tx, done_rx) = mpsc::channel();
-    {
-        let progress = progress.clone();
-        let never = Arc::new(AtomicBool::new(false));
-        std::thread::spawn(move || {
-            let _ = done_tx.send(verified_io(port, 5, never, true, progress));
-        });
-    }
-    let start = Instant::now();
-    while progress.load(Ordering::Relaxed) < 10 {
-        assert!(start.elapsed() < Duration::from_secs(60), "no I/O on LUN 5");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let doomed = BackgroundIo::until_gone(port, ESX1, TARGET, 5);
+    doomed.wait_rounds(10);
     daemon.ok(&["lun", "remove", TARGET, "5", "--group", "esx"]);
-    let removed = done_rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("I/O on the removed LUN ended")
+    let removed = doomed
+        .finish()
         .unwrap_or_else(|e| panic!("I/O on the removed LUN: {e}\n{}", daemon.log()));
     assert!(removed.lun_gone && removed.rounds >= 10, "{removed:?}");
     daemon.ok(&[
@@ -386,25 +172,14 @@ fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
     assert_eq!(daemon.luns(port, ESX1, ""), vec![3, 201]);
     assert_eq!(daemon.luns(port, LINUX1, ""), vec![0, 1]);
     assert!(daemon.luns(port, STRANGER, "").is_empty());
-    assert!(!daemon.targets(STRANGER).contains(TARGET));
+    assert!(!targets(&daemon, STRANGER).contains(TARGET));
     assert_eq!(write_sense_key(port, LINUX1, 0), Some(0x07), "DATA PROTECT");
     assert_eq!(write_sense_key(port, LINUX1, 1), None, "LUN 1 is writable");
 
     // CHAP for the linux group, the secret from a file.
     let secret_file = dir.path().join("linux.secret");
     std::fs::write(&secret_file, format!("{LINUX_SECRET}\n")).unwrap();
-    daemon.ok(&[
-        "chap",
-        "set",
-        "--target",
-        TARGET,
-        "--group",
-        "linux",
-        "--user",
-        "linux",
-        "--secret-file",
-        secret_file.to_str().unwrap(),
-    ]);
+    set_one_way_chap(&daemon, &secret_file);
     assert!(
         !std::fs::read_to_string(&path).unwrap().is_empty()
             && !daemon
@@ -467,18 +242,7 @@ fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
         ]
     ));
     assert!(!inq(&url, &[]), "the target insists on mutual CHAP");
-    daemon.ok(&[
-        "chap",
-        "set",
-        "--target",
-        TARGET,
-        "--group",
-        "linux",
-        "--user",
-        "linux",
-        "--secret-file",
-        secret_file.to_str().unwrap(),
-    ]);
+    set_one_way_chap(&daemon, &secret_file);
     assert!(inq(&url, &[]));
     let log = daemon.log();
     assert!(
@@ -490,7 +254,7 @@ fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
     let port2 = free_port();
     let portal2 = format!("127.0.0.1:{port2}");
     daemon.ok(&["portal", "add", &portal2]);
-    assert_eq!(daemon.luns(port2, ESX1, ""), vec![3, 201]);
+    assert_eq!(distinct_luns(&daemon, port2, ESX1), vec![3, 201]);
     assert!(daemon.ok(&["portal", "list"]).contains(&portal2));
     daemon.ok(&["portal", "remove", &portal2]);
     // `portal remove` answers once the listener is closed.
@@ -524,10 +288,8 @@ fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
     assert_eq!(daemon.ok(&["config", "show"]), running_before);
     assert_eq!(daemon.luns(port, ESX1, ""), vec![3, 201]);
 
-    stop.store(true, Ordering::Relaxed);
     let untouched = io
-        .join()
-        .unwrap()
+        .finish()
         .unwrap_or_else(|e| panic!("I/O on the untouched LUN failed: {e}\n{}", daemon.log()));
     assert!(untouched.rounds >= 20);
     assert!(!untouched.lun_gone);
@@ -545,7 +307,7 @@ fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
     drop(daemon);
-    let restarted = Daemon::start(&path, dir.path(), port);
+    let restarted = AdminDaemon::start(&path, dir.path(), port);
     assert_eq!(restarted.luns(port, ESX1, ""), vec![3, 201]);
     assert_eq!(
         restarted.luns(port, LINUX1, &format!("linux%{LINUX_SECRET}@")),

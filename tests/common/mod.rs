@@ -7,10 +7,16 @@
 //! - `iscsi`: a minimal initiator of our own (login, READ/WRITE(10), PDU
 //!   framing) for verified I/O and for building malformed PDUs.
 //! - `rng`: a seeded PRNG for reproducible test data.
+//! - `admin`: a daemon with an administration socket and the command line
+//!   that edits it.
+//! - `verified_io`: write, read back and compare a LUN in the background
+//!   while a test changes the daemon.
 #![allow(dead_code)] // each test crate uses a different part of this
 
+pub mod admin;
 pub mod iscsi;
 pub mod rng;
+pub mod verified_io;
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -232,4 +238,14 @@ pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
         stdout: std::fs::read(&out_path).unwrap_or_default(),
         stderr: std::fs::read(&err_path).unwrap_or_default(),
     }
+}
+
+/// `run_with_timeout`, echoing the command, its exit status and what it
+/// printed to the test's output, so a failure shows the client's own words.
+pub fn run_echoed(cmd: Command, limit: Duration) -> Output {
+    let shown = format!("{cmd:?}");
+    let out = run_with_timeout(cmd, limit);
+    let [stdout, stderr] = [&out.stdout, &out.stderr].map(|b| String::from_utf8_lossy(b));
+    eprintln!("{shown}: {}\n{stdout}{stderr}", out.status);
+    out
 }
