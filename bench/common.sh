@@ -73,3 +73,30 @@ us_per_io() {
 ctx_switches() {
     cat "/proc/$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { n += $2 } END { print n + 0 }'
 }
+
+# Results are RESULTS+=("workload|column|iops|us_per_io") entries.
+# The best (highest IOPS) result of workload $1 in column $2 (the system or
+# the LUN), as "iops|us_per_io", or nothing if every run failed.
+best_of() {
+    local r w s iops us best="" best_iops=-1
+    for r in "${RESULTS[@]}"; do
+        IFS='|' read -r w s iops us <<<"$r"
+        if [ "$w" != "$1" ] || [ "$s" != "$2" ]; then continue; fi
+        [[ "$iops" =~ ^[0-9]+$ ]] || continue
+        if [ "$iops" -gt "$best_iops" ]; then best_iops=$iops; best="$iops|$us"; fi
+    done
+    echo "$best"
+}
+
+# Every IOPS figure of workload $1 in column $2, comma separated.
+all_of() {
+    local r w s iops us out=""
+    for r in "${RESULTS[@]}"; do
+        IFS='|' read -r w s iops us <<<"$r"
+        if [ "$w" = "$1" ] && [ "$s" = "$2" ]; then out="$out${out:+, }$iops"; fi
+    done
+    echo "$out"
+}
+
+# $1 / $2 with two decimals, or n/a unless both are positive.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "n/a" }'; }

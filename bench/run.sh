@@ -145,31 +145,6 @@ measure_write() {
     record "4K write QD32" "$system" "$iops" "$(us_per_io $((after - before)) "$WRITE_COUNT")"
 }
 
-# The best (highest IOPS) result of workload $1 on system $2, as
-# "iops|us_per_io", or nothing if every run failed.
-best_of() {
-    local r w s iops us best="" best_iops=-1
-    for r in "${RESULTS[@]}"; do
-        IFS='|' read -r w s iops us <<<"$r"
-        if [ "$w" != "$1" ] || [ "$s" != "$2" ]; then continue; fi
-        [[ "$iops" =~ ^[0-9]+$ ]] || continue
-        if [ "$iops" -gt "$best_iops" ]; then best_iops=$iops; best="$iops|$us"; fi
-    done
-    echo "$best"
-}
-
-# Every IOPS figure of workload $1 on system $2, space separated.
-all_of() {
-    local r w s iops us out=""
-    for r in "${RESULTS[@]}"; do
-        IFS='|' read -r w s iops us <<<"$r"
-        if [ "$w" = "$1" ] && [ "$s" = "$2" ]; then out="$out${out:+, }$iops"; fi
-    done
-    echo "$out"
-}
-
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "n/a" }'; }
-
 WORKLOADS=("4K random read QD32" "4K write QD32")
 
 report_table() {

@@ -145,26 +145,6 @@ pool_used() {
     "$OA_BIN" pool show --socket "$WORK/admin.sock" bench | sed -n 's/.* used \([0-9]*\) .*/\1/p'
 }
 
-best_of() {
-    local r w l iops us best="" best_iops=-1
-    for r in "${RESULTS[@]}"; do
-        IFS='|' read -r w l iops us <<<"$r"
-        if [ "$w" != "$1" ] || [ "$l" != "$2" ]; then continue; fi
-        [[ "$iops" =~ ^[0-9]+$ ]] || continue
-        if [ "$iops" -gt "$best_iops" ]; then best_iops=$iops; best="$iops|$us"; fi
-    done
-    echo "$best"
-}
-
-all_of() {
-    local r w l iops us out=""
-    for r in "${RESULTS[@]}"; do
-        IFS='|' read -r w l iops us <<<"$r"
-        if [ "$w" = "$1" ] && [ "$l" = "$2" ]; then out="$out${out:+, }$iops"; fi
-    done
-    echo "$out"
-}
-
 WORKLOADS=("4K allocating write QD32" "4K overwrite QD32" "4K random read QD32")
 
 report_table() {
@@ -175,7 +155,7 @@ report_table() {
         raw=$(best_of "$w" "raw file")
         thin=$(best_of "$w" "thin volume")
         overhead=$(awk -v a="${thin%%|*}" -v b="${raw%%|*}" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.1f%%", (b / a - 1) * 100; else print "n/a" }')
-        echo "| $w | ${raw%%|*} | ${thin%%|*} | $(awk -v a="${thin%%|*}" -v b="${raw%%|*}" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "n/a" }') | $overhead | ${raw#*|} | ${thin#*|} | $(all_of "$w" "raw file"); $(all_of "$w" "thin volume") |"
+        echo "| $w | ${raw%%|*} | ${thin%%|*} | $(ratio "${thin%%|*}" "${raw%%|*}") | $overhead | ${raw#*|} | ${thin#*|} | $(all_of "$w" "raw file"); $(all_of "$w" "thin volume") |"
     done
 }
 
