@@ -18,14 +18,15 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::admin::AdminDaemon;
 use common::free_port;
 use common::iscsi::{LoginParams, Session};
 use common::rng::Rng;
@@ -107,57 +108,6 @@ fn content(tag: u64, piece: usize) -> Vec<u8> {
         out.extend_from_slice(&(piece as u64).to_be_bytes());
     }
     out
-}
-
-/// `openarray serve` with an administration socket; killed on drop.
-struct Served {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Served {
-    fn start(config: &Path, socket: &Path, log: &Path) -> Served {
-        let port = free_port();
-        let logfile = std::fs::File::create(log).expect("daemon log");
-        let child = Command::new(env!("CARGO_BIN_EXE_openarray"))
-            .arg("serve")
-            .arg("--config")
-            .arg(config)
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--admin-socket")
-            .arg(socket)
-            .stdin(Stdio::null())
-            .stdout(logfile.try_clone().expect("dup log"))
-            .stderr(logfile)
-            .spawn()
-            .expect("spawn openarray serve");
-        let mut served = Served {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        };
-        let start = Instant::now();
-        while TcpStream::connect_timeout(&served.addr, Duration::from_millis(200)).is_err()
-            || UnixStream::connect(socket).is_err()
-        {
-            if let Ok(Some(status)) = served.child.try_wait() {
-                panic!(
-                    "daemon exited with {status}:\n{}",
-                    std::fs::read_to_string(log).unwrap_or_default()
-                );
-            }
-            assert!(start.elapsed() < Duration::from_secs(20), "daemon not up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        served
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn openarray(args: &[&str]) -> (bool, String) {
@@ -411,7 +361,6 @@ fn crash_rounds(volatile_cache: bool) -> usize {
     let cfg = cfg_path.to_str().expect("utf-8");
     let socket: PathBuf = dir.path().join("admin.sock");
     let sock = socket.to_str().expect("utf-8").to_string();
-    let log = dir.path().join("daemon.log");
     if volatile_cache {
         let (ok, text) = openarray(&[
             "pool",
@@ -431,7 +380,7 @@ fn crash_rounds(volatile_cache: bool) -> usize {
     let start = Instant::now();
     let mut rounds = 0;
     while rounds < ROUNDS && start.elapsed() < BUDGET {
-        let daemon = Served::start(&cfg_path, &socket, &log);
+        let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
         if rounds == 0 {
             let (_, shown) = openarray(&["pool", "show", "--socket", &sock, "tank"]);
             assert_eq!(
@@ -440,13 +389,13 @@ fn crash_rounds(volatile_cache: bool) -> usize {
                 "{shown}"
             );
         }
-        let mut s = login(daemon.addr);
+        let mut s = login(daemon.addr());
         lost += verify(&mut s, &mut models, rounds);
         lineage
             .lock()
             .unwrap()
             .verify(&listed(&sock, rounds), rounds);
-        let pid = daemon.child.id() as i32;
+        let pid = daemon.pid() as i32;
         let delay = Duration::from_millis(rng.range(5, 250));
         let killer = std::thread::spawn(move || {
             std::thread::sleep(delay);
@@ -468,8 +417,8 @@ fn crash_rounds(volatile_cache: bool) -> usize {
         check_clean(cfg, rounds);
         rounds += 1;
     }
-    let daemon = Served::start(&cfg_path, &socket, &log);
-    let mut s = login(daemon.addr);
+    let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
+    let mut s = login(daemon.addr());
     lost += verify(&mut s, &mut models, rounds);
     lineage
         .lock()

@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use common::admin::AdminDaemon;
 use common::{free_port, require_tool, run_with_timeout};
 
 const IQN: &str = "iqn.2026-11.org.openarray.test:live";
@@ -39,15 +38,6 @@ size = "64M"
         text += "[[target.lun]]\nlun = 1\ndevice = \"thin1\"\n";
     }
     text
-}
-
-struct Served(Child);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn qemu_io(url: &str, command: &str) {
@@ -100,32 +90,6 @@ fn qemu_img_size(url: &str) -> u64 {
         .unwrap_or_else(|| panic!("qemu-img info {url}: {text}"))
 }
 
-/// `openarray serve` on `port` with the administration socket.
-fn serve(config: &Path, socket: &Path, port: u16) -> Served {
-    let child = Command::new(env!("CARGO_BIN_EXE_openarray"))
-        .arg("serve")
-        .arg("--config")
-        .arg(config)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--admin-socket")
-        .arg(socket)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn openarray serve");
-    let served = Served(child);
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let start = Instant::now();
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() || !socket.exists()
-    {
-        assert!(start.elapsed() < Duration::from_secs(20), "daemon not up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    served
-}
-
 #[test]
 fn a_volume_lun_added_live_shares_the_open_pool() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -136,7 +100,7 @@ fn a_volume_lun_added_live_shares_the_open_pool() {
     std::fs::write(&second, config(d, true)).unwrap();
     let socket = dir.path().join("admin.sock");
     let port = free_port();
-    let mut served = serve(&first, &socket, port);
+    let served = AdminDaemon::start_listening(&first, dir.path(), port);
     let url = |lun: u64| format!("iscsi://127.0.0.1:{port}/{IQN}/{lun}");
 
     qemu_io(&url(0), "write -P 7 0 1M");
@@ -154,9 +118,7 @@ fn a_volume_lun_added_live_shares_the_open_pool() {
     qemu_io(&url(1), "read -P 9 0 1M");
 
     // SIGTERM: sessions end, every device is flushed.
-    // SAFETY: plain kill(2) on our own child's pid.
-    unsafe { libc::kill(served.0.id() as i32, libc::SIGTERM) };
-    let status = served.0.wait().expect("wait for daemon");
+    let status = served.terminate();
     assert!(status.success(), "daemon exited with {status}");
 
     let cfg = second.to_str().unwrap();
@@ -174,7 +136,7 @@ fn snapshots_clones_and_deletes_on_a_running_daemon() {
     std::fs::write(&first, config(d, false)).unwrap();
     let socket = dir.path().join("admin.sock");
     let port = free_port();
-    let mut served = serve(&first, &socket, port);
+    let served = AdminDaemon::start_listening(&first, dir.path(), port);
     let url = |lun: u64| format!("iscsi://127.0.0.1:{port}/{IQN}/{lun}");
     let sock = socket.to_str().expect("utf-8");
     let volume = |args: &[&str]| {
@@ -250,9 +212,7 @@ fn snapshots_clones_and_deletes_on_a_running_daemon() {
 
     // SIGTERM: sessions end, every device is flushed; offline the pool
     // holds what the daemon did.
-    // SAFETY: plain kill(2) on our own child's pid.
-    unsafe { libc::kill(served.0.id() as i32, libc::SIGTERM) };
-    assert!(served.0.wait().expect("wait for daemon").success());
+    assert!(served.terminate().success());
     let (ok, out, _) = try_openarray(&["pool", "check", "-c", cfg, "tank"]);
     assert!(ok && out.contains(": clean"), "{out}");
     let listed = openarray(&["volume", "list", "-c", cfg, "--pool", "tank"]);

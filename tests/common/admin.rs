@@ -4,8 +4,10 @@
 
 use std::ffi::OsStr;
 use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -93,14 +95,21 @@ impl AdminDaemon {
             .stderr(logfile)
             .spawn()
             .expect("spawn openarray serve");
-        let d = AdminDaemon {
+        let mut d = AdminDaemon {
             child,
             port,
             socket,
             log,
         };
         let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() || !d.socket.exists() {
+        // Connect to the socket rather than look for its file: a daemon
+        // killed with SIGKILL leaves the file behind.
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+            || UnixStream::connect(&d.socket).is_err()
+        {
+            if let Ok(Some(status)) = d.child.try_wait() {
+                panic!("daemon exited with {status}:\n{}", d.log());
+            }
             assert!(
                 start.elapsed() < Duration::from_secs(20),
                 "daemon did not start:\n{}",
@@ -109,6 +118,23 @@ impl AdminDaemon {
             std::thread::sleep(Duration::from_millis(50));
         }
         d
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The portal it was started with (`port` on 127.0.0.1).
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// SIGTERM, and how the daemon exited.
+    pub fn terminate(mut self) -> ExitStatus {
+        // SAFETY: kill(2) on our own child, still unreaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().expect("wait for daemon")
     }
 
     /// Everything the daemon logged so far.
