@@ -20,6 +20,7 @@ pub use faulty::FaultyDevice;
 pub use file::{FileDevice, FileOptions};
 pub use mem::MemDevice;
 pub use null::NullDevice;
+pub use sys::path_on_memory_file_system as on_memory_file_system;
 
 /// What a device can do; the SCSI layer reports these to initiators.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -171,15 +171,38 @@ pub fn direct_io_alignment(fd: BorrowedFd<'_>) -> Option<(u32, u32)> {
     Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align))
 }
 
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+const RAMFS_MAGIC: i64 = 0x8584_58f6;
+
+// `f_type` is i64 here but another integer type on other architectures.
+#[allow(clippy::unnecessary_cast)]
+fn is_memory_file_system(st: &libc::statfs) -> bool {
+    matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+}
+
 /// Whether the file lives in memory (tmpfs, ramfs): its reads and writes
 /// copy pages and never wait for a device.
 pub fn on_memory_file_system(fd: BorrowedFd<'_>) -> bool {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
     // SAFETY: fstatfs fills the zeroed struct for a valid descriptor.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } < 0 {
         return false;
     }
-    matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+    is_memory_file_system(&st)
+}
+
+/// The same for a path, which need not be open (false when it cannot be
+/// looked up).
+pub fn path_on_memory_file_system(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs(2) with a NUL-terminated path and a zeroed struct of
+    // the right type to fill.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c_path.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    is_memory_file_system(&st)
 }

@@ -242,24 +242,8 @@ pub struct Pool {
 fn metadata_may_block(metadata: &MetadataLocation) -> bool {
     match metadata {
         MetadataLocation::Device(dev) => dev.capabilities().may_block,
-        MetadataLocation::File(path) => !on_memory_file_system(path),
+        MetadataLocation::File(path) => !block::on_memory_file_system(path),
     }
-}
-
-fn on_memory_file_system(path: &std::path::Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: statfs(2) with a NUL-terminated path and a zeroed struct of
-    // the right type to fill.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c_path.as_ptr(), &mut st) } != 0 {
-        return false;
-    }
-    matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
 }
 
 fn new_pool_id() -> u128 {
