@@ -17,9 +17,6 @@ use crate::pdu::initiator::{Request, ScsiCommand as ScsiCommandPdu};
 use crate::pdu::target::{self, reject_reason};
 use crate::pdu::Bhs;
 
-/// Most bytes reserved ahead for assembling one write's Data-Out.
-const ASSEMBLY_RESERVE: usize = 16 << 20;
-
 impl Conn {
     pub(super) async fn on_scsi_command(
         &mut self,
@@ -224,9 +221,12 @@ impl Conn {
         let complete = ws.complete();
         // Immediate data was kept as received; assemble once more arrives.
         if task.data.capacity() == 0 {
-            // One buffer for the whole transfer (the EDTL is capped only
-            // for how much is reserved ahead, not for what may arrive).
-            task.data = scsi_api::buffers::take_empty((task.edtl as usize).min(ASSEMBLY_RESERVE));
+            // Room for what the write may have in flight now, its
+            // unsolicited burst and what its R2Ts asked for, not for the
+            // EDTL an initiator claims: memory follows the write budget.
+            let entitled = u64::from(self.ctx.params.first_burst_length) + task.reserved;
+            let room = entitled.min(u64::from(task.edtl));
+            task.data = scsi_api::buffers::take_empty(usize::try_from(room).unwrap_or(usize::MAX));
         }
         if task.data.is_empty() && !task.immediate.is_empty() {
             task.data.extend_from_slice(&task.immediate);
