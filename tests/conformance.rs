@@ -190,6 +190,8 @@ kind = "file"
 path = "@DIR@/file4k.img"
 size = "1G"
 block_size = 4096
+# As on a real disk: past the page cache, reads in batches.
+direct = true
 
 [[device]]
 name = "ram201"
@@ -216,7 +218,7 @@ fn file_and_high_lun_daemon() -> (Daemon, tempfile::TempDir) {
     (Daemon::start_portals(Some(&path), 1), dir)
 }
 
-/// A file-backed LUN with 4096-byte blocks.
+/// A file-backed LUN with 4096-byte blocks, opened with O_DIRECT.
 #[test]
 fn file_lun_4k_blocks() {
     let (daemon, _dir) = file_and_high_lun_daemon();

@@ -17,8 +17,10 @@ const IQN: &str = "iqn.2024-01.org.openarray.test:qemu";
 const IMAGE_SIZE: usize = 256 << 20;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// One target, LUN 0 = a RAM disk exactly the size of the image.
-fn config() -> String {
+/// One target: LUN 0 is a RAM disk exactly the size of the image, LUN 1
+/// a file of that size in `dir` opened with O_DIRECT (its reads go to the
+/// device in batches).
+fn config(dir: &Path) -> String {
     format!(
         r#"
 [[device]]
@@ -26,13 +28,25 @@ name = "disk"
 kind = "mem"
 size = "256M"
 
+[[device]]
+name = "direct"
+kind = "file"
+path = "{}/direct.img"
+size = "256M"
+direct = true
+
 [[target]]
 name = "{IQN}"
 
 [[target.lun]]
 lun = 0
 device = "disk"
-"#
+
+[[target.lun]]
+lun = 1
+device = "direct"
+"#,
+        dir.display()
     )
 }
 
@@ -116,69 +130,56 @@ fn assert_daemon_healthy(daemon: &mut Daemon) {
 
 #[test]
 fn convert_onto_lun_and_back_is_byte_identical() {
-    let mut daemon = Daemon::start_with_config(&config());
-    let url = daemon.url(IQN, 0);
     let dir = tempfile::tempdir().expect("tempdir");
+    let mut daemon = Daemon::start_with_config(&config(dir.path()));
     let source = dir.path().join("source.raw");
-    let back = dir.path().join("back.raw");
     write_random_image(&source, 0x6f70_656e_6172_7261);
-
-    let info = run_ok("qemu-img", &["info", "--output=json", &url]);
-    let info = String::from_utf8_lossy(&info.stdout);
-    assert!(
-        info.contains(&format!("\"virtual-size\": {IMAGE_SIZE}")),
-        "LUN size per qemu-img info:\n{info}"
-    );
-
-    // -n: the LUN exists already, qemu-img must not try to create it.
-    // -W -m 16: sixteen writers, completing out of order.
-    run_ok(
-        "qemu-img",
-        &[
-            "convert",
-            "-n",
-            "-W",
-            "-m",
-            "16",
-            "-f",
-            "raw",
-            "-O",
-            "raw",
-            source.to_str().unwrap(),
-            &url,
-        ],
-    );
-    run_ok(
-        "qemu-img",
-        &[
-            "convert",
-            "-f",
-            "raw",
-            "-O",
-            "raw",
-            &url,
-            back.to_str().unwrap(),
-        ],
-    );
-    assert_same_contents(&source, &back);
-    run_ok(
-        "qemu-img",
-        &[
-            "compare",
-            "-f",
-            "raw",
-            "-F",
-            "raw",
-            source.to_str().unwrap(),
-            &url,
-        ],
-    );
+    for lun in [0, 1] {
+        let url = daemon.url(IQN, lun);
+        let back = dir.path().join(format!("back-{lun}.raw"));
+        let info = run_ok("qemu-img", &["info", "--output=json", &url]);
+        let info = String::from_utf8_lossy(&info.stdout);
+        assert!(
+            info.contains(&format!("\"virtual-size\": {IMAGE_SIZE}")),
+            "LUN {lun} size per qemu-img info:\n{info}"
+        );
+        // -n: the LUN exists already, qemu-img must not try to create it.
+        // -W -m 16: sixteen writers, completing out of order; reading back
+        // with sixteen readers too.
+        let (src, url_arg) = (source.to_str().unwrap(), url.as_str());
+        run_ok(
+            "qemu-img",
+            &[
+                "convert", "-n", "-W", "-m", "16", "-f", "raw", "-O", "raw", src, url_arg,
+            ],
+        );
+        run_ok(
+            "qemu-img",
+            &[
+                "convert",
+                "-m",
+                "16",
+                "-f",
+                "raw",
+                "-O",
+                "raw",
+                url_arg,
+                back.to_str().unwrap(),
+            ],
+        );
+        assert_same_contents(&source, &back);
+        run_ok(
+            "qemu-img",
+            &["compare", "-f", "raw", "-F", "raw", src, url_arg],
+        );
+    }
     assert_daemon_healthy(&mut daemon);
 }
 
 #[test]
 fn bench_reads_and_writes_run_clean() {
-    let mut daemon = Daemon::start_with_config(&config());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut daemon = Daemon::start_with_config(&config(dir.path()));
     let url = daemon.url(IQN, 0);
     const COUNT: usize = 20_000;
     let count = COUNT.to_string();

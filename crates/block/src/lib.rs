@@ -15,6 +15,7 @@ mod mem;
 mod null;
 mod overlay;
 mod sys;
+mod uring;
 
 pub use faulty::FaultyDevice;
 pub use file::{FileDevice, FileOptions};
@@ -46,6 +47,24 @@ pub enum Allocation {
     Deallocated,
 }
 
+/// One read of a batch ([`BlockDevice::read_batch`]): `buf.len()` bytes
+/// at `offset`.
+pub struct BatchRead {
+    pub buf: Vec<u8>,
+    pub offset: u64,
+    pub result: io::Result<()>,
+}
+
+impl BatchRead {
+    pub fn new(buf: Vec<u8>, offset: u64) -> Self {
+        BatchRead {
+            buf,
+            offset,
+            result: Ok(()),
+        }
+    }
+}
+
 pub trait BlockDevice: Send + Sync {
     /// Size in bytes.
     fn size(&self) -> u64;
@@ -54,6 +73,22 @@ pub trait BlockDevice: Send + Sync {
     /// On success every byte of `buf` is written (holes as zeros): callers
     /// hand in recycled buffers that still hold an earlier read.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+
+    /// Whether [`BlockDevice::read_batch`] does better than one `read_at`
+    /// after another: it has the device work on the reads at once.
+    fn reads_in_batches(&self) -> bool {
+        false
+    }
+
+    /// Run every read of `reads` as `read_at` would, and as each one ends,
+    /// with its outcome in `result`, call `done` with its index: a caller
+    /// can answer it while the others are still on the device.
+    fn read_batch(&self, reads: &mut [BatchRead], done: &mut dyn FnMut(usize, &mut BatchRead)) {
+        for (i, r) in reads.iter_mut().enumerate() {
+            r.result = self.read_at(&mut r.buf, r.offset);
+            done(i, r);
+        }
+    }
 
     /// Write `buf` at `offset`. With `fua`, returns only once the data is on
     /// stable storage.

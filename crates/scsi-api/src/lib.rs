@@ -159,6 +159,28 @@ pub trait ScsiTarget: Send + Sync {
     /// [`ScsiTarget::may_block`].
     fn execute(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ScsiResponse;
 
+    /// Whether `cdb` for `lun` runs better in a batch with others
+    /// ([`ScsiTarget::execute_batch`]) than alone: reads of a device that
+    /// has them all in flight at once.
+    fn batches(&self, lun: u64, cdb: &[u8]) -> bool {
+        let _ = (lun, cdb);
+        false
+    }
+
+    /// Execute several commands, each as [`ScsiTarget::execute`] would,
+    /// calling `done` with a command's index and response as soon as it
+    /// has ended, once per command. The commands are independent: they may
+    /// run and end in any order.
+    fn execute_batch(
+        &self,
+        cmds: &[(&Nexus, ScsiCommand<'_>)],
+        done: &mut dyn FnMut(usize, ScsiResponse),
+    ) {
+        for (i, (nexus, cmd)) in cmds.iter().enumerate() {
+            done(i, self.execute(nexus, cmd));
+        }
+    }
+
     /// True when executing commands for `lun` may block the calling thread
     /// (file-backed devices). Transports run such commands off the reactor.
     fn may_block(&self, lun: u64) -> bool;

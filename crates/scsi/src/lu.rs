@@ -302,13 +302,22 @@ impl LogicalUnit {
 
     /// Runs one command for `ctx.nexus`.
     pub(crate) fn execute(&self, ctx: &Ctx<'_>) -> ScsiResponse {
-        let cdb = ctx.cdb();
-        let mut resp = match self.run(ctx) {
+        self.respond(ctx, self.run(ctx))
+    }
+
+    /// The response to `ctx`'s command that ended in `outcome`.
+    pub(crate) fn respond(&self, ctx: &Ctx<'_>, outcome: Outcome) -> ScsiResponse {
+        let mut resp = match outcome {
             Ok(r) => r,
             Err(f) => self.failure(f),
         };
-        resp.data_out_wanted = transfer::data_out_wanted(cdb, self.block_size);
+        resp.data_out_wanted = transfer::data_out_wanted(ctx.cdb(), self.block_size);
         resp
+    }
+
+    /// Whether reads of this LU run better in batches.
+    pub(crate) fn reads_in_batches(&self) -> bool {
+        self.device.reads_in_batches()
     }
 
     pub(crate) fn failure(&self, f: Failure) -> ScsiResponse {
@@ -321,6 +330,14 @@ impl LogicalUnit {
     }
 
     fn run(&self, ctx: &Ctx<'_>) -> Outcome {
+        let command = self.accept(ctx)?;
+        self.dispatch(ctx, command)
+    }
+
+    /// Everything before a command's own work: it is known and supported,
+    /// a pending unit attention is reported, and sanitize and reservations
+    /// let it run.
+    pub(crate) fn accept(&self, ctx: &Ctx<'_>) -> Result<&'static Command, Failure> {
         let cdb = ctx.cdb();
         let Some(&opcode) = cdb.first() else {
             return Err(Sense::invalid_cdb(0, None).into());
@@ -344,7 +361,7 @@ impl LogicalUnit {
             self.admit(&st, ctx, command)?;
             command
         };
-        self.dispatch(ctx, command)
+        Ok(command)
     }
 
     /// Sanitize and reservation checks, under the state lock.
@@ -380,7 +397,7 @@ impl LogicalUnit {
         Ok(())
     }
 
-    fn dispatch(&self, ctx: &Ctx<'_>, c: &Command) -> Outcome {
+    pub(crate) fn dispatch(&self, ctx: &Ctx<'_>, c: &Command) -> Outcome {
         use op::*;
         match (c.opcode, c.service_action) {
             (TEST_UNIT_READY, _) => Ok(ScsiResponse::good()),

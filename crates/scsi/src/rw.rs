@@ -1,6 +1,7 @@
 //! Medium access: READ, WRITE, VERIFY, WRITE AND VERIFY, ORWRITE,
 //! COMPARE AND WRITE, WRITE ATOMIC, PRE-FETCH, SYNCHRONIZE CACHE.
 
+use block::BatchRead;
 use scsi_api::{status, ScsiResponse};
 
 use crate::cdb::{be16, be24, be32, be64, u8_at};
@@ -64,6 +65,11 @@ pub fn extent(cdb: &[u8]) -> Extent {
     }
 }
 
+/// The READ commands, which [`LogicalUnit::read_batch`] batches.
+pub fn is_read(opcode: u8) -> bool {
+    matches!(opcode, op::READ_6 | op::READ_10 | op::READ_12 | op::READ_16)
+}
+
 fn fua_of(cdb: &[u8]) -> bool {
     // FUA is byte 1 bit 3 in every CDB of this module that has it; the
     // 6-byte forms have no FUA.
@@ -105,6 +111,58 @@ impl LogicalUnit {
             return Ok(ScsiResponse::good());
         }
         Ok(ScsiResponse::with_data(self.read_blocks(e.lba, e.blocks)?))
+    }
+
+    /// READs, all in flight on the device at once: each is accepted and
+    /// checked as [`LogicalUnit::execute`] would, holds its range shared
+    /// like [`LogicalUnit::read_blocks`], and one device batch reads them
+    /// all; `done` gets each response as soon as its read has ended. A
+    /// command that is not a READ runs alone.
+    pub(crate) fn read_batch(&self, ctxs: &[Ctx<'_>], done: &mut dyn FnMut(usize, ScsiResponse)) {
+        // Planned reads: which command and the range it holds. Shared
+        // holds only wait for exclusive holders, which never wait for us,
+        // so holding several at once cannot deadlock.
+        let mut planned = Vec::new();
+        let mut reads = Vec::new();
+        for (i, ctx) in ctxs.iter().enumerate() {
+            let command = match self.accept(ctx) {
+                Ok(c) => c,
+                Err(failure) => {
+                    done(i, self.respond(ctx, Err(failure)));
+                    continue;
+                }
+            };
+            if !is_read(command.opcode) {
+                done(i, self.respond(ctx, self.dispatch(ctx, command)));
+                continue;
+            }
+            let e = extent(ctx.cdb());
+            let len = self.check_transfer(&e).and_then(|()| {
+                usize::try_from(e.blocks * u64::from(self.block_size))
+                    .map_err(|_| Sense::internal_failure())
+            });
+            match len {
+                Err(sense) => done(i, self.respond(ctx, Err(sense.into()))),
+                Ok(0) => done(i, self.respond(ctx, Ok(ScsiResponse::good()))),
+                Ok(len) => {
+                    let guard = self.locks.lock(e.lba, e.blocks, false);
+                    planned.push((i, Some(guard)));
+                    reads.push(BatchRead::new(
+                        scsi_api::buffers::take(len),
+                        self.offset(e.lba),
+                    ));
+                }
+            }
+        }
+        self.device.read_batch(&mut reads, &mut |k, read| {
+            let (i, guard) = &mut planned[k];
+            drop(guard.take());
+            let outcome = match std::mem::replace(&mut read.result, Ok(())) {
+                Ok(()) => Ok(ScsiResponse::with_data(std::mem::take(&mut read.buf))),
+                Err(e) => Err(io_sense(&e, false).into()),
+            };
+            done(*i, self.respond(&ctxs[*i], outcome));
+        });
     }
 
     pub(crate) fn write(&self, ctx: &Ctx<'_>) -> Outcome {
@@ -278,6 +336,119 @@ mod tests {
     use super::*;
     use crate::lu::test_support::*;
     use crate::sense::key;
+
+    /// A RAM disk that says it reads in batches and ends each batch's
+    /// reads last to first, as a device may.
+    struct Reversing(block::MemDevice);
+
+    impl block::BlockDevice for Reversing {
+        fn size(&self) -> u64 {
+            self.0.size()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.0.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> std::io::Result<()> {
+            self.0.write_at(buf, offset, fua)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.0.flush()
+        }
+        fn reads_in_batches(&self) -> bool {
+            true
+        }
+        fn read_batch(&self, reads: &mut [BatchRead], done: &mut dyn FnMut(usize, &mut BatchRead)) {
+            for (i, r) in reads.iter_mut().enumerate().rev() {
+                r.result = self.0.read_at(&mut r.buf, r.offset);
+                done(i, r);
+            }
+        }
+        fn capabilities(&self) -> block::Capabilities {
+            self.0.capabilities()
+        }
+        fn describe(&self) -> String {
+            "reversing".into()
+        }
+    }
+
+    #[test]
+    fn batched_reads_answer_as_single_commands_do() {
+        let config = || crate::config::LuConfig {
+            naa: crate::config::naa_from_seed("batch"),
+            ..Default::default()
+        };
+        let alone = lu_with(1 << 20, config());
+        let batched = LogicalUnit::new(
+            std::sync::Arc::new(Reversing(block::MemDevice::new(1 << 20))),
+            config(),
+        )
+        .unwrap();
+        assert!(batched.reads_in_batches());
+        let n = nexus("a");
+        let data: Vec<u8> = (0..8192u32).map(|i| (i * 13 % 251) as u8).collect();
+        for lu in [&alone, &batched] {
+            ready(lu, &n);
+            assert_eq!(run(lu, &n, &rw10(op::WRITE_10, 0, 4, 16), &data).status, 0);
+        }
+        let mut read16 = vec![op::READ_16, 0];
+        read16.extend_from_slice(&2000u64.to_be_bytes());
+        read16.extend_from_slice(&[0, 0, 0, 100, 0, 0]);
+        let cdbs: Vec<Vec<u8>> = vec![
+            rw10(op::READ_10, 0, 4, 16),
+            read16,                          // beyond the end
+            vec![0; 6],                      // TEST UNIT READY
+            rw10(op::READ_10, 0, 8, 0),      // no blocks
+            vec![op::READ_6, 0, 0, 6, 2, 0], // 6-byte form
+            rw10(op::READ_10, 0, 7, 1),
+        ];
+        let registry = crate::registry::LuRegistry::new();
+        let padded: Vec<Vec<u8>> = cdbs
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c.resize(16, 0);
+                c
+            })
+            .collect();
+        let cmds: Vec<scsi_api::ScsiCommand<'_>> = padded
+            .iter()
+            .map(|cdb| scsi_api::ScsiCommand {
+                lun: 0,
+                cdb,
+                data_out: &[],
+                data_in_len: 1 << 24,
+                data_out_len: 0,
+                task_attr: scsi_api::TaskAttr::Simple,
+                tag: 1,
+            })
+            .collect();
+        let ctxs: Vec<Ctx<'_>> = cmds
+            .iter()
+            .map(|cmd| Ctx {
+                nexus: &n,
+                cmd,
+                registry: &registry,
+                read_only: false,
+                protected: &[],
+            })
+            .collect();
+        let mut answers: Vec<Option<ScsiResponse>> = (0..cdbs.len()).map(|_| None).collect();
+        batched.read_batch(&ctxs, &mut |i, r| {
+            assert!(
+                answers[i].replace(r).is_none(),
+                "command {i} answered twice"
+            );
+        });
+        for (i, cdb) in cdbs.iter().enumerate() {
+            let want = run(&alone, &n, cdb, &[]);
+            let got = answers[i].take().expect("every command is answered");
+            assert_eq!(
+                (got.status, &got.sense, &got.data_in),
+                (want.status, &want.sense, &want.data_in),
+                "command {i}: {cdb:02x?}"
+            );
+        }
+    }
 
     fn rw10(opcode: u8, flags: u8, lba: u32, blocks: u16) -> Vec<u8> {
         let mut c = vec![opcode, flags];

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use scsi_api::{status, Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult};
 
-use crate::counters::OpKind;
+use crate::counters::{LunStats, OpKind};
 use crate::registry::TargetStats;
 
 /// How a CDB counts, by its operation code: the READ and WRITE families
@@ -32,28 +32,65 @@ impl StatsTarget {
     }
 }
 
-impl ScsiTarget for StatsTarget {
-    fn execute(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ScsiResponse {
-        // LUN numbers come from the network: counting unmapped ones would
-        // let any initiator create entries without bound.
+impl StatsTarget {
+    /// The counters of `cmd`, started; `None` for unmapped LUNs, whose
+    /// numbers come from the network: counting them would let any
+    /// initiator create entries without bound.
+    fn begin(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> Option<Arc<LunStats>> {
         if !self.inner.lun_exists(nexus, cmd.lun) {
-            return self.inner.execute(nexus, cmd);
+            return None;
         }
         let entry = self.stats.entry(cmd.lun, &nexus.initiator_name);
         entry.begin();
+        Some(entry)
+    }
+}
+
+/// Counts `cmd`, which took `nanos` and answered `response`.
+fn end(entry: &LunStats, cmd: &ScsiCommand<'_>, response: &ScsiResponse, nanos: u64) {
+    let kind = classify(cmd.cdb);
+    let bytes = match kind {
+        // What the transport will send: at most the expected length.
+        OpKind::Read => response.data_in.len().min(cmd.data_in_len as usize),
+        OpKind::Write => cmd.data_out.len(),
+        OpKind::Other => 0,
+    } as u64;
+    let ok = matches!(response.status, status::GOOD | status::CONDITION_MET);
+    entry.end(kind, bytes, nanos, ok);
+}
+
+fn nanos_since(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl ScsiTarget for StatsTarget {
+    fn execute(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ScsiResponse {
+        let Some(entry) = self.begin(nexus, cmd) else {
+            return self.inner.execute(nexus, cmd);
+        };
         let started = Instant::now();
         let response = self.inner.execute(nexus, cmd);
-        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let kind = classify(cmd.cdb);
-        let bytes = match kind {
-            // What the transport will send: at most the expected length.
-            OpKind::Read => response.data_in.len().min(cmd.data_in_len as usize),
-            OpKind::Write => cmd.data_out.len(),
-            OpKind::Other => 0,
-        } as u64;
-        let ok = matches!(response.status, status::GOOD | status::CONDITION_MET);
-        entry.end(kind, bytes, nanos, ok);
+        end(&entry, cmd, &response, nanos_since(started));
         response
+    }
+
+    fn batches(&self, lun: u64, cdb: &[u8]) -> bool {
+        self.inner.batches(lun, cdb)
+    }
+
+    fn execute_batch(
+        &self,
+        cmds: &[(&Nexus, ScsiCommand<'_>)],
+        done: &mut dyn FnMut(usize, ScsiResponse),
+    ) {
+        let entries: Vec<_> = cmds.iter().map(|(n, c)| self.begin(n, c)).collect();
+        let started = Instant::now();
+        self.inner.execute_batch(cmds, &mut |i, response| {
+            if let Some(entry) = &entries[i] {
+                end(entry, &cmds[i].1, &response, nanos_since(started));
+            }
+            done(i, response);
+        });
     }
 
     fn may_block(&self, lun: u64) -> bool {

@@ -32,9 +32,8 @@ pub(super) struct Job {
 }
 
 impl Job {
-    /// Run on the SCSI target; a panic in the target becomes `None`.
-    pub fn run(&self, scsi: &dyn ScsiTarget, nexus: &Nexus) -> Option<ScsiResponse> {
-        let cmd = ScsiCommand {
+    fn command(&self) -> ScsiCommand<'_> {
+        ScsiCommand {
             lun: self.lun,
             cdb: &self.cdb,
             data_out: &self.data_out,
@@ -42,8 +41,13 @@ impl Job {
             data_out_len: self.data_out_len,
             task_attr: self.attr,
             tag: self.tag,
-        };
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| scsi.execute(nexus, &cmd)));
+        }
+    }
+
+    /// Run on the SCSI target; a panic in the target becomes `None`.
+    pub fn run(&self, scsi: &dyn ScsiTarget, nexus: &Nexus) -> Option<ScsiResponse> {
+        let result =
+            std::panic::catch_unwind(AssertUnwindSafe(|| scsi.execute(nexus, &self.command())));
         if result.is_err() {
             tracing::error!(tag = self.tag, "SCSI command panicked in the target");
         }
@@ -115,6 +119,37 @@ pub(super) struct Command {
     pub tracked: bool,
     pub shape: ResponseShape,
     pub finished: Arc<Finished>,
+    /// The target runs this command better in a batch with others.
+    pub batchable: bool,
+}
+
+impl Command {
+    /// Queue this command's result for its connection.
+    fn deliver(&self, response: Option<ScsiResponse>, batch: &mut Deliveries) {
+        let completion = Completion {
+            itt: self.itt,
+            serial: self.serial,
+            tracked: self.tracked,
+            attr: self.job.attr,
+            shape: self.shape,
+            response,
+        };
+        match batch
+            .conns
+            .iter_mut()
+            .find(|d| Arc::ptr_eq(&d.conn, &self.conn))
+        {
+            Some(d) => {
+                d.done.push(completion);
+                d.signals.push(self.finished.clone());
+            }
+            None => batch.conns.push(Delivery {
+                conn: self.conn.clone(),
+                done: vec![completion],
+                signals: vec![self.finished.clone()],
+            }),
+        }
+    }
 }
 
 /// Results for one connection, waiting to be delivered.
@@ -135,28 +170,44 @@ impl pool::Job for Command {
 
     fn run(self, batch: &mut Deliveries) {
         let response = self.job.run(&*self.conn.scsi, &self.conn.nexus);
-        let completion = Completion {
-            itt: self.itt,
-            serial: self.serial,
-            tracked: self.tracked,
-            attr: self.job.attr,
-            shape: self.shape,
-            response,
-        };
-        match batch
-            .conns
-            .iter_mut()
-            .find(|d| Arc::ptr_eq(&d.conn, &self.conn))
-        {
-            Some(d) => {
-                d.done.push(completion);
-                d.signals.push(self.finished);
+        self.deliver(response, batch);
+    }
+
+    fn batchable(&self) -> bool {
+        self.batchable
+    }
+
+    fn run_batch(mut jobs: Vec<Self>, batch: &mut Deliveries) {
+        // One target call per SCSI target among the jobs.
+        while let Some(first) = jobs.first() {
+            let scsi = first.conn.scsi.clone();
+            let (group, rest): (Vec<_>, Vec<_>) = jobs
+                .into_iter()
+                .partition(|c| Arc::ptr_eq(&c.conn.scsi, &scsi));
+            jobs = rest;
+            let cmds: Vec<_> = group
+                .iter()
+                .map(|c| (&c.conn.nexus, c.job.command()))
+                .collect();
+            // Each result goes out as soon as it is known, while the rest
+            // of the batch is still on the device.
+            let mut delivered = vec![false; group.len()];
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                scsi.execute_batch(&cmds, &mut |i, response| {
+                    if let (Some(command), Some(false)) = (group.get(i), delivered.get(i).copied())
+                    {
+                        delivered[i] = true;
+                        command.deliver(Some(response), batch);
+                        Self::flush(batch);
+                    }
+                })
+            }));
+            if result.is_err() {
+                tracing::error!("a batch of SCSI commands panicked in the target");
             }
-            None => batch.conns.push(Delivery {
-                conn: self.conn,
-                done: vec![completion],
-                signals: vec![self.finished],
-            }),
+            for (command, _) in group.iter().zip(delivered).filter(|(_, d)| !d) {
+                command.deliver(None, batch);
+            }
         }
     }
 

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::command::{Phase, TaskTable};
-use super::exec::{Completion, ConnExec, Finished};
+use super::exec::{self, Completion, ConnExec, Finished};
 use super::gate::Gate;
 use super::io::{OutPdu, Outgoing, PduReader, ReadError, StatSn, Writer};
 use super::login_phase::Established;
@@ -99,6 +99,9 @@ pub(super) struct Conn {
     pub(super) events_rx: mpsc::UnboundedReceiver<Event>,
     /// What the I/O pool needs of this connection, made on first use.
     pub(super) exec: Option<Arc<ConnExec>>,
+    /// Batchable commands decoded in this turn of the loop, handed to the
+    /// I/O pool together at its end so that one worker takes them all.
+    pub(super) batch: Vec<exec::Command>,
     pub tasks: TaskTable,
     pub held: Vec<Held>,
     /// CmdSNs counted as received although their command never came
@@ -153,6 +156,7 @@ pub(crate) async fn run(server: Arc<Server>, stream: TcpStream, est: Established
         events: events_tx,
         events_rx,
         exec: None,
+        batch: Vec::new(),
         tasks: TaskTable::default(),
         held: Vec::new(),
         consumed: Vec::new(),
@@ -203,9 +207,17 @@ impl Conn {
                 },
                 _ = tick.tick() => self.on_tick().await,
             };
+            self.start_batch();
             if let Flow::Close(cause) = flow {
                 return cause;
             }
+        }
+    }
+
+    /// Hand the batchable commands of this turn to the I/O pool.
+    fn start_batch(&mut self) {
+        if !self.batch.is_empty() {
+            exec::io_pool().submit_all(self.batch.drain(..));
         }
     }
 
@@ -487,6 +499,8 @@ impl Conn {
                 }
             }
         }
+        // Commands of this turn may be among them: they must run to end.
+        self.start_batch();
         for w in waiters {
             w.wait().await;
         }

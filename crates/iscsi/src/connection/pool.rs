@@ -34,6 +34,23 @@ pub(crate) trait Job: Send + 'static {
     /// Run the job, leaving its result in `batch`.
     fn run(self, batch: &mut Self::Batch);
 
+    /// Whether this job runs better together with others of its kind
+    /// ([`Job::run_batch`]), e.g. reads a device serves all at once.
+    fn batchable(&self) -> bool {
+        false
+    }
+
+    /// Run several batchable jobs together, leaving their results in
+    /// `batch`.
+    fn run_batch(jobs: Vec<Self>, batch: &mut Self::Batch)
+    where
+        Self: Sized,
+    {
+        for job in jobs {
+            job.run(batch);
+        }
+    }
+
     /// Deliver everything in `batch` and leave it empty. Called before a
     /// worker waits for work and after every [`Limits::batch`] jobs.
     fn flush(batch: &mut Self::Batch);
@@ -72,6 +89,9 @@ impl Default for Limits {
 }
 
 const SLOW_SCORE_MAX: u8 = 8;
+
+/// Most batchable jobs one worker takes at once.
+const MAX_BATCH: usize = 64;
 
 struct State<J> {
     queue: VecDeque<J>,
@@ -171,14 +191,38 @@ impl<J: Job> Pool<J> {
 
     /// Queue a job.
     pub fn submit(&self, job: J) {
+        let mut st = self.shared.state.lock();
+        self.queue(&mut st, job);
+    }
+
+    /// Queue several jobs at once, so that a worker finds them together.
+    pub fn submit_all(&self, jobs: impl IntoIterator<Item = J>) {
+        let mut st = self.shared.state.lock();
+        for job in jobs {
+            self.queue(&mut st, job);
+        }
+    }
+
+    fn queue(&self, st: &mut MutexGuard<'_, State<J>>, job: J) {
         let shared = &self.shared;
-        let mut st = shared.state.lock();
+        // Fast jobs: someone awake will look at the queue, and a worker
+        // busy with them will be back sooner than a sleeping one could
+        // wake. Slow jobs: every queued job wants a worker of its own now,
+        // so the device sees the initiator's queue depth without waiting
+        // for a chain of wake-ups.
+        // A batchable job needs just one worker awake: it takes all the
+        // batchable jobs queued.
+        let batchable = job.batchable();
         st.queue.push_back(job);
-        // Someone awake will look at the queue; a worker busy with fast
-        // jobs will be back for it sooner than a sleeping one could wake.
-        let covered = st.searching > 0 || (st.running > 0 && !st.jobs_are_slow());
+        let covered = if batchable {
+            st.searching > 0
+        } else if st.jobs_are_slow() {
+            st.searching >= st.queue.len()
+        } else {
+            st.searching > 0 || st.running > 0
+        };
         if !covered {
-            wake_or_start(shared, &mut st);
+            wake_or_start(shared, st);
         }
         if !st.monitor_awake {
             st.monitor_awake = true;
@@ -238,20 +282,36 @@ fn worker_loop<J: Job>(shared: &Arc<Shared<J>>) {
     // This worker starts out counted as searching.
     loop {
         if let Some(job) = st.queue.pop_front() {
-            st.taken += 1;
+            let mut together = Vec::new();
+            if job.batchable() {
+                while together.len() + 1 < MAX_BATCH && st.queue.front().is_some_and(J::batchable) {
+                    together.extend(st.queue.pop_front());
+                }
+            }
+            st.taken += 1 + together.len() as u64;
             st.searching -= 1;
             st.running += 1;
-            if !st.queue.is_empty() && st.searching == 0 && st.jobs_are_slow() {
+            if st.jobs_are_slow() && st.queue.len() > st.searching {
                 wake_or_start(shared, &mut st);
             }
             drop(st);
             let started = mark.unwrap_or_else(Instant::now);
-            job.run(&mut batch);
+            // A batchable job goes the batch's way even alone, so that
+            // there is one path for its kind.
+            if job.batchable() {
+                together.insert(0, job);
+                J::run_batch(together, &mut batch);
+            } else {
+                job.run(&mut batch);
+            }
             let ended = Instant::now();
             let took = ended - started;
             mark = Some(ended);
             unflushed += 1;
-            if unflushed >= limits.batch {
+            // A slow job's result goes out at once: holding it for a batch
+            // would add the next jobs' device time to its latency, and the
+            // initiator could not refill its queue meanwhile.
+            if unflushed >= limits.batch || took >= limits.slow {
                 J::flush(&mut batch);
                 unflushed = 0;
                 mark = None;
@@ -485,5 +545,56 @@ mod tests {
         assert_eq!(first, vec![2]);
         drop(closed);
         assert_eq!(collect(&rx, 1), vec![1]);
+    }
+
+    /// Counts the jobs each batch call ran.
+    struct Batched {
+        id: usize,
+        batches: mpsc::Sender<Vec<usize>>,
+    }
+
+    impl Job for Batched {
+        type Batch = ();
+
+        fn run(self, _: &mut ()) {
+            let _ = self.batches.send(vec![self.id]);
+        }
+
+        fn batchable(&self) -> bool {
+            true
+        }
+
+        fn run_batch(jobs: Vec<Self>, _: &mut ()) {
+            if let Some(first) = jobs.first() {
+                let _ = first.batches.send(jobs.iter().map(|j| j.id).collect());
+            }
+        }
+
+        fn flush(_: &mut ()) {}
+    }
+
+    #[test]
+    fn batchable_jobs_queued_together_run_in_one_batch() {
+        let pool = Pool::new("test-batch", Limits::default());
+        let (tx, rx) = mpsc::channel();
+        let job = |id| Batched {
+            id,
+            batches: tx.clone(),
+        };
+        pool.submit_all((0..40).map(job));
+        let mut seen = Vec::new();
+        let mut calls = 0;
+        while seen.len() < 40 {
+            let batch = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("batches run");
+            calls += 1;
+            seen.extend(batch);
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..40).collect::<Vec<_>>());
+        // Queued under one lock: whichever worker wakes first finds them
+        // all, and takes them in as few batches as MAX_BATCH allows.
+        assert_eq!(calls, 1, "40 jobs queued together ran in {calls} batches");
     }
 }

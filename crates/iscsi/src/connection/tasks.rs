@@ -348,6 +348,7 @@ impl Conn {
             tracked: task.tracked,
         };
         if target.scsi.command_may_block(job.lun, &job.cdb) {
+            let batchable = target.scsi.batches(job.lun, &job.cdb);
             let finished = Arc::new(Finished::default());
             task.phase = Phase::Executing {
                 aborted: false,
@@ -364,7 +365,7 @@ impl Conn {
                     })
                 })
                 .clone();
-            exec::io_pool().submit(exec::Command {
+            let command = exec::Command {
                 conn,
                 job,
                 itt,
@@ -372,7 +373,13 @@ impl Conn {
                 tracked: task.tracked,
                 shape,
                 finished,
-            });
+                batchable,
+            };
+            if batchable {
+                self.batch.push(command);
+            } else {
+                exec::io_pool().submit(command);
+            }
             return Flow::Continue;
         }
         let reserved = task.reserved;
