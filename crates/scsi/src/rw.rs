@@ -117,13 +117,14 @@ impl LogicalUnit {
     /// checked as [`LogicalUnit::execute`] would, holds its range shared
     /// like [`LogicalUnit::read_blocks`], and one device batch reads them
     /// all; `done` gets each response as soon as its read has ended. A
-    /// command that is not a READ runs alone.
+    /// command that is not a READ runs alone, after the batch.
     pub(crate) fn read_batch(&self, ctxs: &[Ctx<'_>], done: &mut dyn FnMut(usize, ScsiResponse)) {
         // Planned reads: which command and the range it holds. Shared
         // holds only wait for exclusive holders, which never wait for us,
         // so holding several at once cannot deadlock.
         let mut planned = Vec::new();
         let mut reads = Vec::new();
+        let mut later = Vec::new();
         for (i, ctx) in ctxs.iter().enumerate() {
             let command = match self.accept(ctx) {
                 Ok(c) => c,
@@ -133,7 +134,9 @@ impl LogicalUnit {
                 }
             };
             if !is_read(command.opcode) {
-                done(i, self.respond(ctx, self.dispatch(ctx, command)));
+                // After the batch: it may want an exclusive hold on a
+                // range the batch holds shared.
+                later.push((i, command));
                 continue;
             }
             let e = extent(ctx.cdb());
@@ -163,6 +166,10 @@ impl LogicalUnit {
             };
             done(*i, self.respond(&ctxs[*i], outcome));
         });
+        drop(planned);
+        for (i, command) in later {
+            done(i, self.respond(&ctxs[i], self.dispatch(&ctxs[i], command)));
+        }
     }
 
     pub(crate) fn write(&self, ctx: &Ctx<'_>) -> Outcome {
