@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::iscsi::{LoginParams, Session};
-use common::{require_tool, run_with_timeout, Daemon};
+use common::{require_tool, run_echoed, Daemon};
 
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -90,15 +90,7 @@ device = "other"
 }
 
 fn run(cmd: Command) -> Output {
-    let shown = format!("{cmd:?}");
-    let out = run_with_timeout(cmd, CLIENT_TIMEOUT);
-    eprintln!(
-        "{shown}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    run_echoed(cmd, CLIENT_TIMEOUT)
 }
 
 /// `iscsi-ls -s -i INITIATOR URL`: target name -> LUN numbers.

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::iscsi::{LoginParams, Session};
-use common::{free_port, run_with_timeout, Daemon};
+use common::{free_port, run_echoed, run_with_timeout, Daemon};
 
 const TARGET: &str = "iqn.2026-11.org.test:api";
 const HOST: &str = "iqn.2026-11.org.test:host";
@@ -78,14 +78,7 @@ fn cli(args: &[&str], envs: &[(&str, &str)]) -> Output {
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    let out = run_with_timeout(cmd, Duration::from_secs(60));
-    eprintln!(
-        "openarray {args:?}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    run_echoed(cmd, Duration::from_secs(60))
 }
 
 /// Waits until something accepts on `addr`.

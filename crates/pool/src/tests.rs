@@ -39,20 +39,6 @@ fn unwritten_volume_reads_zeros_and_uses_no_space() {
     assert!(!caps.may_block);
 }
 
-/// Whether `path` lies on tmpfs or ramfs, from /proc/mounts.
-fn in_memory(path: &std::path::Path) -> bool {
-    std::fs::read_to_string("/proc/mounts")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some((f.nth(1)?.to_string(), f.next()?.to_string()))
-        })
-        .filter(|(mount, _)| path.starts_with(mount))
-        .max_by_key(|(mount, _)| mount.len())
-        .is_some_and(|(_, fs)| fs == "tmpfs" || fs == "ramfs")
-}
-
 #[test]
 fn a_pool_with_its_metadata_file_on_disk_may_block() {
     // RAM data devices: the metadata file decides.
@@ -64,7 +50,9 @@ fn a_pool_with_its_metadata_file_on_disk_may_block() {
         let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(17 * UNIT));
         let meta = MetadataLocation::File(dir.path().join("p.meta"));
         let pool = Pool::create("p", vec![data], &meta, UNIT).unwrap();
-        assert_eq!(pool.may_block(), !in_memory(dir.path()), "{:?}", dir.path());
+        // block's own tests check this function against /proc/self/mounts.
+        let in_memory = block::on_memory_file_system(dir.path());
+        assert_eq!(pool.may_block(), !in_memory, "{:?}", dir.path());
     }
 }
 
