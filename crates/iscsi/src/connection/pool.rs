@@ -11,9 +11,13 @@
 //! How many workers run at once follows how long jobs take:
 //! - Fast jobs (a page-cache copy takes a few µs): one worker drains the
 //!   queue; waking more would only make them fight over the cores.
-//! - Slow jobs (a disk read): a worker that takes a job while more are
-//!   queued wakes another, so the device sees the queue depth the
-//!   initiator sent.
+//! - Slow jobs (a disk read): each queued job gets a worker of its own
+//!   (woken when the job is queued, or by a worker that takes a job while
+//!   more wait), so the device sees the queue depth the initiator sent, and
+//!   each result is delivered as soon as its job ends.
+//! - Batchable jobs (reads of an O_DIRECT file): one worker takes all that
+//!   are queued and runs them together ([`Job::run_batch`]); the device
+//!   gets the depth from the batch instead of from threads.
 //! - Stuck jobs (a SANITIZE running for seconds): a monitor notices work
 //!   that has waited too long and wakes or starts another worker, so one
 //!   long command never holds up the others.
