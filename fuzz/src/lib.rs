@@ -3,26 +3,7 @@
 
 use bytes::Bytes;
 use iscsi::pdu::initiator::LoginRequest;
-use scsi_api::{Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult};
-
-pub struct NoLuns;
-
-impl ScsiTarget for NoLuns {
-    fn execute(&self, _: &Nexus, _: &ScsiCommand<'_>) -> ScsiResponse {
-        ScsiResponse::default()
-    }
-    fn may_block(&self, _: u64) -> bool {
-        false
-    }
-    fn lun_exists(&self, _: &Nexus, _: u64) -> bool {
-        false
-    }
-    fn task_management(&self, _: &Nexus, _: TaskManagement) -> TmfResult {
-        TmfResult::Complete
-    }
-    fn nexus_lost(&self, _: &Nexus) {}
-    fn nexus_added(&self, _: &Nexus) {}
-}
+pub use scsi_api::testing::NoLuns;
 
 /// Fuzz input as a sequence of Login Requests of one new session: chunks
 /// separated by 0xff, each a flags byte (T, C, CSG, NSG as in the PDU)

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use scsi_api::{Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult};
+use scsi_api::testing::NoLuns;
 
 use crate::access::{AccessList, AccessPolicy, Group, InitiatorPattern, TargetAccess};
 use crate::auth_chap::{
@@ -25,24 +25,6 @@ const CHAP_TARGET: &str = "iqn.t:chap";
 const GROUP_TARGET: &str = "iqn.t:groups";
 const MEMBER: &str = "iqn.i:member";
 const STRANGER: &str = "iqn.i:stranger";
-
-struct NoLuns;
-impl ScsiTarget for NoLuns {
-    fn execute(&self, _: &Nexus, _: &ScsiCommand<'_>) -> ScsiResponse {
-        ScsiResponse::default()
-    }
-    fn may_block(&self, _: u64) -> bool {
-        false
-    }
-    fn lun_exists(&self, _: &Nexus, _: u64) -> bool {
-        false
-    }
-    fn task_management(&self, _: &Nexus, _: TaskManagement) -> TmfResult {
-        TmfResult::Complete
-    }
-    fn nexus_lost(&self, _: &Nexus) {}
-    fn nexus_added(&self, _: &Nexus) {}
-}
 
 fn requirement(mutual: bool) -> ChapRequirement {
     ChapRequirement {

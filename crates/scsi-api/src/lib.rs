@@ -210,3 +210,30 @@ pub trait ScsiTarget: Send + Sync {
     /// the power-on/reset unit attention for it.
     fn nexus_added(&self, nexus: &Nexus);
 }
+
+/// Stand-ins for transport tests and fuzzing.
+pub mod testing {
+    use super::*;
+
+    /// A target without logical units: every LUN is unknown, and commands
+    /// get an empty GOOD response. Login never reaches a target's LUNs, so
+    /// this is all a login test needs.
+    pub struct NoLuns;
+
+    impl ScsiTarget for NoLuns {
+        fn execute(&self, _: &Nexus, _: &ScsiCommand<'_>) -> ScsiResponse {
+            ScsiResponse::default()
+        }
+        fn may_block(&self, _: u64) -> bool {
+            false
+        }
+        fn lun_exists(&self, _: &Nexus, _: u64) -> bool {
+            false
+        }
+        fn task_management(&self, _: &Nexus, _: TaskManagement) -> TmfResult {
+            TmfResult::Complete
+        }
+        fn nexus_lost(&self, _: &Nexus) {}
+        fn nexus_added(&self, _: &Nexus) {}
+    }
+}
