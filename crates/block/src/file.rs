@@ -686,6 +686,34 @@ mod tests {
     }
 
     #[test]
+    fn a_panic_while_answering_a_batch_leaves_no_read_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = create(&dir, "p.img", 1 << 20, true);
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 253) as u8).collect();
+        dev.write_at(&data, 0, false).unwrap();
+        let batch = || -> Vec<BatchRead> {
+            (0..40u64)
+                .map(|i| BatchRead::new(vec![0; 4096], i * 8192))
+                .collect()
+        };
+        let mut reads = batch();
+        let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            dev.read_batch(&mut reads, &mut |_, _| panic!("answering failed"));
+        }));
+        assert!(first.is_err(), "the panic reaches the caller");
+        // The same thread's ring holds no stale completion: the next batch
+        // reads exactly what it asked for.
+        let mut reads = batch();
+        let mut answered = 0;
+        dev.read_batch(&mut reads, &mut |i, r| {
+            answered += 1;
+            let at = i * 8192;
+            assert_eq!(&r.buf[..], &data[at..at + 4096], "read {i}");
+        });
+        assert_eq!(answered, 40);
+    }
+
+    #[test]
     fn direct_io_refuses_unaligned_size() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("e.img");

@@ -11,6 +11,7 @@ use std::cell::RefCell;
 use std::io;
 use std::os::fd::RawFd;
 use std::os::unix::fs::FileExt;
+use std::panic::AssertUnwindSafe;
 
 use io_uring::{opcode, types, IoUring};
 
@@ -112,6 +113,7 @@ fn read_round(
         }
     }
     let mut left = slots.len();
+    let mut panicked = None;
     while left > 0 {
         // Only an interrupted or busy wait fails on a working ring. Were
         // the ring to fail otherwise, the kernel could still hold our
@@ -142,8 +144,17 @@ fn read_round(
                 Ok(res as usize)
             };
             left -= 1;
-            done(i, slot);
+            // A panic in `done` must not leave this function while the
+            // kernel still writes into the other slots' memory: it is held
+            // until every read of the round has ended.
+            if panicked.is_none() {
+                let answered = std::panic::catch_unwind(AssertUnwindSafe(|| done(i, slot)));
+                panicked = answered.err();
+            }
         }
+    }
+    if let Some(payload) = panicked {
+        std::panic::resume_unwind(payload);
     }
 }
 
