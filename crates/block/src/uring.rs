@@ -94,9 +94,10 @@ fn read_round(
     slots: &mut [Slot],
     done: &mut dyn FnMut(usize, &mut Slot),
 ) {
+    let mut left = 0;
     {
         let mut sq = ring.submission();
-        for (i, slot) in slots.iter().enumerate() {
+        for (i, slot) in slots.iter_mut().enumerate() {
             // Lengths above u32 do not occur: a batch holds SCSI transfers,
             // bounded far below 4 GiB by MAXIMUM TRANSFER LENGTH; a longer
             // one would be finished synchronously as a short read.
@@ -106,14 +107,25 @@ fn read_round(
                 .build()
                 .user_data(i as u64);
             // SAFETY: the caller keeps the memory valid until read_all
-            // returns, and every completion is reaped before that. The
-            // queue has room: a round holds at most RING_ENTRIES slots and
-            // the previous round was reaped whole.
-            let _ = unsafe { sq.push(&entry) };
+            // returns, and every completion is reaped before that.
+            if unsafe { sq.push(&entry) }.is_ok() {
+                left += 1;
+                slot.got = Ok(0);
+            } else {
+                // The queue has room (a round holds at most RING_ENTRIES
+                // slots and the previous round was reaped whole); should it
+                // not, the read is done synchronously below.
+                slot.got = Err(io::Error::from_raw_os_error(libc::EAGAIN));
+            }
         }
     }
-    let mut left = slots.len();
     let mut panicked = None;
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if slot.got.is_err() && panicked.is_none() {
+            let answered = std::panic::catch_unwind(AssertUnwindSafe(|| done(i, slot)));
+            panicked = answered.err();
+        }
+    }
     while left > 0 {
         // Only an interrupted or busy wait fails on a working ring. Were
         // the ring to fail otherwise, the kernel could still hold our
