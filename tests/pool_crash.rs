@@ -5,12 +5,13 @@
 //! other runs the pool over data devices that keep every unflushed write in
 //! the daemon's memory (`pool create --simulate-volatile-cache`), so the
 //! kill also loses exactly the writes no flush covered, like a power cut
-//! with a volatile disk cache.
+//! with a volatile disk cache. A third kills the process over a pool too
+//! small for what is written, so that some writes are refused.
 //!
 //! After every kill `openarray pool check` is clean (no unit leaked or
 //! owned twice); after every restart each write acknowledged before the
 //! last completed SYNCHRONIZE CACHE, or with FUA, reads back exactly (later
-//! ones read as one of the values the block had since), every volume
+//! ones, and refused ones, read as one of the values the block had since), every volume
 //! operation the API acknowledged is there, and every acknowledged delete
 //! is gone.
 //!
@@ -46,13 +47,14 @@ const LUNS: [u64; 2] = [0, 1];
 /// Snapshots and clones made through the API, at most.
 const MAX_EXTRA: usize = 8;
 
-fn config(dir: &Path) -> String {
+/// Two 8 MiB thin volumes in a pool of one device of `device_size`.
+fn config(dir: &Path, device_size: &str) -> String {
     let mut text = format!(
         r#"
 [[pool]]
 name = "tank"
 devices = ["{d}/tank.img"]
-device_size = "64M"
+device_size = "{device_size}"
 unit_size = "64K"
 "#,
         d = dir.display()
@@ -70,12 +72,17 @@ unit_size = "64K"
 }
 
 /// What one LUN may hold: per 4 KiB piece, the tag that is durable and
-/// the tags written since (acknowledged or in flight when the kill came).
-/// Tag 0 is zeros.
+/// the tags written since (acknowledged, refused, or in flight when the
+/// kill came). Tag 0 is zeros.
 #[derive(Clone)]
 struct Model {
     durable: Vec<u64>,
     since: Vec<Vec<u64>>,
+    /// Per piece, where in `since` the last command answered with GOOD
+    /// status is: the one a SYNCHRONIZE CACHE makes durable. A write
+    /// answered with CHECK CONDITION (the pool out of space, say) stays a
+    /// possible content but never becomes the durable one.
+    good: Vec<Option<usize>>,
 }
 
 impl Model {
@@ -83,16 +90,28 @@ impl Model {
         Model {
             durable: vec![0; PIECES],
             since: vec![Vec::new(); PIECES],
+            good: vec![None; PIECES],
         }
     }
 
-    /// SYNCHRONIZE CACHE completed: every write before it is durable.
+    /// The command that last pushed a tag for `piece` completed with GOOD.
+    fn acknowledged(&mut self, piece: usize) {
+        self.good[piece] = self.since[piece].len().checked_sub(1);
+    }
+
+    /// SYNCHRONIZE CACHE completed: every write acknowledged before it is
+    /// durable; writes refused after the last acknowledged one stay possible.
     fn synced(&mut self) {
-        for (d, s) in self.durable.iter_mut().zip(&mut self.since) {
-            if let Some(&last) = s.last() {
-                *d = last;
+        for ((d, s), g) in self
+            .durable
+            .iter_mut()
+            .zip(&mut self.since)
+            .zip(&mut self.good)
+        {
+            if let Some(i) = g.take() {
+                *d = s[i];
+                s.drain(..=i);
             }
-            s.clear();
         }
     }
 }
@@ -275,6 +294,7 @@ fn verify(s: &mut Session, models: &mut [Model; 2], round: usize) -> usize {
                 }
                 model.durable[piece] = tag;
                 model.since[piece].clear();
+                model.good[piece] = None;
             }
         }
     }
@@ -282,7 +302,15 @@ fn verify(s: &mut Session, models: &mut [Model; 2], round: usize) -> usize {
 }
 
 /// Writes, UNMAPs and flushes until the connection dies under the kill.
-fn workload(s: &mut Session, models: &mut [Model; 2], rng: &mut Rng, tag: &mut u64) {
+/// Runs until a command fails to complete (the daemon died); counts the
+/// writes refused because the pool had no space in `refused`.
+fn workload(
+    s: &mut Session,
+    models: &mut [Model; 2],
+    rng: &mut Rng,
+    tag: &mut u64,
+    refused: &mut usize,
+) {
     loop {
         let l = rng.below(2) as usize;
         let lun = LUNS[l];
@@ -310,7 +338,13 @@ fn workload(s: &mut Session, models: &mut [Model; 2], rng: &mut Rng, tag: &mut u
                 list[8..16].copy_from_slice(&lba.to_be_bytes());
                 list[16..20].copy_from_slice(&blocks.to_be_bytes());
                 let cdb = [0x42, 0, 0, 0, 0, 0, 0, 0, 24, 0];
-                s.command(lun, &cdb, &list, 0).map(|_| ())
+                let r = s.command(lun, &cdb, &list, 0);
+                if matches!(&r, Ok(c) if c.status == 0) {
+                    for p in first..first + UNIT / PIECE {
+                        model.acknowledged(p);
+                    }
+                }
+                r.map(|_| ())
             }
             _ => {
                 *tag += 1;
@@ -324,9 +358,17 @@ fn workload(s: &mut Session, models: &mut [Model; 2], rng: &mut Rng, tag: &mut u
                     cdb[1] |= 0x08;
                 }
                 let r = s.command(lun, &cdb, &content(*tag, piece), 0);
-                if fua && matches!(&r, Ok(c) if c.status == 0) {
-                    model.durable[piece] = *tag;
-                    model.since[piece].clear();
+                if matches!(&r, Ok(c) if out_of_space(c)) {
+                    *refused += 1;
+                }
+                if matches!(&r, Ok(c) if c.status == 0) {
+                    if fua {
+                        model.durable[piece] = *tag;
+                        model.since[piece].clear();
+                        model.good[piece] = None;
+                    } else {
+                        model.acknowledged(piece);
+                    }
                 }
                 r.map(|_| ())
             }
@@ -337,6 +379,11 @@ fn workload(s: &mut Session, models: &mut [Model; 2], rng: &mut Rng, tag: &mut u
     }
 }
 
+/// CHECK CONDITION, DATA PROTECT, SPACE ALLOCATION FAILED WRITE PROTECT.
+fn out_of_space(c: &common::iscsi::Completion) -> bool {
+    c.status == 2 && c.sense_key() == Some(0x07) && c.sense.get(12..14) == Some(&[0x27, 0x07])
+}
+
 fn check_clean(cfg: &str, round: usize) {
     let (ok, text) = openarray(&["pool", "check", "-c", cfg, "tank"]);
     assert!(ok, "round {round}: pool check:\n{text}");
@@ -344,7 +391,8 @@ fn check_clean(cfg: &str, round: usize) {
 
 /// Rounds of workload, live volume operations and SIGKILL; returns the
 /// rounds run.
-fn crash_rounds(volatile_cache: bool) -> usize {
+/// Returns how many writes were refused for want of space.
+fn crash_rounds(volatile_cache: bool, device_size: &str) -> usize {
     let seed = std::env::var("POOL_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -357,7 +405,7 @@ fn crash_rounds(volatile_cache: bool) -> usize {
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg_path = dir.path().join("openarray.toml");
-    std::fs::write(&cfg_path, config(dir.path())).expect("write config");
+    std::fs::write(&cfg_path, config(dir.path(), device_size)).expect("write config");
     let cfg = cfg_path.to_str().expect("utf-8");
     let socket: PathBuf = dir.path().join("admin.sock");
     let sock = socket.to_str().expect("utf-8").to_string();
@@ -377,6 +425,7 @@ fn crash_rounds(volatile_cache: bool) -> usize {
     let mut tag = 0u64;
     let lineage = Arc::new(Mutex::new(Lineage::default()));
     let mut lost = 0;
+    let mut refused = 0;
     let start = Instant::now();
     let mut rounds = 0;
     while rounds < ROUNDS && start.elapsed() < BUDGET {
@@ -408,7 +457,7 @@ fn crash_rounds(volatile_cache: bool) -> usize {
             let mut rng = Rng::new(rng.next_u64());
             std::thread::spawn(move || operations(&sock, &lineage, &mut rng, &stop))
         };
-        workload(&mut s, &mut models, &mut rng, &mut tag);
+        workload(&mut s, &mut models, &mut rng, &mut tag, &mut refused);
         killer.join().expect("killer thread");
         stop.store(true, Ordering::SeqCst);
         ops.join().expect("operations thread");
@@ -429,20 +478,29 @@ fn crash_rounds(volatile_cache: bool) -> usize {
     check_clean(cfg, rounds);
     let made = lineage.lock().unwrap().next;
     eprintln!(
-        "{rounds} SIGKILL rounds, {tag} writes, {made} volume operations, \
-         {lost} pieces back to an older value, in {:.1} s",
+        "{rounds} SIGKILL rounds, {tag} writes ({refused} refused for space), \
+         {made} volume operations, {lost} pieces back to an older value, in {:.1} s",
         start.elapsed().as_secs_f64()
     );
     assert!(rounds >= 20, "only {rounds} rounds fit in the time budget");
-    rounds
+    refused
 }
 
 #[test]
 fn sigkill_at_random_points_loses_nothing_acknowledged() {
-    crash_rounds(false);
+    crash_rounds(false, "64M");
 }
 
 #[test]
 fn power_cut_with_a_volatile_cache_loses_only_unflushed_writes() {
-    crash_rounds(true);
+    crash_rounds(true, "64M");
+}
+
+/// A pool too small for the volumes and their snapshots: writes that need
+/// a new unit are refused (DATA PROTECT, space allocation failed) while
+/// others succeed, and a refused write never counts as written.
+#[test]
+fn sigkill_with_the_pool_running_full_loses_nothing_acknowledged() {
+    let refused = crash_rounds(false, "20M");
+    assert!(refused > 0, "the pool never ran full");
 }

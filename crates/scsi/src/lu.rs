@@ -577,6 +577,15 @@ pub(crate) fn io_sense(e: &io::Error, writing: bool) -> Sense {
     if e.raw_os_error() == Some(libc::EROFS) {
         return Sense::write_protected();
     }
+    // A thin pool (or the file system under a sparse file) out of space:
+    // SBC's answer for a write that needs space the LU cannot allocate, so
+    // that initiators report a full pool rather than a failing disk.
+    if writing && e.kind() == io::ErrorKind::StorageFull {
+        return Sense::new(
+            crate::sense::key::DATA_PROTECT,
+            crate::sense::asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT,
+        );
+    }
     if writing {
         Sense::write_error()
     } else {
@@ -670,6 +679,19 @@ mod tests {
     use super::test_support::*;
     use super::*;
     use crate::sense::key;
+
+    #[test]
+    fn a_write_out_of_space_is_a_space_allocation_failure() {
+        let full = io::Error::new(io::ErrorKind::StorageFull, "pool is full");
+        let s = io_sense(&full, true);
+        assert_eq!((s.key, s.asc, s.ascq), (key::DATA_PROTECT, 0x27, 0x07));
+        let enospc = io::Error::from_raw_os_error(libc::ENOSPC);
+        let s = io_sense(&enospc, true);
+        assert_eq!((s.key, s.asc, s.ascq), (key::DATA_PROTECT, 0x27, 0x07));
+        // Other failures stay medium errors.
+        let s = io_sense(&io::Error::from_raw_os_error(libc::EIO), true);
+        assert_eq!(s.key, key::MEDIUM_ERROR);
+    }
 
     #[test]
     fn first_contact_gets_power_on_unit_attention_once() {

@@ -40,6 +40,7 @@ pub mod asc {
     pub const UNSUPPORTED_SEGMENT_DESCRIPTOR_TYPE: (u8, u8) = (0x26, 0x09);
     pub const WRITE_PROTECTED: (u8, u8) = (0x27, 0x00);
     pub const SOFTWARE_WRITE_PROTECTED: (u8, u8) = (0x27, 0x02);
+    pub const SPACE_ALLOCATION_FAILED_WRITE_PROTECT: (u8, u8) = (0x27, 0x07);
     pub const POWER_ON_RESET: (u8, u8) = (0x29, 0x00);
     pub const MODE_PARAMETERS_CHANGED: (u8, u8) = (0x2A, 0x01);
     pub const RESERVATIONS_PREEMPTED: (u8, u8) = (0x2A, 0x03);
