@@ -251,25 +251,7 @@ impl ChapPolicy for SharedAccess {
 mod tests {
     use super::*;
     use crate::auth_chap::{ChapCredentials, Secret};
-    use scsi_api::{Nexus, ScsiCommand, ScsiResponse, TaskManagement, TmfResult};
-
-    struct View;
-    impl ScsiTarget for View {
-        fn execute(&self, _: &Nexus, _: &ScsiCommand<'_>) -> ScsiResponse {
-            unreachable!("views are only compared here")
-        }
-        fn may_block(&self, _: u64) -> bool {
-            false
-        }
-        fn lun_exists(&self, _: &Nexus, _: u64) -> bool {
-            false
-        }
-        fn task_management(&self, _: &Nexus, _: TaskManagement) -> TmfResult {
-            TmfResult::Complete
-        }
-        fn nexus_lost(&self, _: &Nexus) {}
-        fn nexus_added(&self, _: &Nexus) {}
-    }
+    use scsi_api::testing::NoLuns;
 
     fn chap(user: &str) -> ChapRequirement {
         ChapRequirement {
@@ -288,7 +270,8 @@ mod tests {
     }
 
     fn registered(name: &'static str) -> Arc<dyn ScsiTarget> {
-        let v: Arc<dyn ScsiTarget> = Arc::new(View);
+        // Each Arc is its own allocation, so views compare by pointer.
+        let v: Arc<dyn ScsiTarget> = Arc::new(NoLuns);
         VIEWS.with(|vs| vs.borrow_mut().push((name, v.clone())));
         v
     }
