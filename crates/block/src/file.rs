@@ -14,7 +14,8 @@ use parking_lot::Mutex;
 
 use crate::aligned::AlignedBuf;
 use crate::{
-    check_range, read_only_error, sys, uring, Allocation, BatchRead, BlockDevice, Capabilities,
+    check_range, read_each, read_only_error, sys, uring, Allocation, BatchRead, BlockDevice,
+    Capabilities,
 };
 
 /// How to open a [`FileDevice`].
@@ -275,11 +276,7 @@ impl BlockDevice for FileDevice {
 
     fn read_batch(&self, reads: &mut [BatchRead], done: &mut dyn FnMut(usize, &mut BatchRead)) {
         let Some(d) = &self.direct else {
-            for (i, r) in reads.iter_mut().enumerate() {
-                r.result = self.read_at(&mut r.buf, r.offset);
-                done(i, r);
-            }
-            return;
+            return read_each(self, reads, done);
         };
         // Each submitted read lands in the caller's buffer when the kernel
         // can take it as it is, otherwise in an aligned window copied out

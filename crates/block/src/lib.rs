@@ -84,10 +84,7 @@ pub trait BlockDevice: Send + Sync {
     /// with its outcome in `result`, call `done` with its index: a caller
     /// can answer it while the others are still on the device.
     fn read_batch(&self, reads: &mut [BatchRead], done: &mut dyn FnMut(usize, &mut BatchRead)) {
-        for (i, r) in reads.iter_mut().enumerate() {
-            r.result = self.read_at(&mut r.buf, r.offset);
-            done(i, r);
-        }
+        read_each(self, reads, done);
     }
 
     /// Write `buf` at `offset`. With `fua`, returns only once the data is on
@@ -158,6 +155,19 @@ pub trait BlockDevice: Send + Sync {
 
     /// A short human description, e.g. `file:/srv/lun0.img`.
     fn describe(&self) -> String;
+}
+
+/// A batch read one `read_at` after another: what every device does that
+/// has nothing better.
+pub fn read_each<D: BlockDevice + ?Sized>(
+    dev: &D,
+    reads: &mut [BatchRead],
+    done: &mut dyn FnMut(usize, &mut BatchRead),
+) {
+    for (i, r) in reads.iter_mut().enumerate() {
+        r.result = dev.read_at(&mut r.buf, r.offset);
+        done(i, r);
+    }
 }
 
 /// Checks that `len` bytes at `offset` lie inside a device of `size` bytes.

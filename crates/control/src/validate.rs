@@ -305,7 +305,9 @@ impl Checker<'_> {
                     && n <= MAX_PHYSICAL_BLOCK
                     && n % i64::from(block_size) == 0
                     && (n / i64::from(block_size)).count_ones() == 1;
-                if !fits {
+                if fits {
+                    n as u32
+                } else {
                     self.fail(
                         &pbs.span(),
                         field("physical_block_size"),
@@ -313,10 +315,6 @@ impl Checker<'_> {
                             "{n} is not a power-of-two multiple of the {block_size}-byte block size up to {MAX_PHYSICAL_BLOCK}"
                         ),
                     );
-                }
-                if fits {
-                    n as u32
-                } else {
                     block_size
                 }
             }

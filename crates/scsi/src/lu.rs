@@ -320,6 +320,12 @@ impl LogicalUnit {
         self.device.reads_in_batches()
     }
 
+    /// Whether `cdb` goes to [`LogicalUnit::read_batch`]: a READ of a
+    /// device that reads in batches.
+    pub(crate) fn batches(&self, cdb: &[u8]) -> bool {
+        crate::rw::is_read(crate::cdb::u8_at(cdb, 0)) && self.reads_in_batches()
+    }
+
     pub(crate) fn failure(&self, f: Failure) -> ScsiResponse {
         match f {
             Failure::Check(sense) => {
@@ -541,9 +547,13 @@ impl LogicalUnit {
         fua || !self.mode_params().wce
     }
 
+    /// Bytes in `blocks` logical blocks, as a buffer length.
+    pub(crate) fn byte_len(&self, blocks: u64) -> Result<usize, Sense> {
+        usize::try_from(blocks * u64::from(self.block_size)).map_err(|_| Sense::internal_failure())
+    }
+
     pub(crate) fn read_blocks(&self, lba: u64, blocks: u64) -> Result<Vec<u8>, Sense> {
-        let len = usize::try_from(blocks * u64::from(self.block_size))
-            .map_err(|_| Sense::internal_failure())?;
+        let len = self.byte_len(blocks)?;
         let mut buf = scsi_api::buffers::take(len);
         let _guard = self.locks.lock(lba, blocks, false);
         self.read_locked(&mut buf, lba)?;

@@ -140,10 +140,9 @@ impl LogicalUnit {
                 continue;
             }
             let e = extent(ctx.cdb());
-            let len = self.check_transfer(&e).and_then(|()| {
-                usize::try_from(e.blocks * u64::from(self.block_size))
-                    .map_err(|_| Sense::internal_failure())
-            });
+            let len = self
+                .check_transfer(&e)
+                .and_then(|()| self.byte_len(e.blocks));
             match len {
                 Err(sense) => done(i, self.respond(ctx, Err(sense.into()))),
                 Ok(0) => done(i, self.respond(ctx, Ok(ScsiResponse::good()))),

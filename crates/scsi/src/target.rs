@@ -271,7 +271,7 @@ impl ScsiTarget for Target {
     }
 
     fn batches(&self, lun: u64, cdb: &[u8]) -> bool {
-        crate::rw::is_read(u8_at(cdb, 0)) && self.lu(lun).is_some_and(|lu| lu.reads_in_batches())
+        self.lu(lun).is_some_and(|lu| lu.batches(cdb))
     }
 
     fn execute_batch(
@@ -279,42 +279,41 @@ impl ScsiTarget for Target {
         cmds: &[(&Nexus, ScsiCommand<'_>)],
         done: &mut dyn FnMut(usize, ScsiResponse),
     ) {
-        // The mapping of each command the batch can help, looked up once;
-        // the others run alone.
-        let mut mapped = Vec::new();
+        // The mapping of each command the batch can help, looked up once
+        // (not through self.batches: a second read lock could wait behind
+        // a writer); the others run alone.
         let inventory = self.inventory.read();
+        let protected = inventory.protected.clone();
+        let mut batched = Vec::new();
+        let mut alone = Vec::new();
         for (i, (_, cmd)) in cmds.iter().enumerate() {
-            // Not self.batches: a second read lock could wait behind a writer.
-            if let Some(m) = inventory.luns.get(&cmd.lun) {
-                if crate::rw::is_read(u8_at(cmd.cdb, 0)) && m.lu.reads_in_batches() {
-                    mapped.push((i, m.clone(), inventory.protected.clone()));
-                }
+            match inventory.luns.get(&cmd.lun) {
+                Some(m) if m.lu.batches(cmd.cdb) => batched.push((i, m.clone())),
+                _ => alone.push(i),
             }
         }
         drop(inventory);
-        for (i, (nexus, cmd)) in cmds.iter().enumerate() {
-            if !mapped.iter().any(|(j, _, _)| *j == i) {
-                done(i, self.execute(nexus, cmd));
-            }
+        for i in alone {
+            let (nexus, cmd) = &cmds[i];
+            done(i, self.execute(nexus, cmd));
         }
-        // One device batch per logical unit.
-        let mut rest: &mut [_] = &mut mapped;
-        while let Some(((_, first, _), _)) = rest.split_first() {
-            let lu = first.lu.clone();
-            let same = partition_in_place(rest, |(_, m, _)| Arc::ptr_eq(&m.lu, &lu));
-            let (group, tail) = rest.split_at_mut(same);
+        // One device batch per logical unit, each in arrival order.
+        batched.sort_by_key(|(_, m)| Arc::as_ptr(&m.lu));
+        for group in batched.chunk_by(|(_, a), (_, b)| Arc::ptr_eq(&a.lu, &b.lu)) {
             let ctxs: Vec<Ctx<'_>> = group
                 .iter()
-                .map(|(i, m, protected)| Ctx {
+                .map(|(i, m)| Ctx {
                     nexus: cmds[*i].0,
                     cmd: &cmds[*i].1,
                     registry: &self.registry,
                     read_only: m.read_only,
-                    protected,
+                    protected: &protected,
                 })
                 .collect();
-            lu.read_batch(&ctxs, &mut |k, resp| done(group[k].0, resp));
-            rest = tail;
+            group[0]
+                .1
+                .lu
+                .read_batch(&ctxs, &mut |k, resp| done(group[k].0, resp));
         }
     }
 
@@ -383,19 +382,6 @@ impl ScsiTarget for Target {
             lu.nexus_added(nexus);
         }
     }
-}
-
-/// Moves the elements matching `pred` to the front, keeping their order,
-/// and returns how many there are.
-fn partition_in_place<T>(items: &mut [T], pred: impl Fn(&T) -> bool) -> usize {
-    let mut front = 0;
-    for i in 0..items.len() {
-        if pred(&items[i]) {
-            items[front..=i].rotate_right(1);
-            front += 1;
-        }
-    }
-    front
 }
 
 #[cfg(test)]

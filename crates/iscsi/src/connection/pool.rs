@@ -209,13 +209,12 @@ impl<J: Job> Pool<J> {
 
     fn queue(&self, st: &mut MutexGuard<'_, State<J>>, job: J) {
         let shared = &self.shared;
-        // Fast jobs: someone awake will look at the queue, and a worker
-        // busy with them will be back sooner than a sleeping one could
-        // wake. Slow jobs: every queued job wants a worker of its own now,
-        // so the device sees the initiator's queue depth without waiting
-        // for a chain of wake-ups.
         // A batchable job needs just one worker awake: it takes all the
-        // batchable jobs queued.
+        // batchable jobs queued. Slow jobs: every queued job wants a worker
+        // of its own now, so the device sees the initiator's queue depth
+        // without waiting for a chain of wake-ups. Fast jobs: someone awake
+        // will look at the queue, and a worker busy with them will be back
+        // sooner than a sleeping one could wake.
         let batchable = job.batchable();
         st.queue.push_back(job);
         let covered = if batchable {
@@ -286,8 +285,9 @@ fn worker_loop<J: Job>(shared: &Arc<Shared<J>>) {
     // This worker starts out counted as searching.
     loop {
         if let Some(job) = st.queue.pop_front() {
+            let batchable = job.batchable();
             let mut together = Vec::new();
-            if job.batchable() {
+            if batchable {
                 while together.len() + 1 < MAX_BATCH && st.queue.front().is_some_and(J::batchable) {
                     together.extend(st.queue.pop_front());
                 }
@@ -302,7 +302,7 @@ fn worker_loop<J: Job>(shared: &Arc<Shared<J>>) {
             let started = mark.unwrap_or_else(Instant::now);
             // A batchable job goes the batch's way even alone, so that
             // there is one path for its kind.
-            if job.batchable() {
+            if batchable {
                 together.insert(0, job);
                 J::run_batch(together, &mut batch);
             } else {
