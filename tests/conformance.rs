@@ -210,12 +210,18 @@ lun = 201
 device = "ram201"
 "#;
 
-fn file_and_high_lun_daemon() -> (Daemon, tempfile::TempDir) {
+/// A daemon on one portal serving `config`, whose `@DIR@` becomes a fresh
+/// directory that lives as long as the returned handle.
+fn daemon_in_tempdir(config: &str) -> (Daemon, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = FILE_AND_HIGH_LUN_CONFIG.replace("@DIR@", dir.path().to_str().expect("utf-8"));
+    let config = config.replace("@DIR@", dir.path().to_str().expect("utf-8"));
     let path = dir.path().join("openarray.toml");
     std::fs::write(&path, config).expect("write config");
     (Daemon::start_portals(Some(&path), 1), dir)
+}
+
+fn file_and_high_lun_daemon() -> (Daemon, tempfile::TempDir) {
+    daemon_in_tempdir(FILE_AND_HIGH_LUN_CONFIG)
 }
 
 /// A file-backed LUN with 4096-byte blocks, opened with O_DIRECT.
@@ -265,11 +271,7 @@ device = "thin0"
 /// run against real allocation.
 #[test]
 fn thin_volume_lun() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = THIN_CONFIG.replace("@DIR@", dir.path().to_str().expect("utf-8"));
-    let path = dir.path().join("openarray.toml");
-    std::fs::write(&path, config).expect("write config");
-    let daemon = Daemon::start_portals(Some(&path), 1);
+    let (daemon, _dir) = daemon_in_tempdir(THIN_CONFIG);
     let url = format!(
         "iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:thin/0",
         daemon.port()
@@ -296,13 +298,8 @@ const PHYSICAL_BLOCK_TESTS: &[&str] = &[
 /// docs/pool.md, "Granularity").
 #[test]
 fn thin_volume_with_4k_physical_blocks() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = THIN_CONFIG
-        .replace("@DIR@", dir.path().to_str().expect("utf-8"))
-        .replace("size = \"1G\"", "size = \"1G\"\nphysical_block_size = 4096");
-    let path = dir.path().join("openarray.toml");
-    std::fs::write(&path, config).expect("write config");
-    let daemon = Daemon::start_portals(Some(&path), 1);
+    let config = THIN_CONFIG.replace("size = \"1G\"", "size = \"1G\"\nphysical_block_size = 4096");
+    let (daemon, _dir) = daemon_in_tempdir(&config);
     let url = format!(
         "iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:thin/0",
         daemon.port()
