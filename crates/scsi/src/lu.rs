@@ -156,6 +156,9 @@ pub struct LogicalUnit {
 /// process.
 static ANONYMOUS_LUS: AtomicU64 = AtomicU64::new(0);
 
+/// See [`LogicalUnit::reads_long`].
+const LONG_READ: u64 = 256 << 10;
+
 impl LogicalUnit {
     /// Creates a logical unit over `device`. Loads the persistent
     /// reservation state file when the configuration names one.
@@ -324,6 +327,15 @@ impl LogicalUnit {
     /// device that reads in batches.
     pub(crate) fn batches(&self, cdb: &[u8]) -> bool {
         crate::rw::is_read(crate::cdb::u8_at(cdb, 0)) && self.reads_in_batches()
+    }
+
+    /// A READ this large copies long enough, even from memory, that the
+    /// transport's thread does better sending the previous one meanwhile.
+    /// WRITEs stay where their data arrived: handing a freshly received
+    /// megabyte to another core cost more than it gained.
+    pub(crate) fn reads_long(&self, cdb: &[u8]) -> bool {
+        crate::rw::is_read(crate::cdb::u8_at(cdb, 0))
+            && crate::rw::extent(cdb).blocks * u64::from(self.block_size) >= LONG_READ
     }
 
     pub(crate) fn failure(&self, f: Failure) -> ScsiResponse {

@@ -322,7 +322,9 @@ impl ScsiTarget for Target {
     }
 
     fn command_may_block(&self, lun: u64, cdb: &[u8]) -> bool {
-        self.may_block(lun) || long_running(cdb)
+        self.may_block(lun)
+            || long_running(cdb)
+            || self.lu(lun).is_some_and(|lu| lu.reads_long(cdb))
     }
 
     fn lun_exists(&self, _nexus: &Nexus, lun: u64) -> bool {
@@ -623,5 +625,21 @@ mod tests {
         assert!(t.lu(300).is_none());
         assert!(t.command_may_block(0, &[0x48]));
         assert!(!t.command_may_block(0, &[0x28]));
+    }
+
+    #[test]
+    fn long_reads_leave_the_transport_thread_short_ones_and_writes_stay() {
+        let t = target();
+        let rw10 = |opcode: u8, blocks: u16| {
+            let mut cdb = [0u8; 10];
+            cdb[0] = opcode;
+            cdb[7..9].copy_from_slice(&blocks.to_be_bytes());
+            cdb
+        };
+        // 512-byte blocks: 512 of them are the 256 KiB threshold.
+        assert!(!t.command_may_block(0, &rw10(0x28, 511)));
+        assert!(t.command_may_block(0, &rw10(0x28, 512)));
+        assert!(t.command_may_block(0, &rw10(0x28, 2048)));
+        assert!(!t.command_may_block(0, &rw10(0x2A, 2048)));
     }
 }

@@ -45,10 +45,12 @@ pub(crate) struct Task {
     pub read: bool,
     pub write: bool,
     pub edtl: u32,
-    /// Immediate data, kept as received while it is all there is.
+    /// Immediate data, kept as received.
     pub immediate: Bytes,
-    /// Write data assembled from immediate data and Data-Out.
-    pub data: Vec<u8>,
+    /// Data-Out segments by buffer offset, kept as received and copied
+    /// together only once the write starts: a buffer grown as bursts
+    /// arrive copies its contents again at every growth.
+    pub data: Vec<(usize, Bytes)>,
     pub write_state: Option<WriteState>,
     /// Bytes of the connection's write budget this task holds.
     pub reserved: u64,
@@ -203,6 +205,36 @@ pub(crate) fn failure_pdu(shape: &ResponseShape) -> OutPdu {
     pdu
 }
 
+/// A write's data in one buffer, from its immediate data (at offset 0)
+/// and its Data-Out segments. One segment that is all the data is used as
+/// it is. Bytes no segment covered (none should remain once the write is
+/// complete) read as zeros, never as an earlier user's data.
+pub(crate) fn assemble(immediate: Bytes, segments: Vec<(usize, Bytes)>) -> Bytes {
+    let mut all = Vec::with_capacity(segments.len() + 1);
+    if !immediate.is_empty() {
+        all.push((0, immediate));
+    }
+    all.extend(segments);
+    if let [(0, only)] = all.as_slice() {
+        return only.clone();
+    }
+    // Stable: of two segments at one offset, the later one arrived later.
+    all.sort_by_key(|(offset, _)| *offset);
+    let len = all.iter().map(|(at, d)| at + d.len()).max().unwrap_or(0);
+    let mut buf = scsi_api::buffers::take_empty(len);
+    for (at, d) in all {
+        if at > buf.len() {
+            buf.resize(at, 0);
+        }
+        // Overlapping what is already placed overwrites it, as it would in
+        // a flat buffer.
+        let (replace, append) = d.split_at((buf.len() - at).min(d.len()));
+        buf[at..at + replace.len()].copy_from_slice(replace);
+        buf.extend_from_slice(append);
+    }
+    Bytes::from_owner(scsi_api::buffers::Recycled(buf))
+}
+
 /// SenseLength + sense data, cut to what the initiator can receive.
 fn sense_segment(sense: &[u8], mrdsl: u32) -> Bytes {
     if sense.is_empty() {
@@ -253,6 +285,34 @@ mod tests {
             max_burst_length: 262144,
             tracked: true,
         }
+    }
+
+    #[test]
+    fn write_data_is_assembled_at_its_offsets() {
+        let seg = |offset: usize, fill: u8, len: usize| (offset, Bytes::from(vec![fill; len]));
+        let immediate = Bytes::from(vec![1u8; 4]);
+        // Out of order, one segment late.
+        let buf = assemble(immediate.clone(), vec![seg(8, 3, 4), seg(4, 2, 4)]);
+        assert_eq!(buf, [[1u8; 4], [2; 4], [3; 4]].concat());
+        // Without immediate data; a later segment overlapping an earlier one
+        // wins where they overlap.
+        let buf = assemble(Bytes::new(), vec![seg(0, 5, 6), seg(4, 6, 4)]);
+        assert_eq!(buf, [5, 5, 5, 5, 6, 6, 6, 6][..]);
+        // A hole reads as zeros, even in a recycled buffer that held data.
+        scsi_api::buffers::give_back(vec![0xEE; 64 << 10]);
+        let buf = assemble(Bytes::new(), vec![seg(60 << 10, 7, 4 << 10)]);
+        assert_eq!(buf.len(), 64 << 10);
+        assert!(buf[..60 << 10].iter().all(|&b| b == 0));
+        assert!(buf[60 << 10..].iter().all(|&b| b == 7));
+        assert!(assemble(Bytes::new(), Vec::new()).is_empty());
+        // All the data in one piece is not copied.
+        let only = Bytes::from(vec![9u8; 100]);
+        assert_eq!(assemble(only.clone(), Vec::new()).as_ptr(), only.as_ptr());
+        let (_, single) = seg(0, 4, 50);
+        assert_eq!(
+            assemble(Bytes::new(), vec![(0, single.clone())]).as_ptr(),
+            single.as_ptr()
+        );
     }
 
     #[test]

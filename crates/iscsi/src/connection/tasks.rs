@@ -17,6 +17,10 @@ use crate::pdu::initiator::{Request, ScsiCommand as ScsiCommandPdu};
 use crate::pdu::target::{self, reject_reason};
 use crate::pdu::Bhs;
 
+/// A write keeps at most this many Data-Out segments apart before they
+/// are copied together.
+const MAX_SEGMENTS: usize = 256;
+
 impl Conn {
     pub(super) async fn on_scsi_command(
         &mut self,
@@ -219,29 +223,14 @@ impl Conn {
             }
         };
         let complete = ws.complete();
-        // Immediate data was kept as received; assemble once more arrives.
-        if task.data.capacity() == 0 {
-            // Room for what the write may have in flight now, its
-            // unsolicited burst and what its R2Ts asked for, not for the
-            // EDTL an initiator claims: memory follows the write budget.
-            let entitled = u64::from(self.ctx.params.first_burst_length) + task.reserved;
-            let room = entitled.min(u64::from(task.edtl));
-            task.data = scsi_api::buffers::take_empty(usize::try_from(room).unwrap_or(usize::MAX));
-        }
-        if task.data.is_empty() && !task.immediate.is_empty() {
-            task.data.extend_from_slice(&task.immediate);
-            task.immediate = Bytes::new();
-        }
-        let start = placement.offset as usize;
-        let end = start + placement.len as usize;
-        if start == task.data.len() {
-            // In order, the usual case: no zero fill before the copy.
-            task.data.extend_from_slice(&d.data);
-        } else {
-            if task.data.len() < end {
-                task.data.resize(end, 0);
-            }
-            task.data[start..end].copy_from_slice(&d.data);
+        task.data.push((placement.offset as usize, d.data));
+        if task.data.len() >= MAX_SEGMENTS {
+            // Tiny segments would cost more in bookkeeping than they hold.
+            let merged = command::assemble(
+                std::mem::take(&mut task.immediate),
+                std::mem::take(&mut task.data),
+            );
+            task.data.push((0, merged));
         }
         if complete {
             return self.ready(itt).await;
@@ -323,11 +312,10 @@ impl Conn {
         let Some(task) = self.tasks.get_mut(&itt) else {
             return Flow::Continue;
         };
-        let data_out = if task.data.is_empty() {
-            std::mem::take(&mut task.immediate)
-        } else {
-            Bytes::from_owner(scsi_api::buffers::Recycled(std::mem::take(&mut task.data)))
-        };
+        let data_out = command::assemble(
+            std::mem::take(&mut task.immediate),
+            std::mem::take(&mut task.data),
+        );
         let job = Job {
             lun: task.lun,
             cdb: std::mem::take(&mut task.cdb),
