@@ -14,7 +14,8 @@
 #      each), 4K random read QD32 each, plus openarray's RAM LUN at 1 session.
 #   3. QD1 4K random read latency measured directly: qemu-io (qemu's iSCSI
 #      driver, no bridge) times every read; median, p99, p99.9.
-#   4. 4K write QD32 directly: qemu-img bench -w (sequential offsets).
+#   4. 4K write QD32 directly: qemu-img bench -w (sequential offsets), beside
+#      4K reads by the same tool.
 #   5. 1 MiB sequential read and write (qemu-img bench, QD8) against one
 #      loopback TCP stream measured by iperf3 in the same round.
 #   6. O_DIRECT file LUN on the real disk (a file under /var/tmp): iscsi-perf
@@ -419,6 +420,8 @@ direct_round() { # round
 
     tcp_stream_run
     for system in $targets; do
+        # The same tool's 4K reads: what the writes are held against.
+        qemu_bench_run write "$system" "$(lun_url "$system")" 4k-read 4k 32 $((RUNTIME * 40000))
         qemu_bench_run write "$system" "$(lun_url "$system")" 4k-write 4k 32 $((RUNTIME * 40000)) -w
         qemu_bench_run seq "$system" "$(lun_url "$system")" 1m-read 1M 8 "$SEQ_MIB"
         qemu_bench_run seq "$system" "$(lun_url "$system")" 1m-write 1M 8 "$SEQ_MIB" -w

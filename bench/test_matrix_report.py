@@ -151,6 +151,22 @@ class Report(TempFiles):
         unmeasured = next(line for line in out if line.startswith("| 1 MiB sequential read"))
         self.assertTrue(unmeasured.endswith("| not measured |"))
 
+    def test_writes_are_held_against_the_same_tools_reads(self):
+        lines = [
+            "write\topenarray\t4k-read\t32\t100000\t-\t-\t-\t-\t-\t7.0\t-",
+            "write\topenarray\t4k-write\t32\t75000\t-\t-\t-\t-\t-\t9.0\t-",
+            "write\ttgt\t4k-write\t32\t30000\t-\t-\t-\t-\t-\t25.0\t-",
+            "sessions\topenarray\t4k-randread-qd32\t1\t150000\t-\t-\t-\t-\t-\t6.0\t-",
+        ]
+        path = self.write("results.tsv", "\n".join(lines) + "\n")
+        out = []
+        matrix_report.section_goals(matrix_report.load_results(path), out, None)
+        goal = next(line for line in out if line.startswith("| 4K write QD32"))
+        self.assertIn("0.75 of the same tool's reads", goal)
+        self.assertIn("0.50 of iscsi-perf's", goal)
+        self.assertIn("2.50x tgt", goal)
+        self.assertTrue(goal.endswith("| yes |"))
+
 
 if __name__ == "__main__":
     unittest.main()

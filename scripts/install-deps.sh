@@ -26,6 +26,7 @@ declare -A NEED=(
   [fio]=fio
   [ps]=procps
   [fallocate]=util-linux
+  [python3]=python3
 )
 missing=()
 for tool in "${!NEED[@]}"; do

@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 
 cargo fmt --all -- --check
+# The benchmark report's own tests (no benchmark runs).
+PYTHONDONTWRITEBYTECODE=1 python3 -m unittest bench/test_matrix_report.py
 cargo clippy --workspace --all-targets --release --locked -- -D warnings
 # Release build: the integration tests push real I/O through the daemon.
 cargo test --workspace --release --locked "$@"

@@ -21,6 +21,7 @@ pub fn run(
     admin_socket: Option<&Path>,
     metrics_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
+    keep_freed_memory();
     let (mut config, text) = match config_path {
         Some(path) => {
             let config = control::load_config(path)?;
@@ -185,4 +186,20 @@ async fn serve(
     flushed.context("flushing the logical units failed")?;
     tracing::info!("all logical units flushed; exiting");
     outcome
+}
+
+/// Large I/O buffers are freed and allocated again all the time. By
+/// default glibc gives the top of each thread's heap back to the kernel on
+/// free, and the next buffer then takes a page fault per page: a tenth of
+/// the daemon's CPU in 1 MiB writes. Keeping up to 32 MiB per heap, and
+/// serving buffers below 8 MiB from the heap, measured 13% less CPU per
+/// write and 15-40% more throughput (docs/bench/techniques.md).
+fn keep_freed_memory() {
+    // SAFETY: mallopt only sets allocator parameters; called before the
+    // daemon's threads start.
+    #[cfg(target_env = "gnu")]
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 8 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 32 << 20);
+    }
 }
