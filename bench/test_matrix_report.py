@@ -137,13 +137,18 @@ class LoadResults(TempFiles):
 
 
 class Report(TempFiles):
+    def goals(self, lines):
+        """The goals table made from these results.tsv lines."""
+        path = self.write("results.tsv", "\n".join(lines) + "\n")
+        out = []
+        matrix_report.section_goals(matrix_report.load_results(path), out, None)
+        return out
+
     def test_goals_table_from_results(self):
         lines = []
         for system, iops, cpu in (("tgt", 50000, 20.0), ("openarray", 110000, 6.0)):
             lines.append(f"sessions\t{system}\t4k-randread-qd32\t1\t{iops}\t-\t-\t-\t-\t-\t{cpu}\t-")
-        path = self.write("results.tsv", "\n".join(lines) + "\n")
-        out = []
-        matrix_report.section_goals(matrix_report.load_results(path), out, None)
+        out = self.goals(lines)
         goal = next(line for line in out if line.startswith("| 4K random read QD32"))
         self.assertIn("= 2.20x", goal)
         self.assertIn("= 0.30x", goal)
@@ -158,10 +163,7 @@ class Report(TempFiles):
             "write\ttgt\t4k-write\t32\t30000\t-\t-\t-\t-\t-\t25.0\t-",
             "sessions\topenarray\t4k-randread-qd32\t1\t150000\t-\t-\t-\t-\t-\t6.0\t-",
         ]
-        path = self.write("results.tsv", "\n".join(lines) + "\n")
-        out = []
-        matrix_report.section_goals(matrix_report.load_results(path), out, None)
-        goal = next(line for line in out if line.startswith("| 4K write QD32"))
+        goal = next(line for line in self.goals(lines) if line.startswith("| 4K write QD32"))
         self.assertIn("0.75 of the same tool's reads", goal)
         self.assertIn("0.50 of iscsi-perf's", goal)
         self.assertIn("2.50x tgt", goal)
