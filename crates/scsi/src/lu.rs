@@ -157,7 +157,7 @@ pub struct LogicalUnit {
 static ANONYMOUS_LUS: AtomicU64 = AtomicU64::new(0);
 
 /// See [`LogicalUnit::reads_long`].
-const LONG_READ: u64 = 512 << 10;
+const LONG_READ: u64 = 1 << 20;
 
 impl LogicalUnit {
     /// Creates a logical unit over `device`. Loads the persistent

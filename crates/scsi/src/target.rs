@@ -636,9 +636,9 @@ mod tests {
             cdb[7..9].copy_from_slice(&blocks.to_be_bytes());
             cdb
         };
-        // 512-byte blocks: 1024 of them are the 512 KiB threshold.
-        assert!(!t.command_may_block(0, &rw10(0x28, 1023)));
-        assert!(t.command_may_block(0, &rw10(0x28, 1024)));
+        // 512-byte blocks: 2048 of them are the 1 MiB threshold.
+        assert!(!t.command_may_block(0, &rw10(0x28, 1024)));
+        assert!(!t.command_may_block(0, &rw10(0x28, 2047)));
         assert!(t.command_may_block(0, &rw10(0x28, 2048)));
         assert!(!t.command_may_block(0, &rw10(0x2A, 2048)));
     }
