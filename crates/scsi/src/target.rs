@@ -322,9 +322,11 @@ impl ScsiTarget for Target {
     }
 
     fn command_may_block(&self, lun: u64, cdb: &[u8]) -> bool {
-        self.may_block(lun)
-            || long_running(cdb)
-            || self.lu(lun).is_some_and(|lu| lu.reads_long(cdb))
+        // One look at the inventory per command: this runs for every one.
+        long_running(cdb)
+            || self
+                .lu(lun)
+                .is_some_and(|lu| lu.may_block() || lu.reads_long(cdb))
     }
 
     fn lun_exists(&self, _nexus: &Nexus, lun: u64) -> bool {
