@@ -599,7 +599,7 @@ impl Session {
     }
 
     /// A NOP-In that carries a target transfer tag is a ping to answer.
-    fn answer_nop_in(&mut self, nop: &Pdu) -> io::Result<()> {
+    pub fn answer_nop_in(&mut self, nop: &Pdu) -> io::Result<()> {
         let ttt = nop.u32_at(20);
         if ttt == 0xffff_ffff {
             return Ok(());

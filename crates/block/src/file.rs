@@ -9,6 +9,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -67,7 +68,8 @@ impl Direct {
 
 pub struct FileDevice {
     path: PathBuf,
-    file: File,
+    /// Shared with transports that send from its pages (`memory_file`).
+    file: Arc<File>,
     /// The same file opened with O_DSYNC, for FUA writes; `None` when
     /// read-only.
     sync_file: Option<File>,
@@ -176,7 +178,7 @@ impl FileDevice {
         Ok(FileDevice {
             in_memory,
             path: path.to_path_buf(),
-            file,
+            file: Arc::new(file),
             sync_file,
             size,
             media,
@@ -193,7 +195,7 @@ impl FileDevice {
         match (&self.sync_file, fua) {
             (None, _) => Err(read_only_error()),
             (Some(sync), true) => Ok(sync),
-            (Some(_), false) => Ok(&self.file),
+            (Some(_), false) => Ok(self.file.as_ref()),
         }
     }
 
@@ -410,6 +412,10 @@ impl BlockDevice for FileDevice {
                 ))
             }
         }
+    }
+
+    fn memory_file(&self) -> Option<&Arc<File>> {
+        self.in_memory.then_some(&self.file)
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -6,7 +6,9 @@
 //! and transports run calls that may block off their reactor
 //! ([`Capabilities::may_block`]).
 
+use std::fs::File;
 use std::io;
+use std::sync::Arc;
 
 mod aligned;
 mod faulty;
@@ -148,6 +150,15 @@ pub trait BlockDevice: Send + Sync {
     /// This device as `Any`, so that `copy_from` can recognise a source of
     /// its own kind. `None` for devices that take no part in that.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
+    /// The file whose pages hold this device's bytes at the same offsets,
+    /// when those pages are memory (tmpfs, ramfs; no O_DIRECT): a
+    /// transport may hand them to a socket instead of reading them first.
+    /// `None` for every other device, and for any device that maps or
+    /// transforms offsets.
+    fn memory_file(&self) -> Option<&Arc<File>> {
         None
     }
 

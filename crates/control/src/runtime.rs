@@ -781,6 +781,7 @@ device = "d"
             data_out_len: 512,
             task_attr: TaskAttr::Simple,
             tag: 1,
+            zero_copy: false,
         };
         host.nexus_added(&nexus);
         // The first command reports the power-on unit attention.

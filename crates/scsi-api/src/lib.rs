@@ -6,6 +6,8 @@
 //! transfer length and direction it was told on the wire; the command set
 //! knows nothing of PDUs.
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 pub mod buffers;
@@ -85,6 +87,9 @@ pub struct ScsiCommand<'a> {
     pub task_attr: TaskAttr,
     /// Transport task tag, for task management.
     pub tag: u64,
+    /// The transport can send Data-In straight from a file
+    /// ([`ScsiResponse::data_in_file`]) instead of from memory.
+    pub zero_copy: bool,
 }
 
 /// What the command set answers.
@@ -96,13 +101,59 @@ pub struct ScsiResponse {
     /// Data-In produced by the command. May be longer than the transport's
     /// expected length: the transport truncates and reports overflow.
     pub data_in: Vec<u8>,
+    /// Data-In that is a region of a file instead (`data_in` is then
+    /// empty): only for commands that allowed it ([`ScsiCommand::zero_copy`]).
+    pub data_in_file: Option<FileRegion>,
     /// For commands with Data-Out: how many bytes the CDB asked for, so the
     /// transport can report residual over/underflow. `None` when the
     /// command carries no Data-Out.
     pub data_out_wanted: Option<u32>,
 }
 
+/// Data-In held in a file whose pages are memory (tmpfs): the transport
+/// hands the pages to the socket instead of copying them out first.
+///
+/// The bytes are those of the file when the transport sends them, not when
+/// the command ran; see docs/design.md for why that is allowed.
+#[derive(Clone, Debug)]
+pub struct FileRegion {
+    pub file: Arc<File>,
+    pub offset: u64,
+    pub len: usize,
+}
+
+impl FileRegion {
+    /// The region's bytes in memory, zeros past the end of the file.
+    pub fn read(&self) -> std::io::Result<Vec<u8>> {
+        let mut buf = buffers::take(self.len);
+        let mut done = 0;
+        while done < self.len {
+            match self
+                .file
+                .read_at(&mut buf[done..], self.offset + done as u64)
+            {
+                Ok(0) => {
+                    buf[done..].fill(0);
+                    break;
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(buf)
+    }
+}
+
 impl ScsiResponse {
+    /// How many bytes of Data-In the command produced.
+    pub fn data_in_len(&self) -> usize {
+        match &self.data_in_file {
+            Some(region) => region.len,
+            None => self.data_in.len(),
+        }
+    }
+
     pub fn good() -> Self {
         ScsiResponse::default()
     }

@@ -659,6 +659,24 @@ pub(crate) mod test_support {
         data_out: &[u8],
         registry: &LuRegistry,
     ) -> ScsiResponse {
+        run_as(lu, n, cdb, data_out, registry, false)
+    }
+
+    /// Like [`run`], from a transport that can send Data-In from files.
+    pub fn run_zero_copy(lu: &LogicalUnit, n: &Nexus, cdb: &[u8]) -> ScsiResponse {
+        let registry = LuRegistry::new();
+        registry.add(lu.me.upgrade().unwrap());
+        run_as(lu, n, cdb, &[], &registry, true)
+    }
+
+    fn run_as(
+        lu: &LogicalUnit,
+        n: &Nexus,
+        cdb: &[u8],
+        data_out: &[u8],
+        registry: &LuRegistry,
+        zero_copy: bool,
+    ) -> ScsiResponse {
         let mut full = cdb.to_vec();
         full.resize(full.len().max(16), 0);
         let cmd = ScsiCommand {
@@ -669,6 +687,7 @@ pub(crate) mod test_support {
             data_out_len: data_out.len() as u32,
             task_attr: TaskAttr::Simple,
             tag: 1,
+            zero_copy,
         };
         lu.execute(&Ctx {
             nexus: n,

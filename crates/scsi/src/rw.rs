@@ -2,12 +2,16 @@
 //! COMPARE AND WRITE, WRITE ATOMIC, PRE-FETCH, SYNCHRONIZE CACHE.
 
 use block::BatchRead;
-use scsi_api::{status, ScsiResponse};
+use scsi_api::{status, FileRegion, ScsiResponse};
 
 use crate::cdb::{be16, be24, be32, be64, u8_at};
 use crate::commands::op;
 use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome, MAX_COMPARE_AND_WRITE_BLOCKS};
 use crate::sense::{asc, Sense};
+
+/// READs from this size on are sent from a memory file's pages when the
+/// transport can (`memory_region`).
+const ZERO_COPY_READ: usize = 32 << 10;
 
 /// The addressing fields of a medium access CDB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,7 +114,34 @@ impl LogicalUnit {
         if e.blocks == 0 {
             return Ok(ScsiResponse::good());
         }
+        if let Some(region) = self.memory_region(ctx, e.lba, e.blocks)? {
+            return Ok(ScsiResponse {
+                data_in_file: Some(region),
+                ..ScsiResponse::default()
+            });
+        }
         Ok(ScsiResponse::with_data(self.read_blocks(e.lba, e.blocks)?))
+    }
+
+    /// A READ's data as a region of the device's file, for the transport
+    /// to send from the file's pages: when the transport can, the device
+    /// is a file in memory, and the read is long enough that the copy it
+    /// saves outweighs the extra system call.
+    fn memory_region(
+        &self,
+        ctx: &Ctx<'_>,
+        lba: u64,
+        blocks: u64,
+    ) -> Result<Option<FileRegion>, Sense> {
+        let len = self.byte_len(blocks)?;
+        if !ctx.cmd.zero_copy || len < ZERO_COPY_READ {
+            return Ok(None);
+        }
+        Ok(self.device.memory_file().map(|file| FileRegion {
+            file: file.clone(),
+            offset: self.offset(lba),
+            len,
+        }))
     }
 
     /// READs, all in flight on the device at once: each is accepted and
@@ -378,6 +409,53 @@ mod tests {
     }
 
     #[test]
+    fn long_reads_of_a_memory_file_are_regions_of_it() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let path = dir.path().join("lun.img");
+        let opts = block::FileOptions {
+            create_size: Some(1 << 20),
+            ..Default::default()
+        };
+        let device = block::FileDevice::open(&path, opts).unwrap();
+        assert!(
+            block::BlockDevice::memory_file(&device).is_some(),
+            "/dev/shm is tmpfs"
+        );
+        let lu = LogicalUnit::new(
+            std::sync::Arc::new(device),
+            crate::config::LuConfig::default(),
+        )
+        .unwrap();
+        let n = nexus("a");
+        ready(&lu, &n);
+        let data: Vec<u8> = (0..64u32 << 10).map(|i| (i * 7 % 253) as u8).collect();
+        assert_eq!(
+            run(&lu, &n, &rw10(op::WRITE_10, 0, 3, 128), &data).status,
+            0
+        );
+
+        let r = run_zero_copy(&lu, &n, &rw10(op::READ_10, 0, 3, 128));
+        assert_eq!(r.status, 0);
+        assert!(r.data_in.is_empty());
+        let region = r.data_in_file.expect("a region of the file");
+        assert_eq!((region.offset, region.len), (3 * 512, 64 << 10));
+        assert_eq!(region.read().unwrap(), data);
+
+        let short = run_zero_copy(&lu, &n, &rw10(op::READ_10, 0, 3, 8));
+        assert!(short.data_in_file.is_none(), "short reads are copied");
+        assert_eq!(short.data_in, data[..4096]);
+        let unasked = run(&lu, &n, &rw10(op::READ_10, 0, 3, 128), &[]);
+        assert!(
+            unasked.data_in_file.is_none(),
+            "only where the transport can"
+        );
+        assert_eq!(unasked.data_in, data);
+        let beyond = run_zero_copy(&lu, &n, &rw10(op::READ_10, 0, 2000, 128));
+        assert!(beyond.data_in_file.is_none());
+        assert_eq!(sense_of(&beyond).0, key::ILLEGAL_REQUEST);
+    }
+
+    #[test]
     fn batched_reads_answer_as_single_commands_do() {
         let config = || crate::config::LuConfig {
             naa: crate::config::naa_from_seed("batch"),
@@ -426,6 +504,7 @@ mod tests {
                 data_out_len: 0,
                 task_attr: scsi_api::TaskAttr::Simple,
                 tag: 1,
+                zero_copy: false,
             })
             .collect();
         let ctxs: Vec<Ctx<'_>> = cmds

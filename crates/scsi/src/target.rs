@@ -441,6 +441,7 @@ mod tests {
             data_out_len: data.len() as u32,
             task_attr: TaskAttr::Simple,
             tag: 7,
+            zero_copy: false,
         };
         t.execute(n, &cmd)
     }

@@ -51,7 +51,7 @@ fn end(entry: &LunStats, cmd: &ScsiCommand<'_>, response: &ScsiResponse, nanos: 
     let kind = classify(cmd.cdb);
     let bytes = match kind {
         // What the transport will send: at most the expected length.
-        OpKind::Read => response.data_in.len().min(cmd.data_in_len as usize),
+        OpKind::Read => response.data_in_len().min(cmd.data_in_len as usize),
         OpKind::Write => cmd.data_out.len(),
         OpKind::Other => 0,
     } as u64;
@@ -182,6 +182,7 @@ mod tests {
             data_out_len: data_out.len() as u32,
             task_attr: Default::default(),
             tag: 1,
+            zero_copy: false,
         }
     }
 
@@ -303,6 +304,7 @@ mod overhead {
             data_out_len: 0,
             task_attr: Default::default(),
             tag: 1,
+            zero_copy: false,
         };
         let bare: Arc<dyn ScsiTarget> = Arc::new(Nothing);
         let wrapped: Arc<dyn ScsiTarget> =

@@ -10,8 +10,9 @@ use super::io::{OutPdu, StatSn};
 use crate::datain;
 use crate::dataout::WriteState;
 use crate::pdu::target::{self, DataInStatus, Residual};
+use crate::pdu::Bhs;
 use bytes::Bytes;
-use scsi_api::{status, ScsiResponse, TaskAttr};
+use scsi_api::{status, FileRegion, ScsiResponse, TaskAttr};
 
 /// iSCSI Response codes of the SCSI Response PDU.
 pub(crate) const RESPONSE_COMPLETED: u8 = 0x00;
@@ -120,7 +121,7 @@ pub(crate) struct ResponseShape {
 /// writes compare it with what the CDB asked for.
 pub(crate) fn residual(shape: &ResponseShape, resp: &ScsiResponse) -> Residual {
     if shape.read {
-        Residual::between(shape.edtl, resp.data_in.len() as u64)
+        Residual::between(shape.edtl, resp.data_in_len() as u64)
     } else if let Some(wanted) = resp.data_out_wanted {
         Residual::between(shape.edtl, u64::from(wanted))
     } else if shape.write {
@@ -138,17 +139,8 @@ pub(crate) fn residual(shape: &ResponseShape, resp: &ScsiResponse) -> Residual {
 /// when there is no sense, a separate SCSI Response otherwise.
 pub(crate) fn response_pdus(shape: &ResponseShape, resp: ScsiResponse) -> Vec<OutPdu> {
     let residual = residual(shape, &resp);
-    let mut data_in = if resp.data_in.capacity() >= 64 << 10 {
-        Bytes::from_owner(scsi_api::buffers::Recycled(resp.data_in))
-    } else {
-        Bytes::from(resp.data_in)
-    };
-    if shape.read {
-        data_in.truncate(shape.edtl as usize);
-    } else {
-        data_in.clear();
-    }
-    let collapse = !data_in.is_empty()
+    let data_in = DataIn::of(shape, resp.data_in, resp.data_in_file);
+    let collapse = data_in.len() > 0
         && resp.sense.is_empty()
         && matches!(resp.status, status::GOOD | status::CONDITION_MET);
     let mut out = Vec::new();
@@ -163,13 +155,12 @@ pub(crate) fn response_pdus(shape: &ResponseShape, resp: ScsiResponse) -> Vec<Ou
             residual,
         });
         let bhs = target::data_in(shape.itt, seg.datasn, seg.offset, seg.final_, with_status);
-        let data = data_in.slice(seg.offset as usize..(seg.offset + seg.len) as usize);
         let statsn = if with_status.is_some() {
             StatSn::Advance
         } else {
             StatSn::Reserved
         };
-        let mut pdu = OutPdu::new(bhs, data, statsn);
+        let mut pdu = data_in.pdu(bhs, seg.offset as usize, seg.len as usize, statsn);
         pdu.frees_window_slot = with_status.is_some() && shape.tracked;
         out.push(pdu);
         datasn = seg.datasn.wrapping_add(1);
@@ -189,6 +180,53 @@ pub(crate) fn response_pdus(shape: &ResponseShape, resp: ScsiResponse) -> Vec<Ou
         out.push(pdu);
     }
     out
+}
+
+/// A command's Data-In, cut to the expected length: in memory, or a
+/// region of a file that the writer sends from the file's pages.
+enum DataIn {
+    Memory(Bytes),
+    File(FileRegion),
+}
+
+impl DataIn {
+    fn of(shape: &ResponseShape, memory: Vec<u8>, file: Option<FileRegion>) -> DataIn {
+        let limit = if shape.read { shape.edtl as usize } else { 0 };
+        if let Some(mut region) = file {
+            region.len = region.len.min(limit);
+            return DataIn::File(region);
+        }
+        let mut bytes = if memory.capacity() >= 64 << 10 {
+            Bytes::from_owner(scsi_api::buffers::Recycled(memory))
+        } else {
+            Bytes::from(memory)
+        };
+        bytes.truncate(limit);
+        DataIn::Memory(bytes)
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            DataIn::Memory(b) => b.len(),
+            DataIn::File(r) => r.len,
+        }
+    }
+
+    /// The PDU carrying `len` bytes from `offset`.
+    fn pdu(&self, bhs: Bhs, offset: usize, len: usize, statsn: StatSn) -> OutPdu {
+        match self {
+            DataIn::Memory(b) => OutPdu::new(bhs, b.slice(offset..offset + len), statsn),
+            DataIn::File(r) => {
+                let mut pdu = OutPdu::new(bhs, Bytes::new(), statsn);
+                pdu.file = Some(FileRegion {
+                    file: r.file.clone(),
+                    offset: r.offset + offset as u64,
+                    len,
+                });
+                pdu
+            }
+        }
+    }
 }
 
 /// A SCSI Response for a command the target could not run at all.
@@ -331,6 +369,37 @@ mod tests {
         assert!(last.frees_window_slot);
         assert_eq!(last.data.len(), 20000 - 16384);
         assert_eq!(last.bhs.u32_at(36), 2, "DataSN");
+    }
+
+    #[test]
+    fn read_from_a_file_is_cut_into_regions_of_it() {
+        let file = Arc::new(std::fs::File::open("/dev/null").unwrap());
+        let resp = ScsiResponse {
+            data_in_file: Some(FileRegion {
+                file,
+                offset: 4096,
+                len: 20000,
+            }),
+            ..ScsiResponse::default()
+        };
+        let pdus = response_pdus(&shape(true, false, 18000), resp);
+        let regions: Vec<(u64, usize)> = pdus
+            .iter()
+            .map(|p| {
+                assert!(p.data.is_empty());
+                let r = p.file.as_ref().expect("a file region");
+                (r.offset, r.len)
+            })
+            .collect();
+        assert_eq!(
+            regions,
+            [(4096, 8192), (4096 + 8192, 8192), (4096 + 16384, 1616)],
+            "cut to the expected length"
+        );
+        let last = &pdus[2];
+        assert_eq!(last.bhs.flags(), 0x80 | 0x04 | 0x01, "F, overflow, S");
+        assert_eq!(last.bhs.u32_at(44), 2000);
+        assert_eq!(last.bhs.u32_at(40), 16384, "buffer offset");
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub(super) struct Job {
     pub data_out_len: u32,
     pub attr: TaskAttr,
     pub tag: u64,
+    /// Data-In may come back as a file region (no data digest to compute).
+    pub zero_copy: bool,
 }
 
 impl Job {
@@ -41,6 +43,7 @@ impl Job {
             data_out_len: self.data_out_len,
             task_attr: self.attr,
             tag: self.tag,
+            zero_copy: self.zero_copy,
         }
     }
 

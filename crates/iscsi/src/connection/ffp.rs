@@ -464,6 +464,9 @@ impl Conn {
         if n.ttt != RESERVED_TAG && self.ping.is_some_and(|(ttt, _)| ttt == n.ttt) {
             self.ping = None;
         }
+        if n.ttt != RESERVED_TAG && self.gate.barrier_answered(n.ttt) {
+            return self.unblock().await;
+        }
         Flow::Continue
     }
 
@@ -561,6 +564,16 @@ impl Conn {
         }
         if self.logout_deadline.is_some_and(|d| now >= d) {
             return Flow::Close("initiator did not log out");
+        }
+        if self
+            .gate
+            .barrier_overdue(now.into_std(), self.server.options.nop_timeout)
+        {
+            tracing::warn!(
+                initiator = %self.ctx.initiator_name, peer = %self.ctx.peer,
+                "initiator did not answer the ping an ORDERED task waits on, closing connection"
+            );
+            return Flow::Close("ping timeout");
         }
         let Some(interval) = self.server.options.nop_interval else {
             return Flow::Continue;

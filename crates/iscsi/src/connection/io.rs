@@ -11,9 +11,12 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
+use scsi_api::FileRegion;
+
+use super::sink::{self, Sink};
 use crate::cmdsn::CmdWindow;
 use crate::pdu::target::stamp_sequence_numbers;
 use crate::pdu::{self, Bhs, Framing, Pdu, PduError, BHS_LEN, DIGEST_LEN};
@@ -218,6 +221,8 @@ pub(crate) struct OutPdu {
     pub statsn: StatSn,
     /// The final response of a command holding a CmdSN window slot.
     pub frees_window_slot: bool,
+    /// Data sent from a file's pages instead of `data` (then empty).
+    pub file: Option<FileRegion>,
 }
 
 impl OutPdu {
@@ -227,6 +232,7 @@ impl OutPdu {
             data,
             statsn,
             frees_window_slot: false,
+            file: None,
         }
     }
 }
@@ -243,11 +249,13 @@ pub(crate) enum Outgoing {
 const MAX_BATCH_PDUS: usize = 64;
 const MAX_BATCH_BYTES: usize = 4 << 20;
 
-/// A piece of a batch: owned header bytes, shared data, or a short trailer.
+/// A piece of a batch: owned header bytes, shared data, a short trailer,
+/// or file pages.
 enum Piece {
     Header(Vec<u8>),
     Data(Bytes),
     Trailer([u8; 8], usize),
+    File(FileRegion),
 }
 
 impl Piece {
@@ -256,6 +264,7 @@ impl Piece {
             Piece::Header(v) => v,
             Piece::Data(b) => b,
             Piece::Trailer(t, n) => &t[..*n],
+            Piece::File(_) => &[],
         }
     }
 }
@@ -268,7 +277,7 @@ pub(crate) struct Writer<W> {
     window: Arc<Mutex<CmdWindow>>,
 }
 
-impl<W: AsyncWrite + Unpin> Writer<W> {
+impl<W: Sink> Writer<W> {
     pub fn new(w: W, framing: Framing, first_statsn: u32, window: Arc<Mutex<CmdWindow>>) -> Self {
         Writer {
             w,
@@ -300,6 +309,24 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
 
     fn append(&mut self, mut pdu: OutPdu, pieces: &mut Vec<Piece>) -> usize {
         self.stamp(&mut pdu);
+        if let Some(region) = pdu.file.take() {
+            if !self.framing.data_digest {
+                let header = pdu::encode_header(&pdu.bhs, &[], region.len, false);
+                let padding = pdu::padding_for(region.len);
+                let size = header.len() + region.len + padding;
+                pieces.push(Piece::Header(header));
+                pieces.push(Piece::File(region));
+                if padding > 0 {
+                    pieces.push(Piece::Trailer([0; 8], padding));
+                }
+                return size;
+            }
+            // A digest needs the bytes; the SCSI layer is not asked for
+            // regions on such connections, so this is only a safety net.
+            pdu.data = region
+                .read()
+                .map_or_else(|_| Bytes::from(vec![0; region.len]), Bytes::from);
+        }
         let header = pdu::encode_header(&pdu.bhs, &[], pdu.data.len(), self.framing.header_digest);
         let (trailer, n) = pdu::encode_trailer(&pdu.data, self.framing.data_digest);
         let size = header.len() + pdu.data.len() + n;
@@ -313,7 +340,35 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
         size
     }
 
+    /// Write a batch: runs of memory pieces with vectored writes, file
+    /// pieces from their pages, corked so headers share segments with
+    /// the pages after them.
     async fn write_pieces(&mut self, pieces: &[Piece]) -> io::Result<()> {
+        let has_file = pieces.iter().any(|p| matches!(p, Piece::File(_)));
+        if has_file {
+            sink::cork(&self.w, true);
+        }
+        let mut result = Ok(());
+        for run in pieces.split_inclusive(|p| matches!(p, Piece::File(_))) {
+            let (memory, file) = match run.split_last() {
+                Some((Piece::File(region), memory)) => (memory, Some(region)),
+                _ => (run, None),
+            };
+            result = self.write_memory(memory).await;
+            if let (Ok(()), Some(region)) = (&result, file) {
+                result = sink::send_region(&mut self.w, region).await;
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        if has_file {
+            sink::cork(&self.w, false);
+        }
+        result
+    }
+
+    async fn write_memory(&mut self, pieces: &[Piece]) -> io::Result<()> {
         // Position of the first unwritten byte: piece index and offset in it.
         let mut idx = 0;
         let mut off = 0;
@@ -594,5 +649,90 @@ mod tests {
         };
         assert_eq!(b.bhs.u32_at(24), 101, "R2T carries the next StatSN");
         assert_eq!(window.lock().inflight(), 0);
+    }
+
+    /// A batch of a memory PDU, a file PDU that runs past the file's end,
+    /// and another memory PDU, as the peer decodes it.
+    async fn send_mixed_batch<S: Sink + 'static>(sink: S) {
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &[7u8; 1000]).unwrap();
+        let file = Arc::new(file);
+        let window = Arc::new(Mutex::new(CmdWindow::new(10, 4)));
+        let writer = Writer::new(sink, Framing::LOGIN, 100, window);
+        let (tx, rx) = mpsc::channel(8);
+        let nop = |itt| crate::pdu::target::nop_in([0; 8], itt, 0xffff_ffff);
+        tx.send(Outgoing::Pdu(OutPdu::new(
+            nop(1),
+            Bytes::from_static(b"ab"),
+            StatSn::Reserved,
+        )))
+        .await
+        .unwrap();
+        let mut paged = OutPdu::new(nop(2), Bytes::new(), StatSn::Reserved);
+        paged.file = Some(FileRegion {
+            file,
+            offset: 900,
+            len: 201,
+        });
+        tx.send(Outgoing::Pdu(paged)).await.unwrap();
+        tx.send(Outgoing::Pdu(OutPdu::new(
+            nop(3),
+            Bytes::from_static(b"cd"),
+            StatSn::Reserved,
+        )))
+        .await
+        .unwrap();
+        tx.send(Outgoing::Close(None)).await.unwrap();
+        writer.run(rx).await;
+    }
+
+    fn decode_all(mut wire: &[u8]) -> Vec<Pdu> {
+        let mut pdus = Vec::new();
+        while !wire.is_empty() {
+            let Ok(Decoded::Complete { pdu, consumed }) = pdu::decode(wire, &Framing::LOGIN) else {
+                panic!("undecodable bytes");
+            };
+            pdus.push(pdu);
+            wire = &wire[consumed..];
+        }
+        pdus
+    }
+
+    fn assert_mixed_batch(pdus: &[Pdu]) {
+        assert_eq!(pdus.len(), 3);
+        assert_eq!(&pdus[0].data[..], b"ab");
+        let mut paged = vec![7u8; 100];
+        paged.resize(201, 0);
+        assert_eq!(
+            &pdus[1].data[..],
+            &paged[..],
+            "file bytes, zeros past its end"
+        );
+        assert_eq!(&pdus[2].data[..], b"cd");
+    }
+
+    #[tokio::test]
+    async fn file_regions_leave_from_the_file_over_a_socket() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf).await.unwrap();
+            buf
+        });
+        let (server, _) = listener.accept().await.unwrap();
+        let (_rd, wr) = server.into_split();
+        send_mixed_batch(wr).await;
+        assert_mixed_batch(&decode_all(&client.await.unwrap()));
+    }
+
+    #[tokio::test]
+    async fn file_regions_are_copied_where_there_is_no_socket() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        send_mixed_batch(server).await;
+        let mut buf = Vec::new();
+        client.read_to_end(&mut buf).await.unwrap();
+        assert_mixed_batch(&decode_all(&buf));
     }
 }

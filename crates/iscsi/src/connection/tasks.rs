@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use scsi_api::ScsiResponse;
+use scsi_api::{ScsiResponse, TaskAttr};
 
 use super::command::{self, Phase, ResponseShape, Task};
 use super::exec::{self, Completion, Finished, Job};
@@ -13,9 +13,10 @@ use super::ffp::{next_tag, Aborted, Conn, Event, Flow, HeldScope, HELD_PDU_LIMIT
 use super::io::{OutPdu, StatSn};
 use crate::dataout::{WriteLimits, WriteState};
 use crate::lun;
+use crate::negotiation::Digest;
 use crate::pdu::initiator::{Request, ScsiCommand as ScsiCommandPdu};
 use crate::pdu::target::{self, reject_reason};
-use crate::pdu::Bhs;
+use crate::pdu::{Bhs, RESERVED_TAG};
 
 /// A write keeps at most this many Data-Out segments apart before they
 /// are copied together.
@@ -276,23 +277,52 @@ impl Conn {
             self.start(itt).await
         } else {
             task.phase = Phase::Blocked;
+            let attr = task.attr;
             self.gate.blocked.push_back(itt);
+            if self.gate.blocked.len() == 1 {
+                return self.raise_barrier(attr).await;
+            }
             Flow::Continue
         }
+    }
+
+    /// The ORDERED task at the front waits only for the initiator to have
+    /// read the file pages sent before it: ask with a ping, answered in
+    /// `on_nop_out`.
+    async fn raise_barrier(&mut self, attr: TaskAttr) -> Flow {
+        if !self.gate.needs_barrier(attr) {
+            return Flow::Continue;
+        }
+        let ttt = self.new_ttt();
+        self.gate.barrier_sent(ttt, std::time::Instant::now());
+        let bhs = target::nop_in([0; 8], RESERVED_TAG, ttt);
+        self.send_or_close(OutPdu::new(bhs, Bytes::new(), StatSn::Peek))
+            .await
+    }
+
+    /// Queue a command's response; false when the connection is gone.
+    async fn send_response(&mut self, pdus: Vec<OutPdu>) -> bool {
+        self.gate.pages_unconfirmed |= pdus.iter().any(|p| p.file.is_some());
+        for pdu in pdus {
+            if !self.send(pdu).await {
+                return false;
+            }
+        }
+        true
     }
 
     /// Start tasks released by a finished one.
     pub(super) async fn unblock(&mut self) -> Flow {
         while let Some(&itt) = self.gate.blocked.front() {
-            let admitted = match self.tasks.get(&itt) {
-                Some(t) if matches!(t.phase, Phase::Blocked) => self.gate.admits_next(t.attr),
+            let attr = match self.tasks.get(&itt) {
+                Some(t) if matches!(t.phase, Phase::Blocked) => t.attr,
                 _ => {
                     self.gate.blocked.pop_front();
                     continue;
                 }
             };
-            if !admitted {
-                break;
+            if !self.gate.admits_next(attr) {
+                return self.raise_barrier(attr).await;
             }
             self.gate.blocked.pop_front();
             if let Flow::Close(c) = self.start(itt).await {
@@ -324,6 +354,9 @@ impl Conn {
             data_out_len: if task.write { task.edtl } else { 0 },
             attr: task.attr,
             tag: u64::from(itt),
+            // ORDERED and HEAD OF QUEUE tasks get copies: a task after them
+            // waits only for their end, not for the initiator's read.
+            zero_copy: params.data_digest != Digest::Crc32c && task.attr == TaskAttr::Simple,
         };
         let shape = ResponseShape {
             itt,
@@ -377,10 +410,8 @@ impl Conn {
             Some(resp) => command::response_pdus(&shape, resp),
             None => vec![command::failure_pdu(&shape)],
         };
-        for pdu in pdus {
-            if !self.send(pdu).await {
-                return Flow::Close("connection lost");
-            }
+        if !self.send_response(pdus).await {
+            return Flow::Close("connection lost");
         }
         if reserved > 0 {
             return self.serve_budget_waiters().await;
@@ -423,10 +454,8 @@ impl Conn {
                 Some(resp) => command::response_pdus(&c.shape, resp),
                 None => vec![command::failure_pdu(&c.shape)],
             };
-            for pdu in pdus {
-                if !self.send(pdu).await {
-                    return Flow::Close("connection lost");
-                }
+            if !self.send_response(pdus).await {
+                return Flow::Close("connection lost");
             }
         }
         if let Flow::Close(c) = self.unblock().await {
