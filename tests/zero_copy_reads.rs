@@ -63,13 +63,9 @@ fn reads_from_file_pages_return_what_was_written() {
     ] {
         let start = (lba - 100) as usize * 512;
         let want = &data[start..start + blocks as usize * 512];
-        for digests in [
-            Digests::default(),
-            Digests {
-                header: true,
-                data: true,
-            },
-        ] {
+        // Pages with and without a header digest; copies with a data digest.
+        for (header, data) in [(false, false), (true, false), (true, true)] {
+            let digests = Digests { header, data };
             let mut s = session(&daemon, digests);
             let got = s.read10(0, lba, blocks, 512).unwrap();
             assert!(got == want, "LBA {lba} x {blocks} with {digests:?}");

@@ -307,11 +307,14 @@ impl<W: Sink> Writer<W> {
         stamp_sequence_numbers(&mut pdu.bhs, statsn, exp, max);
     }
 
-    fn append(&mut self, mut pdu: OutPdu, pieces: &mut Vec<Piece>) -> usize {
+    /// Stamp `pdu` and add its pieces to the batch; returns its size. Fails
+    /// only when file data that needs a digest cannot be read.
+    fn append(&mut self, mut pdu: OutPdu, pieces: &mut Vec<Piece>) -> io::Result<usize> {
         self.stamp(&mut pdu);
         if let Some(region) = pdu.file.take() {
             if !self.framing.data_digest {
-                let header = pdu::encode_header(&pdu.bhs, &[], region.len, false);
+                let header =
+                    pdu::encode_header(&pdu.bhs, &[], region.len, self.framing.header_digest);
                 let padding = pdu::padding_for(region.len);
                 let size = header.len() + region.len + padding;
                 pieces.push(Piece::Header(header));
@@ -319,13 +322,12 @@ impl<W: Sink> Writer<W> {
                 if padding > 0 {
                     pieces.push(Piece::Trailer([0; 8], padding));
                 }
-                return size;
+                return Ok(size);
             }
-            // A digest needs the bytes; the SCSI layer is not asked for
-            // regions on such connections, so this is only a safety net.
-            pdu.data = region
-                .read()
-                .map_or_else(|_| Bytes::from(vec![0; region.len]), Bytes::from);
+            // The digest needs the bytes. The SCSI layer is not asked for
+            // regions on such connections; this keeps the writer correct
+            // whatever it is handed.
+            pdu.data = Bytes::from(region.read()?);
         }
         let header = pdu::encode_header(&pdu.bhs, &[], pdu.data.len(), self.framing.header_digest);
         let (trailer, n) = pdu::encode_trailer(&pdu.data, self.framing.data_digest);
@@ -337,7 +339,7 @@ impl<W: Sink> Writer<W> {
         if n > 0 {
             pieces.push(Piece::Trailer(trailer, n));
         }
-        size
+        Ok(size)
     }
 
     /// Write a batch: runs of memory pieces with vectored writes, file
@@ -402,18 +404,23 @@ impl<W: Sink> Writer<W> {
         while let Some(first) = rx.recv().await {
             let mut close = None;
             let mut bytes = 0;
-            match first {
-                Outgoing::Pdu(p) => bytes += self.append(p, &mut pieces),
-                Outgoing::Close(ack) => close = Some(ack),
-            }
-            let mut count = 1;
-            while close.is_none() && count < MAX_BATCH_PDUS && bytes < MAX_BATCH_BYTES {
-                match rx.try_recv() {
-                    Ok(Outgoing::Pdu(p)) => bytes += self.append(p, &mut pieces),
-                    Ok(Outgoing::Close(ack)) => close = Some(ack),
-                    Err(_) => break,
+            let mut count = 0;
+            let mut next = Some(first);
+            while let Some(item) = next.take() {
+                match item {
+                    Outgoing::Pdu(p) => match self.append(p, &mut pieces) {
+                        Ok(size) => bytes += size,
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot read a READ's data from its file, closing connection");
+                            return;
+                        }
+                    },
+                    Outgoing::Close(ack) => close = Some(ack),
                 }
                 count += 1;
+                if close.is_none() && count < MAX_BATCH_PDUS && bytes < MAX_BATCH_BYTES {
+                    next = rx.try_recv().ok();
+                }
             }
             let result = self.write_pieces(&pieces).await;
             pieces.clear();
