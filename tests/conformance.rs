@@ -213,7 +213,11 @@ device = "ram201"
 /// A daemon on one portal serving `config`, whose `@DIR@` becomes a fresh
 /// directory that lives as long as the returned handle.
 fn daemon_in_tempdir(config: &str) -> (Daemon, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("tempdir");
+    daemon_in(tempfile::tempdir().expect("tempdir"), config)
+}
+
+/// Like [`daemon_in_tempdir`], in the directory `dir`.
+fn daemon_in(dir: tempfile::TempDir, config: &str) -> (Daemon, tempfile::TempDir) {
     let config = config.replace("@DIR@", dir.path().to_str().expect("utf-8"));
     let path = dir.path().join("openarray.toml");
     std::fs::write(&path, config).expect("write config");
@@ -244,6 +248,35 @@ fn lun_numbered_201() {
         daemon.port()
     );
     check("lun201", &run_suite("lun201", &[url]));
+}
+
+const SHM_CONFIG: &str = r#"
+[[device]]
+name = "shm"
+kind = "file"
+path = "@DIR@/shm.img"
+size = "1G"
+block_size = 512
+
+[[target]]
+name = "iqn.2026-11.org.openarray:shm"
+
+[[target.lun]]
+lun = 0
+device = "shm"
+"#;
+
+/// A file LUN on tmpfs without O_DIRECT: READs from 32 KiB on leave from
+/// the file's pages (sendfile) instead of a buffer.
+#[test]
+fn file_lun_on_tmpfs() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir on /dev/shm");
+    let (daemon, _dir) = daemon_in(dir, SHM_CONFIG);
+    let url = format!(
+        "iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:shm/0",
+        daemon.port()
+    );
+    check("shm", &run_suite("shm", &[url]));
 }
 
 const THIN_CONFIG: &str = r#"
