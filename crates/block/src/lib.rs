@@ -93,6 +93,13 @@ pub trait BlockDevice: Send + Sync {
     /// stable storage.
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()>;
 
+    /// Write `parts`, one after another, from `offset`, as one `write_at`
+    /// of them joined would. A device that can take them as they are
+    /// (`pwritev`) saves the copy that joins them.
+    fn write_parts_at(&self, parts: &[&[u8]], offset: u64, fua: bool) -> io::Result<()> {
+        write_joined(self, parts, offset, fua)
+    }
+
     /// Make every completed write stable.
     fn flush(&self) -> io::Result<()>;
 
@@ -166,6 +173,24 @@ pub trait BlockDevice: Send + Sync {
 
     /// A short human description, e.g. `file:/srv/lun0.img`.
     fn describe(&self) -> String;
+}
+
+/// `parts` joined into one buffer and written with `write_at`: what
+/// [`BlockDevice::write_parts_at`] does unless a device does better.
+pub fn write_joined<D: BlockDevice + ?Sized>(
+    device: &D,
+    parts: &[&[u8]],
+    offset: u64,
+    fua: bool,
+) -> io::Result<()> {
+    if let [only] = parts {
+        return device.write_at(only, offset, fua);
+    }
+    let mut joined = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        joined.extend_from_slice(part);
+    }
+    device.write_at(&joined, offset, fua)
 }
 
 /// A batch read one `read_at` after another: what every device does that

@@ -206,3 +206,42 @@ pub fn path_on_memory_file_system(path: &std::path::Path) -> bool {
     }
     is_memory_file_system(&st)
 }
+
+/// Write `parts` one after another from `offset` with `pwritev`, however
+/// many calls it takes.
+pub fn pwritev_all(fd: BorrowedFd<'_>, parts: &[&[u8]], mut offset: u64) -> io::Result<()> {
+    // At most IOV_MAX (1024 on Linux) vectors per call.
+    const MAX_VECTORS: usize = 1024;
+    let mut vectors: Vec<io::IoSlice<'_>> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| io::IoSlice::new(p))
+        .collect();
+    let mut left = &mut vectors[..];
+    while !left.is_empty() {
+        let count = left.len().min(MAX_VECTORS);
+        // SAFETY: IoSlice is ABI-compatible with iovec, and the `count`
+        // vectors it points at stay borrowed for the call.
+        let written = unsafe {
+            libc::pwritev(
+                fd.as_raw_fd(),
+                left.as_ptr().cast::<libc::iovec>(),
+                count as libc::c_int,
+                offset as libc::off_t,
+            )
+        };
+        if written < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        offset += written as u64;
+        io::IoSlice::advance_slices(&mut left, written as usize);
+    }
+    Ok(())
+}

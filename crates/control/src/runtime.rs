@@ -782,6 +782,7 @@ device = "d"
             task_attr: TaskAttr::Simple,
             tag: 1,
             zero_copy: false,
+            data_out_parts: &[],
         };
         host.nexus_added(&nexus);
         // The first command reports the power-on unit attention.

@@ -78,6 +78,11 @@ pub struct ScsiCommand<'a> {
     pub cdb: &'a [u8],
     /// Data the initiator sent (Data-Out), at most the expected transfer length.
     pub data_out: &'a [u8],
+    /// The same data in the pieces the transport received it in, in order,
+    /// for commands that write it out as it is ([`takes_data_out_in_parts`]):
+    /// `data_out` is then empty. Joining them would be one more copy of
+    /// every byte written.
+    pub data_out_parts: &'a [&'a [u8]],
     /// Expected data transfer length the initiator announced for Data-In.
     /// The command set may produce more or less; the transport reports
     /// the difference as residual.
@@ -90,6 +95,21 @@ pub struct ScsiCommand<'a> {
     /// The transport can send Data-In straight from a file
     /// ([`ScsiResponse::data_in_file`]) instead of from memory.
     pub zero_copy: bool,
+}
+
+impl ScsiCommand<'_> {
+    /// How many bytes of Data-Out came, in one piece or in parts.
+    pub fn data_out_total(&self) -> usize {
+        self.data_out.len() + self.data_out_parts.iter().map(|p| p.len()).sum::<usize>()
+    }
+}
+
+/// Whether a command takes its Data-Out in parts
+/// ([`ScsiCommand::data_out_parts`]): the plain WRITEs, which hand it to
+/// the device as it is. Every other command gets one piece.
+pub fn takes_data_out_in_parts(cdb: &[u8]) -> bool {
+    // WRITE(6), WRITE(10), WRITE(12), WRITE(16).
+    matches!(cdb.first(), Some(0x0A | 0x2A | 0xAA | 0x8A))
 }
 
 /// What the command set answers.

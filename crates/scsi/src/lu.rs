@@ -578,6 +578,21 @@ impl LogicalUnit {
         self.write_locked(data, lba, fua)
     }
 
+    /// Like [`LogicalUnit::write_blocks`], for data in parts.
+    pub(crate) fn write_blocks_parts(
+        &self,
+        lba: u64,
+        parts: &[&[u8]],
+        fua: bool,
+    ) -> Result<(), Sense> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let blocks = len as u64 / u64::from(self.block_size);
+        let _guard = self.locks.lock(lba, blocks, false);
+        self.device
+            .write_parts_at(parts, self.offset(lba), self.force_unit_access(fua))
+            .map_err(|e| io_sense(&e, true))
+    }
+
     /// Read at `lba` while the caller holds the range's lock.
     pub(crate) fn read_locked(&self, buf: &mut [u8], lba: u64) -> Result<(), Sense> {
         self.device
@@ -688,6 +703,7 @@ pub(crate) mod test_support {
             task_attr: TaskAttr::Simple,
             tag: 1,
             zero_copy,
+            data_out_parts: &[],
         };
         lu.execute(&Ctx {
             nexus: n,

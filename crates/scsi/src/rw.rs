@@ -101,11 +101,33 @@ impl LogicalUnit {
     /// part of a block is not written: a block is written whole or not at
     /// all.
     fn write_data<'a>(&self, ctx: &'a Ctx<'_>, e: &Extent) -> &'a [u8] {
+        let data = ctx.cmd.data_out;
+        &data[..self.written_len(e, data.len())]
+    }
+
+    /// [`LogicalUnit::write_data`] for Data-Out in parts: the parts, the
+    /// last one cut where the written bytes end.
+    fn write_data_parts<'a>(&self, ctx: &'a Ctx<'_>, e: &Extent) -> Vec<&'a [u8]> {
+        let mut left = self.written_len(e, ctx.cmd.data_out_total());
+        let mut parts = Vec::with_capacity(ctx.cmd.data_out_parts.len());
+        for part in ctx.cmd.data_out_parts {
+            if left == 0 {
+                break;
+            }
+            let take = part.len().min(left);
+            parts.push(&part[..take]);
+            left -= take;
+        }
+        parts
+    }
+
+    /// How many of `received` bytes a write of `e` writes: whole blocks,
+    /// no more than the CDB asks for.
+    fn written_len(&self, e: &Extent, received: usize) -> usize {
         let bs = u64::from(self.block_size);
         let want = (e.blocks * bs) as usize;
-        let data = ctx.cmd.data_out;
-        let whole = (data.len() as u64 / bs * bs) as usize;
-        &data[..want.min(whole)]
+        let whole = (received as u64 / bs * bs) as usize;
+        want.min(whole)
     }
 
     pub(crate) fn read(&self, ctx: &Ctx<'_>) -> Outcome {
@@ -207,6 +229,13 @@ impl LogicalUnit {
         let e = extent(cdb);
         self.check_transfer(&e)?;
         self.check_writable(ctx)?;
+        if !ctx.cmd.data_out_parts.is_empty() {
+            let parts = self.write_data_parts(ctx, &e);
+            if !parts.is_empty() {
+                self.write_blocks_parts(e.lba, &parts, fua_of(cdb))?;
+            }
+            return Ok(ScsiResponse::good());
+        }
         let data = self.write_data(ctx, &e);
         if !data.is_empty() {
             self.write_blocks(e.lba, data, fua_of(cdb))?;
@@ -409,6 +438,43 @@ mod tests {
     }
 
     #[test]
+    fn writes_in_parts_write_whole_blocks_as_one_piece_would() {
+        let lu = lu();
+        let n = nexus("a");
+        ready(&lu, &n);
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 % 253) as u8).collect();
+        let registry = crate::registry::LuRegistry::new();
+        registry.add(lu.clone());
+        let mut cdb = rw10(op::WRITE_10, 0, 10, 8);
+        cdb.resize(16, 0);
+        // 3000 bytes for 8 blocks: the five whole blocks are written, the
+        // part of the sixth is not.
+        let parts: [&[u8]; 3] = [&data[..700], &data[700..2600], &data[2600..]];
+        let cmd = scsi_api::ScsiCommand {
+            lun: 0,
+            cdb: &cdb,
+            data_out: &[],
+            data_out_parts: &parts,
+            data_in_len: 0,
+            data_out_len: 4096,
+            task_attr: scsi_api::TaskAttr::Simple,
+            tag: 1,
+            zero_copy: false,
+        };
+        let r = lu.execute(&Ctx {
+            nexus: &n,
+            cmd: &cmd,
+            registry: &registry,
+            read_only: false,
+            protected: &[],
+        });
+        assert_eq!(r.status, 0);
+        let back = run(&lu, &n, &rw10(op::READ_10, 0, 10, 6), &[]);
+        assert_eq!(back.data_in[..2560], data[..2560]);
+        assert!(back.data_in[2560..].iter().all(|&b| b == 0), "no partial block");
+    }
+
+    #[test]
     fn long_reads_of_a_memory_file_are_regions_of_it() {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let path = dir.path().join("lun.img");
@@ -505,6 +571,7 @@ mod tests {
                 task_attr: scsi_api::TaskAttr::Simple,
                 tag: 1,
                 zero_copy: false,
+                data_out_parts: &[],
             })
             .collect();
         let ctxs: Vec<Ctx<'_>> = cmds

@@ -442,6 +442,7 @@ mod tests {
             task_attr: TaskAttr::Simple,
             tag: 7,
             zero_copy: false,
+            data_out_parts: &[],
         };
         t.execute(n, &cmd)
     }

@@ -52,7 +52,7 @@ fn end(entry: &LunStats, cmd: &ScsiCommand<'_>, response: &ScsiResponse, nanos: 
     let bytes = match kind {
         // What the transport will send: at most the expected length.
         OpKind::Read => response.data_in_len().min(cmd.data_in_len as usize),
-        OpKind::Write => cmd.data_out.len(),
+        OpKind::Write => cmd.data_out_total(),
         OpKind::Other => 0,
     } as u64;
     let ok = matches!(response.status, status::GOOD | status::CONDITION_MET);
@@ -183,6 +183,7 @@ mod tests {
             task_attr: Default::default(),
             tag: 1,
             zero_copy: false,
+            data_out_parts: &[],
         }
     }
 
@@ -305,6 +306,7 @@ mod overhead {
             task_attr: Default::default(),
             tag: 1,
             zero_copy: false,
+            data_out_parts: &[],
         };
         let bare: Arc<dyn ScsiTarget> = Arc::new(Nothing);
         let wrapped: Arc<dyn ScsiTarget> =

@@ -247,6 +247,37 @@ pub(crate) fn failure_pdu(shape: &ResponseShape) -> OutPdu {
 /// and its Data-Out segments. One segment that is all the data is used as
 /// it is. Bytes no segment covered (none should remain once the write is
 /// complete) read as zeros, never as an earlier user's data.
+/// A write's data for the SCSI layer: when `in_parts` and the pieces
+/// follow each other from offset 0 with no gap or overlap, the pieces as
+/// received (and no single buffer); otherwise one buffer ([`assemble`]).
+pub(crate) fn data_out(
+    immediate: Bytes,
+    segments: Vec<(usize, Bytes)>,
+    in_parts: bool,
+) -> (Bytes, Vec<Bytes>) {
+    let pieces = usize::from(!immediate.is_empty()) + segments.len();
+    if !in_parts || pieces < 2 || !follow_each_other(&immediate, &segments) {
+        return (assemble(immediate, segments), Vec::new());
+    }
+    let mut parts = Vec::with_capacity(pieces);
+    if !immediate.is_empty() {
+        parts.push(immediate);
+    }
+    parts.extend(segments.into_iter().map(|(_, data)| data));
+    (Bytes::new(), parts)
+}
+
+fn follow_each_other(immediate: &Bytes, segments: &[(usize, Bytes)]) -> bool {
+    let mut next = immediate.len();
+    for (at, data) in segments {
+        if *at != next {
+            return false;
+        }
+        next += data.len();
+    }
+    true
+}
+
 pub(crate) fn assemble(immediate: Bytes, segments: Vec<(usize, Bytes)>) -> Bytes {
     let mut all = Vec::with_capacity(segments.len() + 1);
     if !immediate.is_empty() {
@@ -322,6 +353,32 @@ mod tests {
             initiator_mrdsl: 8192,
             max_burst_length: 262144,
             tracked: true,
+        }
+    }
+
+    #[test]
+    fn write_data_in_parts_only_when_they_follow_each_other() {
+        let seg = |offset: usize, fill: u8, len: usize| (offset, Bytes::from(vec![fill; len]));
+        let immediate = Bytes::from(vec![1u8; 4]);
+        let (whole, parts) = data_out(immediate.clone(), vec![seg(4, 2, 4), seg(8, 3, 2)], true);
+        assert!(whole.is_empty());
+        assert_eq!(parts, [&[1u8; 4][..], &[2; 4], &[3; 2]]);
+        assert_eq!(parts[0].as_ptr(), immediate.as_ptr(), "not copied");
+        let (_, parts) = data_out(Bytes::new(), vec![seg(0, 2, 4), seg(4, 3, 4)], true);
+        assert_eq!(parts.len(), 2);
+        // Out of order, with a gap, overlapping, a single piece, or a
+        // command that wants one buffer: joined.
+        for (immediate, segments, in_parts) in [
+            (immediate.clone(), vec![seg(8, 3, 4), seg(4, 2, 4)], true),
+            (immediate.clone(), vec![seg(6, 3, 4)], true),
+            (immediate.clone(), vec![seg(2, 3, 4)], true),
+            (Bytes::new(), vec![seg(0, 3, 4)], true),
+            (immediate.clone(), vec![seg(4, 2, 4)], false),
+        ] {
+            let expect = assemble(immediate.clone(), segments.clone());
+            let (whole, parts) = data_out(immediate, segments, in_parts);
+            assert!(parts.is_empty());
+            assert_eq!(whole, expect);
         }
     }
 

@@ -25,6 +25,9 @@ pub(super) struct Job {
     pub lun: u64,
     pub cdb: Vec<u8>,
     pub data_out: Bytes,
+    /// Data-Out in parts, for commands that take it so (`data_out` is then
+    /// empty).
+    pub data_out_parts: Vec<Bytes>,
     pub data_in_len: u32,
     pub data_out_len: u32,
     pub attr: TaskAttr,
@@ -34,11 +37,17 @@ pub(super) struct Job {
 }
 
 impl Job {
-    fn command(&self) -> ScsiCommand<'_> {
+    /// The parts of Data-Out as slices, for [`Job::command`].
+    fn parts(&self) -> Vec<&[u8]> {
+        self.data_out_parts.iter().map(|p| p.as_ref()).collect()
+    }
+
+    fn command<'a>(&'a self, parts: &'a [&'a [u8]]) -> ScsiCommand<'a> {
         ScsiCommand {
             lun: self.lun,
             cdb: &self.cdb,
             data_out: &self.data_out,
+            data_out_parts: parts,
             data_in_len: self.data_in_len,
             data_out_len: self.data_out_len,
             task_attr: self.attr,
@@ -49,8 +58,10 @@ impl Job {
 
     /// Run on the SCSI target; a panic in the target becomes `None`.
     pub fn run(&self, scsi: &dyn ScsiTarget, nexus: &Nexus) -> Option<ScsiResponse> {
-        let result =
-            std::panic::catch_unwind(AssertUnwindSafe(|| scsi.execute(nexus, &self.command())));
+        let parts = self.parts();
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            scsi.execute(nexus, &self.command(&parts))
+        }));
         if result.is_err() {
             tracing::error!(tag = self.tag, "SCSI command panicked in the target");
         }
@@ -188,9 +199,11 @@ impl pool::Job for Command {
                 .into_iter()
                 .partition(|c| Arc::ptr_eq(&c.conn.scsi, &scsi));
             jobs = rest;
+            let parts: Vec<_> = group.iter().map(|c| c.job.parts()).collect();
             let cmds: Vec<_> = group
                 .iter()
-                .map(|c| (&c.conn.nexus, c.job.command()))
+                .zip(&parts)
+                .map(|(c, parts)| (&c.conn.nexus, c.job.command(parts)))
                 .collect();
             // Each result goes out as soon as it is known, while the rest
             // of the batch is still on the device.

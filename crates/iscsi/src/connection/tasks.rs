@@ -342,14 +342,16 @@ impl Conn {
         let Some(task) = self.tasks.get_mut(&itt) else {
             return Flow::Continue;
         };
-        let data_out = command::assemble(
+        let (data_out, data_out_parts) = command::data_out(
             std::mem::take(&mut task.immediate),
             std::mem::take(&mut task.data),
+            scsi_api::takes_data_out_in_parts(&task.cdb),
         );
         let job = Job {
             lun: task.lun,
             cdb: std::mem::take(&mut task.cdb),
             data_out,
+            data_out_parts,
             data_in_len: if task.read { task.edtl } else { 0 },
             data_out_len: if task.write { task.edtl } else { 0 },
             attr: task.attr,
