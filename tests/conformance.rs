@@ -154,16 +154,17 @@ fn check_count(scenario: &str, results: &Results, expected_tests: usize) {
     );
 }
 
+/// The whole suite as `scenario` against LUN `lun` of target `iqn`.
+fn check_lun(scenario: &str, daemon: &Daemon, iqn: &str, lun: u64) {
+    let url = format!("iscsi://127.0.0.1:{}/{iqn}/{lun}", daemon.port());
+    check(scenario, &run_suite(scenario, &[url]));
+}
+
 /// The embedded default: 1 GiB RAM LUN 0 with 512-byte blocks.
 #[test]
 fn default_lun() {
     let daemon = Daemon::start();
-    let url = format!(
-        "iscsi://127.0.0.1:{}/{}/0",
-        daemon.port(),
-        daemon.first_target()
-    );
-    check("default", &run_suite("default", &[url]));
+    check_lun("default", &daemon, &daemon.first_target(), 0);
 }
 
 /// The multipath family against the default LUN through two portals of one
@@ -182,6 +183,9 @@ fn default_lun_multipath() {
     let results = run_tests("multipath", "ALL.MultipathIO", &urls);
     check_count("multipath", &results, MULTIPATH_TESTS);
 }
+
+const CONFORMANCE_IQN: &str = "iqn.2026-11.org.openarray:conformance";
+const THIN_IQN: &str = "iqn.2026-11.org.openarray:thin";
 
 const FILE_AND_HIGH_LUN_CONFIG: &str = r#"
 [[device]]
@@ -232,51 +236,29 @@ fn file_and_high_lun_daemon() -> (Daemon, tempfile::TempDir) {
 #[test]
 fn file_lun_4k_blocks() {
     let (daemon, _dir) = file_and_high_lun_daemon();
-    let url = format!(
-        "iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:conformance/0",
-        daemon.port()
-    );
-    check("file4k", &run_suite("file4k", &[url]));
+    check_lun("file4k", &daemon, CONFORMANCE_IQN, 0);
 }
 
 /// A LUN numbered 201, as ESXi deployments map them.
 #[test]
 fn lun_numbered_201() {
     let (daemon, _dir) = file_and_high_lun_daemon();
-    let url = format!(
-        "iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:conformance/201",
-        daemon.port()
-    );
-    check("lun201", &run_suite("lun201", &[url]));
+    check_lun("lun201", &daemon, CONFORMANCE_IQN, 201);
 }
 
-const SHM_CONFIG: &str = r#"
-[[device]]
-name = "shm"
-kind = "file"
-path = "@DIR@/shm.img"
-size = "1G"
-block_size = 512
-
-[[target]]
-name = "iqn.2026-11.org.openarray:shm"
-
-[[target.lun]]
-lun = 0
-device = "shm"
-"#;
+const SHM_IQN: &str = "iqn.2026-11.org.openarray:shm";
 
 /// A file LUN on tmpfs without O_DIRECT: READs from 32 KiB on leave from
 /// the file's pages (sendfile) instead of a buffer.
 #[test]
 fn file_lun_on_tmpfs() {
     let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir on /dev/shm");
-    let (daemon, _dir) = daemon_in(dir, SHM_CONFIG);
-    let url = format!(
-        "iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:shm/0",
-        daemon.port()
+    let config = format!(
+        "[[device]]\nname = \"shm\"\nkind = \"file\"\npath = \"@DIR@/shm.img\"\nsize = \"1G\"\n\
+         block_size = 512\n\n[[target]]\nname = \"{SHM_IQN}\"\n[[target.lun]]\nlun = 0\ndevice = \"shm\"\n"
     );
-    check("shm", &run_suite("shm", &[url]));
+    let (daemon, _dir) = daemon_in(dir, &config);
+    check_lun("shm", &daemon, SHM_IQN, 0);
 }
 
 const THIN_CONFIG: &str = r#"
@@ -305,11 +287,7 @@ device = "thin0"
 #[test]
 fn thin_volume_lun() {
     let (daemon, _dir) = daemon_in_tempdir(THIN_CONFIG);
-    let url = format!(
-        "iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:thin/0",
-        daemon.port()
-    );
-    check("thin", &run_suite("thin", &[url]));
+    check_lun("thin", &daemon, THIN_IQN, 0);
 }
 
 /// The tests that need more than one logical block per physical block and
@@ -333,10 +311,7 @@ const PHYSICAL_BLOCK_TESTS: &[&str] = &[
 fn thin_volume_with_4k_physical_blocks() {
     let config = THIN_CONFIG.replace("size = \"1G\"", "size = \"1G\"\nphysical_block_size = 4096");
     let (daemon, _dir) = daemon_in_tempdir(&config);
-    let url = format!(
-        "iscsi://127.0.0.1:{}/iqn.2026-11.org.openarray:thin/0",
-        daemon.port()
-    );
+    let url = format!("iscsi://127.0.0.1:{}/{THIN_IQN}/0", daemon.port());
     let results = run_tests("thin512e", &PHYSICAL_BLOCK_TESTS.join(","), &[url]);
     for name in PHYSICAL_BLOCK_TESTS {
         assert_eq!(

@@ -843,7 +843,10 @@ mod tests {
             let mut back = vec![0u8; data.len()];
             dev.read_at(&mut back, 8192).unwrap();
             assert!(back == data, "direct={direct}");
-            assert!(dev.write_parts_at(&parts, (1 << 20) - 4096, true).is_err(), "past the end");
+            assert!(
+                dev.write_parts_at(&parts, (1 << 20) - 4096, true).is_err(),
+                "past the end"
+            );
         }
     }
 }

@@ -471,7 +471,10 @@ mod tests {
         assert_eq!(r.status, 0);
         let back = run(&lu, &n, &rw10(op::READ_10, 0, 10, 6), &[]);
         assert_eq!(back.data_in[..2560], data[..2560]);
-        assert!(back.data_in[2560..].iter().all(|&b| b == 0), "no partial block");
+        assert!(
+            back.data_in[2560..].iter().all(|&b| b == 0),
+            "no partial block"
+        );
     }
 
     #[test]

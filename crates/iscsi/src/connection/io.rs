@@ -667,28 +667,21 @@ mod tests {
         let window = Arc::new(Mutex::new(CmdWindow::new(10, 4)));
         let writer = Writer::new(sink, Framing::LOGIN, 100, window);
         let (tx, rx) = mpsc::channel(8);
-        let nop = |itt| crate::pdu::target::nop_in([0; 8], itt, 0xffff_ffff);
-        tx.send(Outgoing::Pdu(OutPdu::new(
-            nop(1),
-            Bytes::from_static(b"ab"),
-            StatSn::Reserved,
-        )))
-        .await
-        .unwrap();
-        let mut paged = OutPdu::new(nop(2), Bytes::new(), StatSn::Reserved);
-        paged.file = Some(FileRegion {
-            file,
-            offset: 900,
-            len: 201,
-        });
-        tx.send(Outgoing::Pdu(paged)).await.unwrap();
-        tx.send(Outgoing::Pdu(OutPdu::new(
-            nop(3),
-            Bytes::from_static(b"cd"),
-            StatSn::Reserved,
-        )))
-        .await
-        .unwrap();
+        let pdu = |itt, data: &'static [u8]| {
+            let bhs = crate::pdu::target::nop_in([0; 8], itt, 0xffff_ffff);
+            Outgoing::Pdu(OutPdu::new(bhs, Bytes::from_static(data), StatSn::Reserved))
+        };
+        let mut paged = pdu(2, b"");
+        if let Outgoing::Pdu(p) = &mut paged {
+            p.file = Some(FileRegion {
+                file,
+                offset: 900,
+                len: 201,
+            });
+        }
+        for item in [pdu(1, b"ab"), paged, pdu(3, b"cd")] {
+            tx.send(item).await.unwrap();
+        }
         tx.send(Outgoing::Close(None)).await.unwrap();
         writer.run(rx).await;
     }
