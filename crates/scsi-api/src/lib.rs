@@ -79,7 +79,8 @@ pub struct ScsiCommand<'a> {
     /// Data the initiator sent (Data-Out), at most the expected transfer length.
     pub data_out: &'a [u8],
     /// The same data in the pieces the transport received it in, in order,
-    /// for commands that write it out as it is ([`takes_data_out_in_parts`]):
+    /// for commands the target takes it so
+    /// ([`ScsiTarget::takes_data_out_in_parts`]):
     /// `data_out` is then empty. Joining them would be one more copy of
     /// every byte written.
     pub data_out_parts: &'a [&'a [u8]],
@@ -102,14 +103,6 @@ impl ScsiCommand<'_> {
     pub fn data_out_total(&self) -> usize {
         self.data_out.len() + self.data_out_parts.iter().map(|p| p.len()).sum::<usize>()
     }
-}
-
-/// Whether a command takes its Data-Out in parts
-/// ([`ScsiCommand::data_out_parts`]): the plain WRITEs, which hand it to
-/// the device as it is. Every other command gets one piece.
-pub fn takes_data_out_in_parts(cdb: &[u8]) -> bool {
-    // WRITE(6), WRITE(10), WRITE(12), WRITE(16).
-    matches!(cdb.first(), Some(0x0A | 0x2A | 0xAA | 0x8A))
 }
 
 /// What the command set answers.
@@ -263,6 +256,15 @@ pub trait ScsiTarget: Send + Sync {
     fn command_may_block(&self, lun: u64, cdb: &[u8]) -> bool {
         let _ = cdb;
         self.may_block(lun)
+    }
+
+    /// Whether the command `cdb` takes its Data-Out in the pieces the
+    /// transport received ([`ScsiCommand::data_out_parts`]) instead of
+    /// one buffer. A target that says yes reads the parts of such
+    /// commands; the default is one buffer for every command.
+    fn takes_data_out_in_parts(&self, cdb: &[u8]) -> bool {
+        let _ = cdb;
+        false
     }
 
     /// Whether a LUN is mapped for this nexus.

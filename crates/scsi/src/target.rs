@@ -329,6 +329,15 @@ impl ScsiTarget for Target {
                 .is_some_and(|lu| lu.may_block() || lu.reads_long(cdb))
     }
 
+    fn takes_data_out_in_parts(&self, cdb: &[u8]) -> bool {
+        // The plain WRITEs hand their data to the device as it is
+        // (`LogicalUnit::write`); every other command wants one buffer.
+        matches!(
+            crate::cdb::u8_at(cdb, 0),
+            op::WRITE_6 | op::WRITE_10 | op::WRITE_12 | op::WRITE_16
+        )
+    }
+
     fn lun_exists(&self, _nexus: &Nexus, lun: u64) -> bool {
         self.inventory.read().luns.contains_key(&lun)
     }
@@ -445,6 +454,23 @@ mod tests {
             data_out_parts: &[],
         };
         t.execute(n, &cmd)
+    }
+
+    #[test]
+    fn only_plain_writes_take_data_out_in_parts() {
+        let t = target();
+        for opcode in [op::WRITE_6, op::WRITE_10, op::WRITE_12, op::WRITE_16] {
+            assert!(t.takes_data_out_in_parts(&[opcode, 0, 0, 0, 0, 0]));
+        }
+        for opcode in [
+            op::COMPARE_AND_WRITE,
+            op::WRITE_SAME_10,
+            op::ORWRITE_16,
+            op::READ_10,
+        ] {
+            assert!(!t.takes_data_out_in_parts(&[opcode, 0, 0, 0, 0, 0]));
+        }
+        assert!(!t.takes_data_out_in_parts(&[]));
     }
 
     #[test]

@@ -101,6 +101,10 @@ impl ScsiTarget for StatsTarget {
         self.inner.command_may_block(lun, cdb)
     }
 
+    fn takes_data_out_in_parts(&self, cdb: &[u8]) -> bool {
+        self.inner.takes_data_out_in_parts(cdb)
+    }
+
     fn lun_exists(&self, nexus: &Nexus, lun: u64) -> bool {
         self.inner.lun_exists(nexus, lun)
     }

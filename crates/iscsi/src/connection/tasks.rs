@@ -345,7 +345,7 @@ impl Conn {
         let (data_out, data_out_parts) = command::data_out(
             std::mem::take(&mut task.immediate),
             std::mem::take(&mut task.data),
-            scsi_api::takes_data_out_in_parts(&task.cdb),
+            target.scsi.takes_data_out_in_parts(&task.cdb),
         );
         let job = Job {
             lun: task.lun,
