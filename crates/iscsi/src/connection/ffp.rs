@@ -226,6 +226,16 @@ impl Conn {
         self.next_ttt
     }
 
+    /// Send a NOP-In that asks for an answer; returns its TTT.
+    pub(super) async fn send_ping(&mut self) -> (u32, Flow) {
+        let ttt = self.new_ttt();
+        let bhs = target::nop_in([0; 8], RESERVED_TAG, ttt);
+        let flow = self
+            .send_or_close(OutPdu::new(bhs, Bytes::new(), StatSn::Peek))
+            .await;
+        (ttt, flow)
+    }
+
     /// Queue a PDU for the writer; false when the connection is gone or
     /// the initiator stopped reading.
     pub(super) async fn send(&self, pdu: OutPdu) -> bool {
@@ -588,11 +598,9 @@ impl Conn {
             }
             Some(_) => Flow::Continue,
             None if now.duration_since(self.last_rx) >= interval => {
-                let ttt = self.new_ttt();
+                let (ttt, flow) = self.send_ping().await;
                 self.ping = Some((ttt, now));
-                let bhs = target::nop_in([0; 8], RESERVED_TAG, ttt);
-                self.send_or_close(OutPdu::new(bhs, Bytes::new(), StatSn::Peek))
-                    .await
+                flow
             }
             None => Flow::Continue,
         }

@@ -16,7 +16,7 @@ use crate::lun;
 use crate::negotiation::Digest;
 use crate::pdu::initiator::{Request, ScsiCommand as ScsiCommandPdu};
 use crate::pdu::target::{self, reject_reason};
-use crate::pdu::{Bhs, RESERVED_TAG};
+use crate::pdu::Bhs;
 
 /// A write keeps at most this many Data-Out segments apart before they
 /// are copied together.
@@ -293,11 +293,9 @@ impl Conn {
         if !self.gate.needs_barrier(attr) {
             return Flow::Continue;
         }
-        let ttt = self.new_ttt();
+        let (ttt, flow) = self.send_ping().await;
         self.gate.barrier_sent(ttt, std::time::Instant::now());
-        let bhs = target::nop_in([0; 8], RESERVED_TAG, ttt);
-        self.send_or_close(OutPdu::new(bhs, Bytes::new(), StatSn::Peek))
-            .await
+        flow
     }
 
     /// Queue a command's response; false when the connection is gone.
