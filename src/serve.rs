@@ -48,6 +48,7 @@ pub fn run(
         .enable_all()
         .build()
         .context("cannot start the I/O runtime")?;
+    let connection_runtimes = connection_runtimes()?;
     let current = admin::Current {
         config,
         text,
@@ -59,7 +60,33 @@ pub fn run(
         (Some(addr), Some(token)) => Some((addr, admin::Token::new(&token))),
         _ => None,
     };
-    tokio.block_on(serve(current, admin_socket, metrics_listen, api))
+    let handles = connection_runtimes
+        .iter()
+        .map(|r| r.handle().clone())
+        .collect();
+    let served = tokio.block_on(serve(current, admin_socket, metrics_listen, api, handles));
+    // Every session has ended by now; what is left on these runtimes
+    // (a task still closing its socket) is cut short.
+    for runtime in connection_runtimes {
+        runtime.shutdown_timeout(Duration::from_secs(1));
+    }
+    served
+}
+
+/// One single-worker runtime per core for the iSCSI connections (why: the
+/// iscsi crate's `shards` module).
+fn connection_runtimes() -> anyhow::Result<Vec<tokio::runtime::Runtime>> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (0..cores)
+        .map(|i| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name(format!("oa-conn-{i}"))
+                .enable_all()
+                .build()
+                .context("cannot start a connection runtime")
+        })
+        .collect()
 }
 
 /// The `[daemon]` timeouts, where given, in place of the transport's
@@ -81,6 +108,7 @@ async fn serve(
     admin_socket: Option<&Path>,
     metrics_listen: Option<SocketAddr>,
     api: Option<(SocketAddr, admin::Token)>,
+    connection_runtimes: Vec<tokio::runtime::Handle>,
 ) -> anyhow::Result<()> {
     // Handlers first, so a signal arriving while we start is not lost.
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
@@ -99,7 +127,11 @@ async fn serve(
     for t in &targets {
         tracing::info!(target_name = %t.name, portals = ?t.portals, "target ready");
     }
-    let server = iscsi::Server::new(runtime.options.clone(), targets);
+    let server = iscsi::Server::with_connection_runtimes(
+        runtime.options.clone(),
+        targets,
+        connection_runtimes,
+    );
     let admin_listener = admin_socket.map(admin::bind).transpose()?;
     let api_listener = match &api {
         Some((addr, _)) => Some(

@@ -54,6 +54,7 @@ mod options;
 pub mod pdu;
 mod server;
 mod session;
+mod shards;
 pub mod text;
 
 pub use negotiation::Digest;

@@ -16,6 +16,7 @@ use crate::login::{TargetDirectory, TargetInfo};
 use crate::negotiation::TargetLimits;
 use crate::options::ServerOptions;
 use crate::session::{Control, Registry};
+use crate::shards::Shards;
 
 /// One iSCSI target: a name, where it is reachable and the SCSI device
 /// server behind it.
@@ -58,6 +59,22 @@ impl Drop for ConnectionGuard {
     }
 }
 
+/// One connection counted against its portal's limit while it lives.
+struct PortalSlot(Arc<AtomicUsize>);
+
+impl PortalSlot {
+    fn take(count: &Arc<AtomicUsize>) -> PortalSlot {
+        count.fetch_add(1, Ordering::Relaxed);
+        PortalSlot(count.clone())
+    }
+}
+
+impl Drop for PortalSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The iSCSI target server.
 pub struct Server {
     pub(crate) options: ServerOptions,
@@ -67,6 +84,8 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     connections: ConnectionCount,
     next_id: AtomicU64,
+    /// Where accepted connections run.
+    shards: Shards,
 }
 
 impl std::fmt::Debug for Server {
@@ -121,7 +140,20 @@ impl TargetDirectory for Directory {
 }
 
 impl Server {
+    /// A server whose connections run on the runtime that accepts them.
     pub fn new(options: ServerOptions, targets: Vec<Target>) -> Arc<Server> {
+        Server::with_connection_runtimes(options, targets, Vec::new())
+    }
+
+    /// A server whose connections run on `runtimes`, each placed on the
+    /// one serving the fewest. Each should have one worker thread; why is
+    /// in the `shards` module. The runtimes must outlive the server's
+    /// connections ([`Server::shutdown`] waits for them to end).
+    pub fn with_connection_runtimes(
+        options: ServerOptions,
+        targets: Vec<Target>,
+        runtimes: Vec<tokio::runtime::Handle>,
+    ) -> Arc<Server> {
         let limits = options.limits();
         Arc::new(Server {
             options,
@@ -131,6 +163,7 @@ impl Server {
             shutdown: watch::channel(false).0,
             connections: ConnectionCount(watch::channel(0).0),
             next_id: AtomicU64::new(1),
+            shards: Shards::new(runtimes),
         })
     }
 
@@ -250,14 +283,13 @@ impl Server {
                             drop(stream);
                             continue;
                         }
-                        on_portal.fetch_add(1, Ordering::Relaxed);
+                        // Both counts end with the closure, even one that never runs.
+                        let slot = PortalSlot::take(&on_portal);
                         let guard = self.track_connection();
                         let server = self.clone();
-                        let on_portal = on_portal.clone();
-                        tokio::spawn(async move {
+                        self.shards.spawn(stream, move |stream| async move {
                             connection::run(server, stream, peer).await;
-                            on_portal.fetch_sub(1, Ordering::Relaxed);
-                            drop(guard);
+                            drop((slot, guard));
                         });
                     }
                     Err(e) => {
