@@ -230,14 +230,19 @@ impl WriteState {
         Ok(placement)
     }
 
-    /// R2Ts to send now (none while the unsolicited sequence is running).
-    /// `budget` is how many more bytes the connection lets this command
-    /// solicit; it is reduced by what the returned R2Ts ask for.
-    pub fn next_r2ts(
-        &mut self,
-        budget: &mut u64,
-        mut new_ttt: impl FnMut() -> u32,
-    ) -> Vec<R2tRequest> {
+    /// Bytes R2Ts have yet to ask for: everything past the unsolicited
+    /// sequence (whole or cut short) not yet solicited.
+    pub fn left_to_solicit(&self) -> u32 {
+        let from = match &self.unsolicited {
+            Some(s) => s.offset + s.len,
+            None => self.next_offset,
+        };
+        self.edtl.saturating_sub(from)
+    }
+
+    /// R2Ts to send now (none while the unsolicited sequence is running),
+    /// up to MaxOutstandingR2T sequences at once.
+    pub fn next_r2ts(&mut self, mut new_ttt: impl FnMut() -> u32) -> Vec<R2tRequest> {
         let mut out = Vec::new();
         if self.unsolicited.is_some() {
             return out;
@@ -245,10 +250,6 @@ impl WriteState {
         let max_outstanding = usize::from(self.limits.max_outstanding_r2t.max(1));
         while self.outstanding.len() < max_outstanding && self.next_offset < self.edtl {
             let len = (self.edtl - self.next_offset).min(self.limits.max_burst_length.max(512));
-            if u64::from(len) > *budget {
-                break;
-            }
-            *budget -= u64::from(len);
             let ttt = new_ttt();
             let r = R2tRequest {
                 ttt,
@@ -308,18 +309,17 @@ mod tests {
 
     #[test]
     fn unsolicited_then_r2ts() {
-        let mut budget = u64::MAX;
         let mut tags = ttts();
         let mut w = WriteState::new(60000, 1000, true, LIMITS).unwrap();
         assert!(
-            w.next_r2ts(&mut budget, &mut tags).is_empty(),
+            w.next_r2ts(&mut tags).is_empty(),
             "no R2T during the unsolicited sequence"
         );
         let p = w.accept(RESERVED_TAG, 0, 1000, 4000, false).unwrap();
         assert_eq!((p.offset, p.len, p.sequence_done), (1000, 4000, false));
         let p = w.accept(RESERVED_TAG, 1, 5000, 3192, true).unwrap();
         assert!(p.sequence_done);
-        let r = w.next_r2ts(&mut budget, &mut tags);
+        let r = w.next_r2ts(&mut tags);
         // Two outstanding R2Ts of up to MaxBurstLength each.
         assert_eq!(
             r,
@@ -340,7 +340,7 @@ mod tests {
         );
         // The second sequence may complete first; a slot frees up.
         w.accept(102, 0, 24576, 16384, true).unwrap();
-        let r = w.next_r2ts(&mut budget, &mut tags);
+        let r = w.next_r2ts(&mut tags);
         assert_eq!(
             r,
             vec![R2tRequest {
@@ -352,7 +352,7 @@ mod tests {
         );
         w.accept(101, 0, 8192, 8192, false).unwrap();
         w.accept(101, 1, 16384, 8192, true).unwrap();
-        let r = w.next_r2ts(&mut budget, &mut tags);
+        let r = w.next_r2ts(&mut tags);
         assert_eq!(
             r,
             vec![R2tRequest {
@@ -374,7 +374,7 @@ mod tests {
     fn short_unsolicited_sequence_is_allowed() {
         let mut w = WriteState::new(10000, 0, true, LIMITS).unwrap();
         w.accept(RESERVED_TAG, 0, 0, 512, true).unwrap();
-        let r = w.next_r2ts(&mut u64::MAX.clone(), ttts());
+        let r = w.next_r2ts(ttts());
         assert_eq!(r[0].offset, 512);
         assert_eq!(r[0].len, 9488);
     }
@@ -416,9 +416,8 @@ mod tests {
             w.accept(RESERVED_TAG, 0, 0, 2048, false),
             Err(DataOutError::Overrun)
         );
-        let mut budget = u64::MAX;
         let mut w = WriteState::new(1024, 0, false, LIMITS).unwrap();
-        let r = w.next_r2ts(&mut budget, ttts());
+        let r = w.next_r2ts(ttts());
         assert_eq!(
             w.accept(r[0].ttt, 0, 0, 512, true),
             Err(DataOutError::EarlyFinal)
@@ -440,12 +439,11 @@ mod tests {
 
     #[test]
     fn finals_to_wait_for_after_an_error() {
-        let mut budget = u64::MAX;
         let mut w = WriteState::new(65536, 0, true, LIMITS).unwrap();
         assert_eq!(w.finals_after_error(RESERVED_TAG, false), 1);
         assert_eq!(w.finals_after_error(RESERVED_TAG, true), 0);
         w.accept(RESERVED_TAG, 0, 0, 8192, true).unwrap();
-        let r = w.next_r2ts(&mut budget, ttts());
+        let r = w.next_r2ts(ttts());
         assert_eq!(r.len(), 2);
         assert_eq!(w.finals_after_error(r[0].ttt, true), 1);
         assert_eq!(w.finals_after_error(r[0].ttt, false), 2);
@@ -453,15 +451,17 @@ mod tests {
     }
 
     #[test]
-    fn budget_limits_r2ts() {
-        let mut w = WriteState::new(65536, 0, false, LIMITS).unwrap();
-        let mut budget = 20000;
-        let r = w.next_r2ts(&mut budget, ttts());
-        assert_eq!(r.len(), 1);
-        assert_eq!(budget, 20000 - 16384);
-        let mut none = 0;
-        w.accept(r[0].ttt, 0, 0, 16384, true).unwrap();
-        assert!(w.next_r2ts(&mut none, ttts()).is_empty());
-        assert!(!w.complete());
+    fn left_to_solicit_counts_what_r2ts_will_ask_for() {
+        // 4 KiB immediate, unsolicited up to FirstBurstLength (8 KiB).
+        let mut w = WriteState::new(65536, 4096, true, LIMITS).unwrap();
+        assert_eq!(w.left_to_solicit(), 65536 - 8192);
+        // Cut short by the F bit: R2Ts fetch from where it ended.
+        w.accept(RESERVED_TAG, 0, 4096, 1024, true).unwrap();
+        assert_eq!(w.left_to_solicit(), 65536 - 5120);
+        let r = w.next_r2ts(ttts());
+        assert_eq!(r.len(), 2);
+        assert_eq!(w.left_to_solicit(), 65536 - 5120 - 2 * 16384);
+        let all_immediate = WriteState::new(4096, 4096, false, LIMITS).unwrap();
+        assert_eq!(all_immediate.left_to_solicit(), 0);
     }
 }

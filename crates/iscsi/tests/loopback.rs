@@ -822,3 +822,68 @@ async fn text_request_spanning_pdus() {
         (Some(Opcode::Reject), 0x09)
     );
 }
+
+/// Many writes at once, larger together than the connection's write
+/// budget and each longer than one burst: every one of them completes.
+/// (Budget reserved burst by burst let each command hold part of its data
+/// and wait for budget the others held: no R2T was ever sent again.)
+#[tokio::test]
+async fn writes_beyond_the_write_budget_all_complete() {
+    let ram = RamTarget::new(1024, false);
+    let opts = ServerOptions {
+        max_write_buffer: 16 * BLOCK as u64,
+        ..options()
+    };
+    let (_server, addr) = start(opts, ram.clone()).await;
+    let mut c = Client::connect(addr).await;
+    c.login_normal("InitialR2T=Yes;ImmediateData=No;MaxOutstandingR2T=1;MaxBurstLength=2048")
+        .await;
+    // Eight writes of 16 blocks (8 KiB, the whole budget each), fetched in
+    // bursts of 2 KiB.
+    let mut payloads = std::collections::HashMap::new();
+    for i in 0..8u32 {
+        let payload = pattern(16 * BLOCK, i as u8 + 1);
+        let cmd = c.command(
+            &write10(i * 16, 16),
+            payload.len() as u32,
+            false,
+            true,
+            true,
+            &[],
+        );
+        payloads.insert(cmd.bhs.itt(), (i, payload));
+        c.send(&cmd).await;
+    }
+    let mut done = 0;
+    while done < payloads.len() {
+        let p = c.recv_within(Duration::from_secs(10)).await.expect(
+            "the target stopped soliciting data: writes wait for budget held by other writes",
+        );
+        match p.bhs.opcode() {
+            Some(Opcode::R2t) => {
+                let (_, payload) = &payloads[&p.bhs.itt()];
+                let (offset, len) = (p.bhs.u32_at(40) as usize, p.bhs.u32_at(44) as usize);
+                let d = c.data_out(
+                    p.bhs.itt(),
+                    p.bhs.u32_at(20),
+                    0,
+                    offset as u32,
+                    true,
+                    &payload[offset..offset + len],
+                );
+                c.send(&d).await;
+            }
+            Some(Opcode::ScsiResponse) => {
+                assert_eq!(p.bhs.byte(3), 0, "status of a write");
+                done += 1;
+            }
+            Some(Opcode::NopIn) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let data = ram.data.lock();
+    for (i, payload) in payloads.values() {
+        let at = *i as usize * 16 * BLOCK;
+        assert_eq!(&data[at..at + payload.len()], &payload[..], "write {i}");
+    }
+}

@@ -55,6 +55,9 @@ pub(crate) struct Task {
     pub write_state: Option<WriteState>,
     /// Bytes of the connection's write budget this task holds.
     pub reserved: u64,
+    /// The budget for everything R2Ts will fetch is reserved (taken at
+    /// once, before the first R2T).
+    pub solicits_reserved: bool,
     pub phase: Phase,
 }
 

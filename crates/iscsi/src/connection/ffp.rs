@@ -109,7 +109,10 @@ pub(super) struct Conn {
     pub consumed: Vec<u32>,
     pub(super) next_serial: u64,
     pub(super) next_ttt: u32,
+    /// Write budget not reserved by any command, of `write_budget_total`.
     pub(super) write_budget: u64,
+    pub(super) write_budget_total: u64,
+    /// Commands waiting for write budget, in arrival order.
     pub(super) budget_waiters: VecDeque<u32>,
     pub(super) gate: Gate,
     pub(super) text: Option<super::text::TextExchange>,
@@ -163,6 +166,7 @@ pub(crate) async fn run(server: Arc<Server>, stream: TcpStream, est: Established
         next_serial: 0,
         next_ttt: rand::random(),
         write_budget: budget,
+        write_budget_total: budget,
         budget_waiters: VecDeque::new(),
         gate: Gate::default(),
         text: None,

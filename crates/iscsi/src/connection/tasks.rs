@@ -113,6 +113,7 @@ impl Conn {
             data: Vec::new(),
             write_state,
             reserved: 0,
+            solicits_reserved: false,
             phase: Phase::Collecting,
         };
         self.tasks.insert(c.itt, task);
@@ -124,28 +125,52 @@ impl Conn {
     }
 
     /// Solicit more write data for a task, within the connection's budget.
+    ///
+    /// A command reserves the budget for all it still has to fetch before
+    /// its first R2T, or waits its turn. Reserving burst by burst let
+    /// every command hold part of its data while waiting for budget that
+    /// the others held, and then none could finish (many large writes at
+    /// once did that). Waiting commands are served in arrival order, so a
+    /// large one is not overtaken forever by small ones; one larger than
+    /// the whole budget goes when it has the budget to itself.
     pub(super) async fn issue_r2ts(&mut self, itt: u32) -> Flow {
-        let mut ttt = self.next_ttt;
-        let mut budget = self.write_budget;
         let Some(task) = self.tasks.get_mut(&itt) else {
+            self.budget_waiters.retain(|&i| i != itt);
             return Flow::Continue;
         };
         let Some(ws) = task.write_state.as_mut() else {
+            self.budget_waiters.retain(|&i| i != itt);
             return Flow::Continue;
         };
-        let before = budget;
-        let requests = ws.next_r2ts(&mut budget, || {
+        if ws.awaiting_unsolicited() {
+            // Its end calls again, when what is left to fetch is known.
+            return Flow::Continue;
+        }
+        if !task.solicits_reserved {
+            let need = u64::from(ws.left_to_solicit());
+            let turn = self.budget_waiters.front().is_none_or(|&w| w == itt);
+            let fits = need <= self.write_budget || self.write_budget == self.write_budget_total;
+            if !(turn && fits) {
+                if !self.budget_waiters.contains(&itt) {
+                    self.budget_waiters.push_back(itt);
+                }
+                return Flow::Continue;
+            }
+            if self.budget_waiters.front() == Some(&itt) {
+                self.budget_waiters.pop_front();
+            }
+            let take = need.min(self.write_budget);
+            self.write_budget -= take;
+            task.reserved += take;
+            task.solicits_reserved = true;
+        }
+        let mut ttt = self.next_ttt;
+        let requests = ws.next_r2ts(|| {
             ttt = next_tag(ttt);
             ttt
         });
-        let starving = requests.is_empty() && ws.wants_more() && ws.outstanding() == 0;
-        task.reserved += before - budget;
         let lun_raw = task.lun_raw;
         self.next_ttt = ttt;
-        self.write_budget = budget;
-        if starving && !self.budget_waiters.contains(&itt) {
-            self.budget_waiters.push_back(itt);
-        }
         for r in requests {
             let bhs = target::r2t(lun_raw, itt, r.ttt, r.r2tsn, r.offset, r.len);
             if !self
@@ -158,14 +183,15 @@ impl Conn {
         Flow::Continue
     }
 
-    /// Give freed write budget to tasks that were waiting for it.
+    /// Give freed write budget to the commands waiting for it, in order,
+    /// until one does not fit.
     pub(super) async fn serve_budget_waiters(&mut self) -> Flow {
-        for _ in 0..self.budget_waiters.len() {
-            let Some(itt) = self.budget_waiters.pop_front() else {
-                break;
-            };
+        while let Some(&itt) = self.budget_waiters.front() {
             if let Flow::Close(c) = self.issue_r2ts(itt).await {
                 return Flow::Close(c);
+            }
+            if self.budget_waiters.front() == Some(&itt) {
+                break;
             }
         }
         Flow::Continue
