@@ -5,15 +5,14 @@
 #
 # What runs (every figure with the target's CPU time per I/O, from
 # /proc/PID/stat of the target process, all threads):
-#   1. fio matrix: 4K randread, 4K randwrite, 4M read, 4M write at QD 1/32/128.
-#      fio has no iSCSI engine here, so each target is bridged to NBD by
-#      qemu-nbd (qemu's iSCSI driver, one session) on a unix socket, and fio
-#      drives it with ioengine=nbd. The same bridge over a plain tmpfs file
-#      (no target at all) shows what the bridge alone costs and carries.
+#   1. fio matrix: 4K randread, 4K randwrite, 4M read, 4M write at QD 1/32/128,
+#      fio's libiscsi engine straight to each target (one session per run).
+#      Debian's fio lacks that engine, so bench/fio-libiscsi.sh builds the
+#      same fio release with it once (kept in target/bench-tools/).
 #   2. session scaling: 1/2/4/8 concurrent iscsi-perf processes (one session
 #      each), 4K random read QD32 each, plus openarray's RAM LUN at 1 session.
 #   3. QD1 4K random read latency measured directly: qemu-io (qemu's iSCSI
-#      driver, no bridge) times every read; median, p99, p99.9.
+#      driver) times every read; median, p99, p99.9.
 #   4. 4K write QD32 directly: qemu-img bench -w (sequential offsets), beside
 #      4K reads by the same tool.
 #   5. 1 MiB sequential read and write (qemu-img bench, QD8) against one
@@ -94,7 +93,6 @@ cleanup() {
     local status=$? i
     set +e
     kill_children
-    # Newest first: the bridges go before the targets they are logged in to.
     for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do stop_process "${PIDS[i]}"; done
     rm -f "/var/run/tgtd/socket.$TGT_PORT" "/var/run/tgtd/socket.$TGT_PORT.lock"
     [ -n "$WORK" ] && rm -rf "$WORK"
@@ -107,7 +105,7 @@ trap 'exit 130' INT TERM
 install_tools() {
     bash "$ROOT/scripts/install-deps.sh"
     local missing=()
-    command -v qemu-nbd >/dev/null || missing+=(qemu-utils)
+    command -v qemu-img >/dev/null || missing+=(qemu-utils)
     command -v iperf3 >/dev/null || missing+=(iperf3)
     command -v gnuplot >/dev/null || missing+=(gnuplot-nox)
     command -v python3 >/dev/null || missing+=(python3)
@@ -118,13 +116,13 @@ install_tools() {
         DEBIAN_FRONTEND=noninteractive $sudo apt-get update -qq
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
     fi
-    # fio's NBD engine ships in the fio package (libnbd); check, don't guess.
-    fio --enghelp 2>/dev/null | grep -qx '[[:space:]]*nbd' || die "this fio has no nbd engine"
+    # fio io_uring on the disk file comes from the package; fio against the
+    # targets needs the libiscsi engine, built once.
+    FIO=$(bash "$ROOT/bench/fio-libiscsi.sh") || die "cannot build fio with the libiscsi engine"
 }
 
 # Random contents, so that every read moves real data and no layer can
-# answer from a hole (qemu-nbd's hole probing on a fallocated tmpfs file
-# costs milliseconds per read).
+# answer from a hole.
 make_random_file() {
     head -c "$((LUN_MIB * 1048576))" /dev/urandom >"$1"
 }
@@ -197,26 +195,6 @@ start_tgt() {
     log "tgtd pid $TGT_PID on 127.0.0.1:$TGT_PORT"
 }
 
-# One qemu-nbd per system, kept for the whole matrix: qemu's iSCSI driver
-# logs in once, and fio connects to the unix socket for each run.
-start_bridge() {
-    local name=$1 sock="$WORK/$1.sock"
-    shift
-    qemu-nbd "$@" -k "$sock" --persistent --shared=4 >"$WORK/nbd-$name.log" 2>&1 &
-    local pid=$!
-    PIDS+=("$pid")
-    for _ in $(seq 1 100); do
-        [ -S "$sock" ] && break
-        kill -0 "$pid" 2>/dev/null || die "qemu-nbd for $name exited (log: $WORK/nbd-$name.log)"
-        sleep 0.1
-    done
-    eval "BRIDGE_PID_$name=$pid"
-}
-
-iscsi_opts() { # portal iqn lun [extra]
-    echo "driver=iscsi,transport=tcp,portal=127.0.0.1:$1,target=$2,lun=$3"
-}
-
 RESULTS=""
 CTX0=0
 
@@ -225,7 +203,7 @@ CTX0=0
 ctx_per_io() { # pid ios
     awk -v c="$(( $(ctx_switches "$1") - CTX0 ))" -v n="$2" 'BEGIN { if (n > 0) printf "%.2f", c / n; else print "n/a" }'
 }
-# section system workload param iops mbps p50 p90 p99 p999 cpu_us bridge_cpu_us ctxsw
+# section system workload param iops mbps p50 p90 p99 p999 cpu_us client_cpu_us ctxsw
 record() {
     local IFS=$'\t'
     echo "$*" >>"$RESULTS"
@@ -241,35 +219,41 @@ target_pid() {
     esac
 }
 
-# 1. fio through the NBD bridge.
+# fio's name for a LUN: the iSCSI URL with every colon escaped.
+fio_lun() { # port iqn lun
+    echo "iscsi://127.0.0.1:$1/$2/$3" | sed 's/:/\\:/g'
+}
+
+# 1. fio straight to a target with its libiscsi engine.
 fio_run() { # system workload depth
-    local system=$1 workload=$2 depth=$3 rw bs out="$WORK/fio-$1-$2-$3.json"
+    local system=$1 workload=$2 depth=$3 rw bs lun out="$WORK/fio-$1-$2-$3.json"
     case $workload in
         4k-randread) rw=randread; bs=4k ;;
         4k-randwrite) rw=randwrite; bs=4k ;;
         4m-read) rw="read"; bs=4m ;;
         4m-write) rw="write"; bs=4m ;;
     esac
-    local tpid bpid t0=0 t1=0 b0 b1
+    case $system in
+        openarray) lun=$(fio_lun "$OA_PORT" "$OA_IQN" 0) ;;
+        tgt) lun=$(fio_lun "$TGT_PORT" "$TGT_IQN" 1) ;;
+    esac
+    local tpid t0 t1
     tpid=$(target_pid "$system")
-    bpid=$(eval "echo \$BRIDGE_PID_$system")
-    [ -n "$tpid" ] && t0=$(cpu_ticks "$tpid") && CTX0=$(ctx_switches "$tpid")
-    b0=$(cpu_ticks "$bpid")
-    if ! run_child timeout $((RUNTIME + 60)) fio --name="$workload" --ioengine=nbd \
-        --uri="nbd+unix:///?socket=$WORK/$system.sock" --rw="$rw" --bs="$bs" \
+    t0=$(cpu_ticks "$tpid")
+    CTX0=$(ctx_switches "$tpid")
+    if ! run_child timeout $((RUNTIME + 60)) "$FIO" --name="$workload" --ioengine=libiscsi \
+        --filename="$lun" --rw="$rw" --bs="$bs" \
         --iodepth="$depth" --time_based --runtime="$RUNTIME" --size="${LUN_MIB}M" \
         --lat_percentiles=1 --percentile_list=50:90:99:99.9 --output-format=json --output="$out" >/dev/null 2>"$out.err"; then
         log "fio $workload QD$depth against $system failed: $(tail -2 "$out.err")"
         FAILED=1
         return
     fi
-    [ -n "$tpid" ] && t1=$(cpu_ticks "$tpid")
-    b1=$(cpu_ticks "$bpid")
-    local iops mbps p50 p90 p99 p999 ios
-    read -r iops mbps p50 p90 p99 p999 ios < <($TOOL parse-fio "$out")
-    local cpu=n/a ctx=-
-    [ -n "$tpid" ] && cpu=$(us_per_io $((t1 - t0)) "$ios") && ctx=$(ctx_per_io "$tpid" "$ios")
-    record matrix "$system" "$workload" "$depth" "$iops" "$mbps" "$p50" "$p90" "$p99" "$p999" "$cpu" "$(us_per_io $((b1 - b0)) "$ios")" "$ctx"
+    t1=$(cpu_ticks "$tpid")
+    local iops mbps p50 p90 p99 p999 ios client
+    read -r iops mbps p50 p90 p99 p999 ios client < <($TOOL parse-fio "$out")
+    record matrix "$system" "$workload" "$depth" "$iops" "$mbps" "$p50" "$p90" "$p99" "$p999" \
+        "$(us_per_io $((t1 - t0)) "$ios")" "$client" "$(ctx_per_io "$tpid" "$ios")"
 }
 
 # 2. N concurrent iscsi-perf sessions, 4K random read QD32 each.
@@ -303,7 +287,7 @@ sessions_run() { # system url sessions [section]
         "$(us_per_io $((t1 - t0)) $((total * RUNTIME)))" - "$(ctx_per_io "$pid" $((total * RUNTIME)))"
 }
 
-# 3. QD1 latency, timed per read by qemu-io (no bridge).
+# 3. QD1 latency, timed per read by qemu-io.
 latency_run() { # system url
     local system=$1 url=$2 pid t0 t1 out="$WORK/qemu-io-$1.out"
     $TOOL random-reads "$LAT_READS" "$LUN_MIB" >"$WORK/reads.txt"
@@ -406,7 +390,7 @@ lun_url() {
     esac
 }
 
-# Every measurement straight to the targets (no bridge), once; main runs
+# Sections 2-7 once; main runs
 # this ROUNDS times and the report keeps the best round of each.
 direct_round() { # round
     local n system depth targets
@@ -465,7 +449,6 @@ main() {
     make_random_file "$WORK/base.img"
     cp "$WORK/base.img" "$WORK/openarray.img"
     cp "$WORK/base.img" "$WORK/tgt.img"
-    cp "$WORK/base.img" "$WORK/plain.img"
     DISK_FILE=$(mktemp "$DISK_DIR/openarray-matrix-disk.XXXXXX")
     make_random_file "$DISK_FILE"
     sync "$DISK_FILE"
@@ -479,16 +462,12 @@ main() {
     FAILED=0
     start_tcp_server
 
-    start_bridge openarray --image-opts "$(iscsi_opts "$OA_PORT" "$OA_IQN" 0)" --cache=none
-    start_bridge tgt --image-opts "$(iscsi_opts "$TGT_PORT" "$TGT_IQN" 1)" --cache=none
-    start_bridge bridge -f raw "$WORK/plain.img" --cache=none --aio=io_uring
-
     local workload depth system round
     for round in $(seq 1 "$MATRIX_ROUNDS"); do
-        log "fio matrix through the NBD bridge, round $round of $MATRIX_ROUNDS"
+        log "fio matrix (libiscsi engine), round $round of $MATRIX_ROUNDS"
         for workload in 4k-randread 4k-randwrite 4m-read 4m-write; do
             for depth in $DEPTHS; do
-                for system in $(targets_in_round "$round") bridge; do fio_run "$system" "$workload" "$depth"; done
+                for system in $(targets_in_round "$round"); do fio_run "$system" "$workload" "$depth"; done
             done
         done
     done

@@ -46,16 +46,18 @@ class ParseFio(TempFiles):
         pct = {"50.000000": 41000, "90.000000": 52000, "99.000000": 90000, "99.900000": 400000}
         doc = {"jobs": [{"read": side(0, 0, 0),
                          "write": side(150000, 30000.4, 122880000, lat_pct=pct,
-                                       clat_pct={"50.000000": 1})}]}
-        path = self.write("fio.json", "fio: connected to NBD server\n" + json.dumps(doc))
+                                       clat_pct={"50.000000": 1}),
+                         "job_runtime": 5000, "usr_cpu": 40.0, "sys_cpu": 20.0}]}
+        path = self.write("fio.json", "fio: engine noise\n" + json.dumps(doc))
+        # fio's CPU: 60 % of 5 s over 150,000 I/Os = 20 µs each.
         self.assertEqual(captured(matrix_report.parse_fio, path),
-                         ["30000", "122.9", "41.0", "52.0", "90.0", "400.0", "150000"])
+                         ["30000", "122.9", "41.0", "52.0", "90.0", "400.0", "150000", "20.0"])
 
     def test_clat_when_no_total_latency_percentiles(self):
         doc = {"jobs": [{"read": side(10, 5, 4096, clat_pct={"50.000000": 2000}),
                          "write": side(0, 0, 0)}]}
         path = self.write("fio.json", json.dumps(doc))
-        self.assertEqual(captured(matrix_report.parse_fio, path)[2:7], ["2.0", "-", "-", "-", "10"])
+        self.assertEqual(captured(matrix_report.parse_fio, path)[2:8], ["2.0", "-", "-", "-", "10", "-"])
 
 
 class ParseQemuIo(TempFiles):
@@ -168,6 +170,27 @@ class Report(TempFiles):
         self.assertIn("0.50 of iscsi-perf's", goal)
         self.assertIn("2.50x tgt", goal)
         self.assertTrue(goal.endswith("| yes |"))
+
+    def test_random_writes_are_held_against_the_higher_read_figure(self):
+        base = [
+            "matrix\topenarray\t4k-randwrite\t32\t80000\t-\t-\t-\t-\t-\t11.0\t11.0\t0.03",
+            "matrix\ttgt\t4k-randwrite\t32\t36000\t-\t-\t-\t-\t-\t28.0\t15.0\t1.90",
+            "matrix\topenarray\t4k-randread\t32\t40000\t-\t-\t-\t-\t-\t10.0\t9.0\t0.03",
+        ]
+
+        def goal(headline_reads):
+            lines = base + [f"sessions\topenarray\t4k-randread-qd32\t1\t{headline_reads}"
+                            "\t-\t-\t-\t-\t-\t7.0\t-"]
+            return next(line for line in self.goals(lines)
+                        if line.startswith("| 4K random write QD32 (fio"))
+
+        met = goal(100000)
+        self.assertIn("2.00 of fio's random reads", met)
+        self.assertIn("0.80 of iscsi-perf's", met)
+        self.assertIn("2.22x tgt", met)
+        self.assertTrue(met.endswith("| yes |"))
+        # Faster headline reads: 0.67 of them is not enough, whatever fio's reads.
+        self.assertTrue(goal(120000).endswith("| **no** |"))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds fio with its libiscsi engine and prints the binary's path.
+#
+# Debian's fio package is built without libiscsi, so fio could only reach a
+# target through a bridge (qemu-nbd). This builds the same fio release from
+# Debian's own source (checked against the archive's SHA-256) with
+# `--enable-libiscsi`, once: the result is kept in target/bench-tools/ and
+# later calls only print its path. Needs network access to the Debian
+# archive on the first call; installs gcc, make and libiscsi-dev.
+#
+# Usage: bench/fio-libiscsi.sh     (progress on stderr, the path on stdout)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+VERSION=3.33
+SUITE=bookworm
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+TARBALL=fio_$VERSION.orig.tar.gz
+OUT=$ROOT/target/bench-tools/fio-$VERSION-libiscsi
+BIN=$OUT/fio
+
+say() { printf '[fio-libiscsi] %s\n' "$*" >&2; }
+
+if [ -x "$BIN" ] && "$BIN" --enghelp 2>/dev/null | grep -qx '[[:space:]]*libiscsi'; then
+    echo "$BIN"
+    exit 0
+fi
+
+need=()
+for pkg in libiscsi-dev gcc make zlib1g-dev curl xz-utils; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    say "installing: ${need[*]}"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+fi
+
+BUILD=$(mktemp -d)
+trap 'rm -rf "$BUILD"' EXIT
+cd "$BUILD"
+
+# The archive's source index names the tarball's SHA-256.
+say "fetching the source index of $SUITE"
+curl -fsS --retry 3 -o Sources.xz "$MIRROR/dists/$SUITE/main/source/Sources.xz"
+xz -d Sources.xz
+sum=$(awk -v f="$TARBALL" '
+    /^Package: / { pkg = $2 }
+    /^Checksums-Sha256:/ { in_sums = (pkg == "fio"); next }
+    /^[^ ]/ { in_sums = 0 }
+    in_sums && $3 == f && !found { print $1; found = 1 }' Sources)
+[ -n "$sum" ] || { say "no $TARBALL in $SUITE's source index"; exit 1; }
+
+say "fetching $TARBALL"
+curl -fsS --retry 3 -o "$TARBALL" "$MIRROR/pool/main/f/fio/$TARBALL"
+echo "$sum  $TARBALL" | sha256sum -c --quiet - >&2
+
+tar xzf "$TARBALL"
+cd "fio-$VERSION"
+say "building fio $VERSION with the libiscsi engine"
+./configure --enable-libiscsi >configure.log 2>&1 || { cat configure.log >&2; exit 1; }
+grep -q '^iscsi engine *yes' configure.log || { say "configure found no libiscsi"; exit 1; }
+make -j"$(nproc)" fio >make.log 2>&1 || { tail -20 make.log >&2; exit 1; }
+"./fio" --enghelp | grep -qx '[[:space:]]*libiscsi' || { say "the built fio lacks libiscsi"; exit 1; }
+
+mkdir -p "$OUT"
+install -m 0755 fio "$BIN.tmp"
+mv "$BIN.tmp" "$BIN"
+say "built $BIN"
+echo "$BIN"
