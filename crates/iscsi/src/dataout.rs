@@ -126,16 +126,6 @@ impl WriteState {
         self.unsolicited.is_none() && self.outstanding.is_empty() && self.next_offset >= self.edtl
     }
 
-    /// More data must still be solicited with R2Ts.
-    pub fn wants_more(&self) -> bool {
-        self.unsolicited.is_none() && self.next_offset < self.edtl
-    }
-
-    /// Solicited sequences not yet complete.
-    pub fn outstanding(&self) -> usize {
-        self.outstanding.len()
-    }
-
     /// After a sequence error the command is failed, but the target still
     /// waits for the F bit of every sequence in progress before answering
     /// (RFC 3720 6.7, 6.8). How many F bits are still to come, given the
