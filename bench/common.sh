@@ -6,6 +6,15 @@
 log() { printf '[bench] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# Install Debian packages (with sudo unless root), quietly; progress on stderr.
+apt_install() {
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    log "installing: $*"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
 CHILD=""
 CHILDREN=""
 

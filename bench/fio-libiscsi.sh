@@ -19,9 +19,12 @@ TARBALL=fio_$VERSION.orig.tar.gz
 OUT=$ROOT/target/bench-tools/fio-$VERSION-libiscsi
 BIN=$OUT/fio
 
-say() { printf '[fio-libiscsi] %s\n' "$*" >&2; }
+# shellcheck source=bench/common.sh
+. "$ROOT/bench/common.sh"
 
-if [ -x "$BIN" ] && "$BIN" --enghelp 2>/dev/null | grep -qx '[[:space:]]*libiscsi'; then
+has_libiscsi_engine() { "$1" --enghelp 2>/dev/null | grep -qx '[[:space:]]*libiscsi'; }
+
+if [ -x "$BIN" ] && has_libiscsi_engine "$BIN"; then
     echo "$BIN"
     exit 0
 fi
@@ -30,20 +33,14 @@ need=()
 for pkg in libiscsi-dev gcc make zlib1g-dev curl xz-utils; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
-if [ ${#need[@]} -gt 0 ]; then
-    say "installing: ${need[*]}"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo=sudo
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
-fi
+[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
 
 BUILD=$(mktemp -d)
 trap 'rm -rf "$BUILD"' EXIT
 cd "$BUILD"
 
 # The archive's source index names the tarball's SHA-256.
-say "fetching the source index of $SUITE"
+log "fetching the source index of $SUITE"
 curl -fsS --retry 3 -o Sources.xz "$MIRROR/dists/$SUITE/main/source/Sources.xz"
 xz -d Sources.xz
 sum=$(awk -v f="$TARBALL" '
@@ -51,22 +48,22 @@ sum=$(awk -v f="$TARBALL" '
     /^Checksums-Sha256:/ { in_sums = (pkg == "fio"); next }
     /^[^ ]/ { in_sums = 0 }
     in_sums && $3 == f && !found { print $1; found = 1 }' Sources)
-[ -n "$sum" ] || { say "no $TARBALL in $SUITE's source index"; exit 1; }
+[ -n "$sum" ] || die "no $TARBALL in $SUITE's source index"
 
-say "fetching $TARBALL"
+log "fetching $TARBALL"
 curl -fsS --retry 3 -o "$TARBALL" "$MIRROR/pool/main/f/fio/$TARBALL"
 echo "$sum  $TARBALL" | sha256sum -c --quiet - >&2
 
 tar xzf "$TARBALL"
 cd "fio-$VERSION"
-say "building fio $VERSION with the libiscsi engine"
+log "building fio $VERSION with the libiscsi engine"
 ./configure --enable-libiscsi >configure.log 2>&1 || { cat configure.log >&2; exit 1; }
-grep -q '^iscsi engine *yes' configure.log || { say "configure found no libiscsi"; exit 1; }
+grep -q '^iscsi engine *yes' configure.log || die "configure found no libiscsi"
 make -j"$(nproc)" fio >make.log 2>&1 || { tail -20 make.log >&2; exit 1; }
-"./fio" --enghelp | grep -qx '[[:space:]]*libiscsi' || { say "the built fio lacks libiscsi"; exit 1; }
+has_libiscsi_engine ./fio || die "the built fio lacks libiscsi"
 
 mkdir -p "$OUT"
 install -m 0755 fio "$BIN.tmp"
 mv "$BIN.tmp" "$BIN"
-say "built $BIN"
+log "built $BIN"
 echo "$BIN"

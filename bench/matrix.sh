@@ -109,13 +109,7 @@ install_tools() {
     command -v iperf3 >/dev/null || missing+=(iperf3)
     command -v gnuplot >/dev/null || missing+=(gnuplot-nox)
     command -v python3 >/dev/null || missing+=(python3)
-    if [ ${#missing[@]} -gt 0 ]; then
-        log "installing: ${missing[*]}"
-        local sudo=""
-        [ "$(id -u)" -eq 0 ] || sudo=sudo
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-    fi
+    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
     # fio io_uring on the disk file comes from the package; fio against the
     # targets needs the libiscsi engine, built once.
     FIO=$(bash "$ROOT/bench/fio-libiscsi.sh") || die "cannot build fio with the libiscsi engine"
@@ -219,11 +213,6 @@ target_pid() {
     esac
 }
 
-# fio's name for a LUN: the iSCSI URL with every colon escaped.
-fio_lun() { # port iqn lun
-    echo "iscsi://127.0.0.1:$1/$2/$3" | sed 's/:/\\:/g'
-}
-
 # 1. fio straight to a target with its libiscsi engine.
 fio_run() { # system workload depth
     local system=$1 workload=$2 depth=$3 rw bs lun out="$WORK/fio-$1-$2-$3.json"
@@ -233,10 +222,8 @@ fio_run() { # system workload depth
         4m-read) rw="read"; bs=4m ;;
         4m-write) rw="write"; bs=4m ;;
     esac
-    case $system in
-        openarray) lun=$(fio_lun "$OA_PORT" "$OA_IQN" 0) ;;
-        tgt) lun=$(fio_lun "$TGT_PORT" "$TGT_IQN" 1) ;;
-    esac
+    # fio's name for the LUN: its iSCSI URL with every colon escaped.
+    lun=$(lun_url "$system" | sed 's/:/\\:/g')
     local tpid t0 t1
     tpid=$(target_pid "$system")
     t0=$(cpu_ticks "$tpid")

@@ -254,8 +254,21 @@ const SHM_IQN: &str = "iqn.2026-11.org.openarray:shm";
 fn file_lun_on_tmpfs() {
     let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir on /dev/shm");
     let config = format!(
-        "[[device]]\nname = \"shm\"\nkind = \"file\"\npath = \"@DIR@/shm.img\"\nsize = \"1G\"\n\
-         block_size = 512\n\n[[target]]\nname = \"{SHM_IQN}\"\n[[target.lun]]\nlun = 0\ndevice = \"shm\"\n"
+        r#"
+[[device]]
+name = "shm"
+kind = "file"
+path = "@DIR@/shm.img"
+size = "1G"
+block_size = 512
+
+[[target]]
+name = "{SHM_IQN}"
+
+[[target.lun]]
+lun = 0
+device = "shm"
+"#
     );
     let (daemon, _dir) = daemon_in(dir, &config);
     check_lun("shm", &daemon, SHM_IQN, 0);

@@ -105,12 +105,19 @@ impl LogicalUnit {
         &data[..self.written_len(e, data.len())]
     }
 
-    /// [`LogicalUnit::write_data`] for Data-Out in parts: the parts, the
-    /// last one cut where the written bytes end.
+    /// [`LogicalUnit::write_data`] as parts, whether the Data-Out came in
+    /// parts or in one buffer: the last part cut where the written bytes
+    /// end.
     fn write_data_parts<'a>(&self, ctx: &'a Ctx<'_>, e: &Extent) -> Vec<&'a [u8]> {
+        let one = [ctx.cmd.data_out];
+        let received: &[&'a [u8]] = if ctx.cmd.data_out_parts.is_empty() {
+            &one
+        } else {
+            ctx.cmd.data_out_parts
+        };
         let mut left = self.written_len(e, ctx.cmd.data_out_total());
-        let mut parts = Vec::with_capacity(ctx.cmd.data_out_parts.len());
-        for part in ctx.cmd.data_out_parts {
+        let mut parts = Vec::with_capacity(received.len());
+        for part in received {
             if left == 0 {
                 break;
             }
@@ -229,16 +236,9 @@ impl LogicalUnit {
         let e = extent(cdb);
         self.check_transfer(&e)?;
         self.check_writable(ctx)?;
-        if !ctx.cmd.data_out_parts.is_empty() {
-            let parts = self.write_data_parts(ctx, &e);
-            if !parts.is_empty() {
-                self.write_blocks_parts(e.lba, &parts, fua_of(cdb))?;
-            }
-            return Ok(ScsiResponse::good());
-        }
-        let data = self.write_data(ctx, &e);
-        if !data.is_empty() {
-            self.write_blocks(e.lba, data, fua_of(cdb))?;
+        let parts = self.write_data_parts(ctx, &e);
+        if !parts.is_empty() {
+            self.write_blocks_parts(e.lba, &parts, fua_of(cdb))?;
         }
         Ok(ScsiResponse::good())
     }

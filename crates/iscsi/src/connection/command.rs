@@ -246,10 +246,6 @@ pub(crate) fn failure_pdu(shape: &ResponseShape) -> OutPdu {
     pdu
 }
 
-/// A write's data in one buffer, from its immediate data (at offset 0)
-/// and its Data-Out segments. One segment that is all the data is used as
-/// it is. Bytes no segment covered (none should remain once the write is
-/// complete) read as zeros, never as an earlier user's data.
 /// A write's data for the SCSI layer: when `in_parts` and the pieces
 /// follow each other from offset 0 with no gap or overlap, the pieces as
 /// received (and no single buffer); otherwise one buffer ([`assemble`]).
@@ -281,6 +277,10 @@ fn follow_each_other(immediate: &Bytes, segments: &[(usize, Bytes)]) -> bool {
     true
 }
 
+/// A write's data in one buffer, from its immediate data (at offset 0)
+/// and its Data-Out segments. One segment that is all the data is used as
+/// it is. Bytes no segment covered (none should remain once the write is
+/// complete) read as zeros, never as an earlier user's data.
 pub(crate) fn assemble(immediate: Bytes, segments: Vec<(usize, Bytes)>) -> Bytes {
     let mut all = Vec::with_capacity(segments.len() + 1);
     if !immediate.is_empty() {
