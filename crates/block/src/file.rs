@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use crate::aligned::AlignedBuf;
 use crate::{
     check_range, read_each, read_only_error, sys, uring, Allocation, BatchRead, BlockDevice,
-    Capabilities,
+    Capabilities, DirectRead,
 };
 
 /// How to open a [`FileDevice`].
@@ -330,6 +330,21 @@ impl BlockDevice for FileDevice {
                 done(i, r);
             }
         }
+    }
+
+    fn direct_read(&self, offset: u64, len: usize) -> Option<io::Result<DirectRead>> {
+        let d = self.direct.as_ref()?;
+        let planned = check_range(self.size, offset, len as u64).and_then(|()| {
+            let (start, window_len) = d.window(offset, len);
+            Ok(DirectRead::new(
+                self.file.as_raw_fd(),
+                start,
+                d.bounce(window_len)?,
+                (offset - start) as usize,
+                len,
+            ))
+        });
+        Some(planned)
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {

@@ -8,6 +8,7 @@
 
 use std::fs::File;
 use std::io;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 
 mod aligned;
@@ -19,6 +20,7 @@ mod overlay;
 mod sys;
 mod uring;
 
+pub use aligned::AlignedBuf;
 pub use faulty::FaultyDevice;
 pub use file::{FileDevice, FileOptions};
 pub use mem::MemDevice;
@@ -57,6 +59,37 @@ pub struct BatchRead {
     pub result: io::Result<()>,
 }
 
+/// A read its caller puts in flight itself, on its own io_uring
+/// ([`BlockDevice::direct_read`]): `window.len()` bytes of the file `fd`
+/// at `start`, of which the `len` bytes from `skip` were asked for.
+pub struct DirectRead {
+    /// Open while the device lives; a submitted read holds its own
+    /// reference to the file.
+    pub fd: RawFd,
+    pub start: u64,
+    /// Aligned as O_DIRECT wants; it does not move with the value.
+    pub window: AlignedBuf,
+    skip: usize,
+    len: usize,
+}
+
+impl DirectRead {
+    pub(crate) fn new(fd: RawFd, start: u64, window: AlignedBuf, skip: usize, len: usize) -> Self {
+        DirectRead {
+            fd,
+            start,
+            window,
+            skip,
+            len,
+        }
+    }
+
+    /// The bytes asked for, once the whole window has been read.
+    pub fn data(&self) -> &[u8] {
+        &self.window[self.skip..self.skip + self.len]
+    }
+}
+
 impl BatchRead {
     pub fn new(buf: Vec<u8>, offset: u64) -> Self {
         BatchRead {
@@ -87,6 +120,15 @@ pub trait BlockDevice: Send + Sync {
     /// can answer it while the others are still on the device.
     fn read_batch(&self, reads: &mut [BatchRead], done: &mut dyn FnMut(usize, &mut BatchRead)) {
         read_each(self, reads, done);
+    }
+
+    /// For a device whose reads a caller may put in flight on its own
+    /// io_uring (an O_DIRECT file): what to read for `len` bytes at
+    /// `offset`. `None` for every other device, and `Some(Err)` for a
+    /// range outside the device.
+    fn direct_read(&self, offset: u64, len: usize) -> Option<io::Result<DirectRead>> {
+        let _ = (offset, len);
+        None
     }
 
     /// Write `buf` at `offset`. With `fua`, returns only once the data is on

@@ -887,3 +887,56 @@ async fn writes_beyond_the_write_budget_all_complete() {
         assert_eq!(&data[at..at + payload.len()], &payload[..], "write {i}");
     }
 }
+
+#[tokio::test]
+async fn reads_run_on_the_connections_ring() {
+    let ram = RamTarget::new(4096, true);
+    let content = pattern(4096 * BLOCK, 3);
+    ram.data.lock().copy_from_slice(&content);
+    let mut file = tempfile::tempfile().unwrap();
+    std::io::Write::write_all(&mut file, &content).unwrap();
+    ram.read_through_ring(file);
+    let (_server, addr) = start(options(), ram.clone()).await;
+    let mut c = Client::connect(addr).await;
+    c.login_normal("MaxRecvDataSegmentLength=65536").await;
+
+    // A burst the connection decodes together: reads for the ring, one it
+    // declines (run by the pool instead) and one answered without a read.
+    let mut asked = std::collections::HashMap::new();
+    let mut lbas: Vec<u32> = (0..24).map(|i| i * 37).collect();
+    lbas.push(support::DECLINED_LBA);
+    lbas.push(4095);
+    let mut burst = Vec::new();
+    for &lba in &lbas {
+        let cmd = c.command(&read10(lba, 8), 8 * BLOCK as u32, true, false, true, &[]);
+        asked.insert(cmd.bhs.itt(), lba);
+        burst.extend_from_slice(&cmd.bhs.0);
+        burst.extend_from_slice(&cmd.data);
+    }
+    c.send_raw(&burst).await;
+
+    let mut answered = 0;
+    while answered < lbas.len() {
+        let p = c.recv().await;
+        let lba = asked[&p.bhs.itt()] as usize;
+        match p.bhs.opcode() {
+            Some(Opcode::DataIn) => {
+                assert_ne!(lba, 4095, "a read past the end has no data");
+                assert_eq!(&p.data[..], &content[lba * BLOCK..(lba + 8) * BLOCK]);
+                assert_ne!(p.bhs.flags() & 0x01, 0, "status with the one Data-In");
+                assert_eq!(p.bhs.byte(3), 0, "GOOD");
+            }
+            Some(Opcode::ScsiResponse) => {
+                assert_eq!(lba, 4095, "only the read past the end fails");
+                assert_eq!(p.bhs.byte(3), 0x02, "CHECK CONDITION");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        answered += 1;
+    }
+    assert_eq!(
+        ram.ring_finished.load(std::sync::atomic::Ordering::SeqCst),
+        24,
+        "every read but the declined and the failed one ran on the ring"
+    );
+}

@@ -7,6 +7,8 @@
 //! knows nothing of PDUs.
 
 use std::fs::File;
+use std::io;
+use std::os::fd::RawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -216,6 +218,31 @@ pub enum TmfResult {
     Rejected,
 }
 
+/// A READ whose device read the transport runs itself, e.g. on an
+/// io_uring of its own thread, so that no other thread is woken for it:
+/// it reads `len` bytes of `fd` at `offset` into `buf`, then turns the
+/// outcome into the response with `finish`.
+pub trait StartedRead: Send {
+    /// The file to read; a read in flight holds its own reference to it.
+    fn fd(&self) -> RawFd;
+    fn offset(&self) -> u64;
+    /// Where the bytes go. The memory stays put until `finish`, even when
+    /// the value moves.
+    fn buf(&mut self) -> &mut [u8];
+    /// The response, given how many bytes the read put in `buf` (fewer
+    /// than its length are read again here) or why it failed.
+    fn finish(self: Box<Self>, read: io::Result<usize>) -> ScsiResponse;
+}
+
+/// What [`ScsiTarget::start_read`] made of a command.
+pub enum ReadStart {
+    /// Answered without the device (a check failed, or nothing to read).
+    Answered(ScsiResponse),
+    Started(Box<dyn StartedRead>),
+    /// Not started, nothing done: run it with `execute` or `execute_batch`.
+    Declined,
+}
+
 /// A SCSI target device as the transport sees it: a set of logical units
 /// behind one target name.
 pub trait ScsiTarget: Send + Sync {
@@ -243,6 +270,15 @@ pub trait ScsiTarget: Send + Sync {
         for (i, (nexus, cmd)) in cmds.iter().enumerate() {
             done(i, self.execute(nexus, cmd));
         }
+    }
+
+    /// Start a command that [`ScsiTarget::batches`] as a read the
+    /// transport runs itself, checked and accepted as
+    /// [`ScsiTarget::execute`] would. Never blocks: a command that would
+    /// wait (for a range another command holds) is declined untouched.
+    fn start_read(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ReadStart {
+        let _ = (nexus, cmd);
+        ReadStart::Declined
     }
 
     /// True when executing commands for `lun` may block the calling thread

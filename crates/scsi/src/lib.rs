@@ -25,6 +25,7 @@ mod reserve_cmds;
 mod rw;
 mod sanitize;
 mod sense;
+mod started_read;
 mod target;
 mod transfer;
 mod xcopy;

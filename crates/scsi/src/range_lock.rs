@@ -40,13 +40,30 @@ impl RangeLock {
     pub fn lock(&self, start: u64, len: u64, exclusive: bool) -> RangeGuard<'_> {
         let end = start.saturating_add(len.max(1));
         let mut state = self.state.lock();
-        while state
-            .held
-            .iter()
-            .any(|h| h.start < end && start < h.end && (exclusive || h.exclusive))
-        {
+        while state.conflicts(start, end, exclusive) {
             self.released.wait(&mut state);
         }
+        self.hold(state, start, end, exclusive)
+    }
+
+    /// [`RangeLock::lock`] for a caller that must not wait: `None` while
+    /// another holder is in the way.
+    pub fn try_lock(&self, start: u64, len: u64, exclusive: bool) -> Option<RangeGuard<'_>> {
+        let end = start.saturating_add(len.max(1));
+        let state = self.state.lock();
+        if state.conflicts(start, end, exclusive) {
+            return None;
+        }
+        Some(self.hold(state, start, end, exclusive))
+    }
+
+    fn hold(
+        &self,
+        mut state: parking_lot::MutexGuard<'_, State>,
+        start: u64,
+        end: u64,
+        exclusive: bool,
+    ) -> RangeGuard<'_> {
         let id = state.next_id;
         state.next_id = state.next_id.wrapping_add(1);
         state.held.push(Held {
@@ -64,14 +81,39 @@ impl RangeLock {
     }
 }
 
-impl Drop for RangeGuard<'_> {
-    fn drop(&mut self) {
-        let mut state = self.lock.state.lock();
-        if let Some(pos) = state.held.iter().position(|h| h.id == self.id) {
+impl RangeLock {
+    /// Ends the hold `id` ([`RangeGuard::detach`]).
+    pub fn release(&self, id: u64) {
+        let mut state = self.state.lock();
+        if let Some(pos) = state.held.iter().position(|h| h.id == id) {
             state.held.swap_remove(pos);
         }
         drop(state);
-        self.lock.released.notify_all();
+        self.released.notify_all();
+    }
+}
+
+impl RangeGuard<'_> {
+    /// The hold, kept past this guard's borrow: whoever keeps the lock
+    /// alive ends it with [`RangeLock::release`].
+    pub fn detach(self) -> u64 {
+        let id = self.id;
+        std::mem::forget(self);
+        id
+    }
+}
+
+impl State {
+    fn conflicts(&self, start: u64, end: u64, exclusive: bool) -> bool {
+        self.held
+            .iter()
+            .any(|h| h.start < end && start < h.end && (exclusive || h.exclusive))
+    }
+}
+
+impl Drop for RangeGuard<'_> {
+    fn drop(&mut self) {
+        self.lock.release(self.id);
     }
 }
 
@@ -112,5 +154,23 @@ mod tests {
         drop(shared);
         t.join().unwrap();
         assert!(done.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn try_lock_refuses_only_what_would_wait() {
+        let l = RangeLock::default();
+        let exclusive = l.lock(0, 8, true);
+        assert!(l.try_lock(4, 1, false).is_none());
+        let apart = l.try_lock(8, 8, false).expect("a disjoint range is free");
+        let id = apart.detach();
+        assert_eq!(l.held(), 2);
+        assert!(
+            l.try_lock(10, 1, true).is_none(),
+            "a detached hold still holds"
+        );
+        l.release(id);
+        drop(exclusive);
+        assert_eq!(l.held(), 0);
+        assert!(l.try_lock(0, 16, true).is_some());
     }
 }

@@ -95,6 +95,12 @@ impl LogicalUnit {
         Ok(())
     }
 
+    /// Bytes a READ of `e` moves, once its transfer checks pass.
+    pub(crate) fn read_len(&self, e: &Extent) -> Result<usize, Sense> {
+        self.check_transfer(e)
+            .and_then(|()| self.byte_len(e.blocks))
+    }
+
     /// The Data-Out of a write of `e`: all of it, or the whole blocks that
     /// arrived when the initiator sent less than the CDB describes (the
     /// transport reports the shortfall as residual overflow). A trailing
@@ -200,10 +206,7 @@ impl LogicalUnit {
                 continue;
             }
             let e = extent(ctx.cdb());
-            let len = self
-                .check_transfer(&e)
-                .and_then(|()| self.byte_len(e.blocks));
-            match len {
+            match self.read_len(&e) {
                 Err(sense) => done(i, self.respond(ctx, Err(sense.into()))),
                 Ok(0) => done(i, self.respond(ctx, Ok(ScsiResponse::good()))),
                 Ok(len) => {

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use scsi_api::{Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult};
+use scsi_api::{
+    Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult,
+};
 
 use crate::cdb::{be32, put32, truncate, u8_at};
 use crate::commands::{op, COMMANDS};
@@ -315,6 +317,25 @@ impl ScsiTarget for Target {
                 .lu
                 .read_batch(&ctxs, &mut |k, resp| done(group[k].0, resp));
         }
+    }
+
+    fn start_read(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ReadStart {
+        let inventory = self.inventory.read();
+        let Some(mapping) = inventory.luns.get(&cmd.lun).cloned() else {
+            return ReadStart::Declined;
+        };
+        let protected = inventory.protected.clone();
+        drop(inventory);
+        if !mapping.lu.batches(cmd.cdb) {
+            return ReadStart::Declined;
+        }
+        mapping.lu.start_read(&Ctx {
+            nexus,
+            cmd,
+            registry: &self.registry,
+            read_only: mapping.read_only,
+            protected: &protected,
+        })
     }
 
     fn may_block(&self, lun: u64) -> bool {

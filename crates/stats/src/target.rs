@@ -1,10 +1,15 @@
 //! [`StatsTarget`]: a [`ScsiTarget`] that counts and times the commands it
 //! passes to the target it wraps.
 
+use std::io;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Instant;
 
-use scsi_api::{status, Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult};
+use scsi_api::{
+    status, Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, StartedRead, TaskManagement,
+    TmfResult,
+};
 
 use crate::counters::{LunStats, OpKind};
 use crate::registry::TargetStats;
@@ -46,17 +51,68 @@ impl StatsTarget {
     }
 }
 
+/// What counting a command needs of it, kept past the command itself.
+#[derive(Clone, Copy)]
+struct Counted {
+    kind: OpKind,
+    data_in_len: usize,
+    data_out: usize,
+}
+
+impl Counted {
+    fn of(cmd: &ScsiCommand<'_>) -> Counted {
+        Counted {
+            kind: classify(cmd.cdb),
+            data_in_len: cmd.data_in_len as usize,
+            data_out: cmd.data_out_total(),
+        }
+    }
+}
+
 /// Counts `cmd`, which took `nanos` and answered `response`.
 fn end(entry: &LunStats, cmd: &ScsiCommand<'_>, response: &ScsiResponse, nanos: u64) {
-    let kind = classify(cmd.cdb);
-    let bytes = match kind {
+    end_counted(entry, Counted::of(cmd), response, nanos);
+}
+
+fn end_counted(entry: &LunStats, cmd: Counted, response: &ScsiResponse, nanos: u64) {
+    let bytes = match cmd.kind {
         // What the transport will send: at most the expected length.
-        OpKind::Read => response.data_in_len().min(cmd.data_in_len as usize),
-        OpKind::Write => cmd.data_out_total(),
+        OpKind::Read => response.data_in_len().min(cmd.data_in_len),
+        OpKind::Write => cmd.data_out,
         OpKind::Other => 0,
     } as u64;
     let ok = matches!(response.status, status::GOOD | status::CONDITION_MET);
-    entry.end(kind, bytes, nanos, ok);
+    entry.end(cmd.kind, bytes, nanos, ok);
+}
+
+/// A started READ, counted when it is finished.
+struct TimedRead {
+    inner: Box<dyn StartedRead>,
+    entry: Option<Arc<LunStats>>,
+    cmd: Counted,
+    started: Instant,
+}
+
+impl StartedRead for TimedRead {
+    fn fd(&self) -> RawFd {
+        self.inner.fd()
+    }
+
+    fn offset(&self) -> u64 {
+        self.inner.offset()
+    }
+
+    fn buf(&mut self) -> &mut [u8] {
+        self.inner.buf()
+    }
+
+    fn finish(self: Box<Self>, read: io::Result<usize>) -> ScsiResponse {
+        let response = self.inner.finish(read);
+        if let Some(entry) = &self.entry {
+            end_counted(entry, self.cmd, &response, nanos_since(self.started));
+        }
+        response
+    }
 }
 
 fn nanos_since(started: Instant) -> u64 {
@@ -91,6 +147,27 @@ impl ScsiTarget for StatsTarget {
             }
             done(i, response);
         });
+    }
+
+    fn start_read(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ReadStart {
+        let started = Instant::now();
+        // Counted only once taken: a declined command is counted where it
+        // runs instead.
+        match self.inner.start_read(nexus, cmd) {
+            ReadStart::Declined => ReadStart::Declined,
+            ReadStart::Answered(response) => {
+                if let Some(entry) = self.begin(nexus, cmd) {
+                    end(&entry, cmd, &response, nanos_since(started));
+                }
+                ReadStart::Answered(response)
+            }
+            ReadStart::Started(inner) => ReadStart::Started(Box::new(TimedRead {
+                inner,
+                entry: self.begin(nexus, cmd),
+                cmd: Counted::of(cmd),
+                started,
+            })),
+        }
     }
 
     fn may_block(&self, lun: u64) -> bool {
@@ -147,6 +224,18 @@ mod tests {
         fn may_block(&self, lun: u64) -> bool {
             lun == 1
         }
+        /// LUN 0 starts reads, LUN 2 answers them, the others decline.
+        fn start_read(&self, _: &Nexus, cmd: &ScsiCommand<'_>) -> ReadStart {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("start {}", cmd.lun));
+            match cmd.lun {
+                0 => ReadStart::Started(Box::new(Pending(vec![0; 8192]))),
+                2 => ReadStart::Answered(ScsiResponse::check_condition(vec![0x70])),
+                _ => ReadStart::Declined,
+            }
+        }
         fn lun_exists(&self, _: &Nexus, lun: u64) -> bool {
             lun < 10
         }
@@ -159,6 +248,25 @@ mod tests {
         }
         fn nexus_added(&self, _: &Nexus) {
             self.calls.lock().unwrap().push("added".into());
+        }
+    }
+
+    /// A started read whose bytes are already in place.
+    struct Pending(Vec<u8>);
+
+    impl StartedRead for Pending {
+        fn fd(&self) -> RawFd {
+            -1
+        }
+        fn offset(&self) -> u64 {
+            0
+        }
+        fn buf(&mut self) -> &mut [u8] {
+            &mut self.0
+        }
+        fn finish(self: Box<Self>, read: io::Result<usize>) -> ScsiResponse {
+            assert_eq!(read.unwrap(), self.0.len());
+            ScsiResponse::with_data(self.0)
         }
     }
 
@@ -259,6 +367,36 @@ mod tests {
         let calls = fake.calls.lock().unwrap();
         assert_eq!(calls[calls.len() - 3..], ["tmf", "added", "lost"]);
         assert_eq!(calls.iter().filter(|c| c.starts_with("exec")).count(), 5);
+    }
+
+    #[test]
+    fn started_reads_count_when_finished_and_declined_ones_not_at_all() {
+        let fake = Arc::new(Fake::default());
+        let reg = Registry::new();
+        let t = StatsTarget::new(fake.clone(), reg.target("iqn.t"));
+        let a = nexus("iqn.a");
+        let ReadStart::Started(read) = t.start_read(&a, &command(0, &[0x28; 10], &[], 4096)) else {
+            panic!("LUN 0 starts reads");
+        };
+        assert_eq!(reg.snapshot()[0].in_flight, 1, "in flight while started");
+        assert_eq!(read.finish(Ok(8192)).data_in.len(), 8192);
+        assert!(matches!(
+            t.start_read(&a, &command(1, &[0x28; 10], &[], 4096)),
+            ReadStart::Declined
+        ));
+        let ReadStart::Answered(r) = t.start_read(&a, &command(2, &[0x28; 10], &[], 4096)) else {
+            panic!("LUN 2 answers reads");
+        };
+        assert_eq!(r.status, status::CHECK_CONDITION);
+
+        let snap = reg.snapshot();
+        assert_eq!(snap.len(), 2, "the declined read is counted where it runs");
+        let (l0, l2) = (&snap[0], &snap[1]);
+        assert_eq!((l0.lun, l0.in_flight), (0, 0));
+        assert_eq!((l0.read.commands, l0.read.bytes), (1, 4096));
+        assert_eq!(l0.read.latency.count(), 1);
+        assert_eq!((l2.lun, l2.read.commands, l2.read.errors), (2, 1, 1));
+        assert_eq!(fake.calls.lock().unwrap().len(), 3);
     }
 }
 

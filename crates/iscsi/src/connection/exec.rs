@@ -38,11 +38,11 @@ pub(super) struct Job {
 
 impl Job {
     /// The parts of Data-Out as slices, for [`Job::command`].
-    fn parts(&self) -> Vec<&[u8]> {
+    pub fn parts(&self) -> Vec<&[u8]> {
         self.data_out_parts.iter().map(|p| p.as_ref()).collect()
     }
 
-    fn command<'a>(&'a self, parts: &'a [&'a [u8]]) -> ScsiCommand<'a> {
+    pub fn command<'a>(&'a self, parts: &'a [&'a [u8]]) -> ScsiCommand<'a> {
         ScsiCommand {
             lun: self.lun,
             cdb: &self.cdb,
@@ -139,7 +139,7 @@ pub(super) struct Command {
 
 impl Command {
     /// Queue this command's result for its connection.
-    fn deliver(&self, response: Option<ScsiResponse>, batch: &mut Deliveries) {
+    pub fn deliver(&self, response: Option<ScsiResponse>, batch: &mut Deliveries) {
         let completion = Completion {
             itt: self.itt,
             serial: self.serial,

@@ -23,6 +23,7 @@ use super::exec::{self, Completion, ConnExec, Finished};
 use super::gate::Gate;
 use super::io::{OutPdu, Outgoing, PduReader, ReadError, StatSn, Writer};
 use super::login_phase::Established;
+use super::ring;
 use super::SessionCtx;
 use crate::cmdsn::{Arrival, CmdWindow};
 use crate::lun;
@@ -218,10 +219,14 @@ impl Conn {
         }
     }
 
-    /// Hand the batchable commands of this turn to the I/O pool.
+    /// Start the batchable commands of this turn on this thread's ring,
+    /// and hand what it declines to the I/O pool.
     fn start_batch(&mut self) {
         if !self.batch.is_empty() {
-            exec::io_pool().submit_all(self.batch.drain(..));
+            let declined = ring::start(self.batch.drain(..));
+            if !declined.is_empty() {
+                exec::io_pool().submit_all(declined);
+            }
         }
     }
 

@@ -7,6 +7,7 @@ mod gate;
 mod io;
 mod login_phase;
 mod pool;
+mod ring;
 mod sink;
 mod tasks;
 mod text;

@@ -3,7 +3,10 @@
 
 #![allow(dead_code)]
 
+use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +14,9 @@ use bytes::Bytes;
 use iscsi::pdu::{self, Bhs, Decoded, Framing, Opcode, Pdu};
 use iscsi::{Server, ServerOptions, Target};
 use parking_lot::Mutex;
-use scsi_api::{Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult};
+use scsi_api::{
+    Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, StartedRead, TaskManagement, TmfResult,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -24,6 +29,73 @@ pub struct RamTarget {
     pub blocking: bool,
     pub delay: Mutex<Duration>,
     pub events: Mutex<Vec<String>>,
+    /// When set, READ(10)s are started for the connection's ring
+    /// (`start_read`) and read from this file, except those of LBA
+    /// [`DECLINED_LBA`], which are declined and run by `execute`.
+    pub ring_file: Mutex<Option<Arc<std::fs::File>>>,
+    /// Reads finished after the connection's ring ran them.
+    pub ring_finished: Arc<AtomicUsize>,
+}
+
+/// The LBA whose READs `start_read` declines.
+pub const DECLINED_LBA: u32 = 1000;
+
+/// A READ the connection's ring runs on [`RamTarget::ring_file`].
+struct FileRead {
+    file: Arc<std::fs::File>,
+    offset: u64,
+    buf: Vec<u8>,
+    finished: Arc<AtomicUsize>,
+}
+
+impl StartedRead for FileRead {
+    fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    fn buf(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+
+    fn finish(self: Box<Self>, read: io::Result<usize>) -> ScsiResponse {
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        match read {
+            Ok(n) if n == self.buf.len() => ScsiResponse::with_data(self.buf),
+            _ => sense(0x03, 0x11),
+        }
+    }
+}
+
+impl RamTarget {
+    /// Serve READ(10)s from `file` through the connection's ring.
+    pub fn read_through_ring(&self, file: std::fs::File) {
+        *self.ring_file.lock() = Some(Arc::new(file));
+    }
+
+    fn ring_read(&self, cmd: &ScsiCommand<'_>) -> ReadStart {
+        let Some(file) = self.ring_file.lock().clone() else {
+            return ReadStart::Declined;
+        };
+        let cdb = cmd.cdb;
+        let lba = u32::from_be_bytes([cdb[2], cdb[3], cdb[4], cdb[5]]);
+        let len = u16::from_be_bytes([cdb[7], cdb[8]]) as usize * BLOCK;
+        if lba == DECLINED_LBA {
+            return ReadStart::Declined;
+        }
+        if lba as usize * BLOCK + len > self.data.lock().len() {
+            return ReadStart::Answered(sense(0x05, 0x21));
+        }
+        ReadStart::Started(Box::new(FileRead {
+            file,
+            offset: u64::from(lba) * BLOCK as u64,
+            buf: vec![0; len],
+            finished: self.ring_finished.clone(),
+        }))
+    }
 }
 
 impl RamTarget {
@@ -33,6 +105,8 @@ impl RamTarget {
             blocking,
             delay: Mutex::new(Duration::ZERO),
             events: Mutex::new(Vec::new()),
+            ring_file: Mutex::new(None),
+            ring_finished: Arc::default(),
         })
     }
 
@@ -101,6 +175,14 @@ impl ScsiTarget for RamTarget {
 
     fn may_block(&self, _lun: u64) -> bool {
         self.blocking
+    }
+
+    fn batches(&self, _lun: u64, cdb: &[u8]) -> bool {
+        cdb[0] == 0x28 && self.ring_file.lock().is_some()
+    }
+
+    fn start_read(&self, _nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ReadStart {
+        self.ring_read(cmd)
     }
 
     fn lun_exists(&self, _nexus: &Nexus, lun: u64) -> bool {

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# A/B of openarray builds on an O_DIRECT file LUN: a 1 GiB file on the disk
+# (not tmpfs, which has no O_DIRECT), served with `direct = true`. Each
+# build serves in turn, round after round; each round ends with fio's
+# io_uring engine on the same file at the same depths, the device's own
+# figure. Per build, round and depth it prints IOPS, the median completion
+# latency and the target's CPU time per read (utime+stime from /proc).
+#
+#   4K random read QD1 and QD32   fio --ioengine=libiscsi (bench/fio-libiscsi.sh)
+#   the same on the file          fio --ioengine=io_uring --direct=1
+#
+# Usage: bench/ab-direct.sh BINARY... (e.g. copies of target/release/openarray)
+# Environment: ROUNDS=3, SECONDS_PER_RUN=5, PORT=3291, DIR=/var/tmp
+set -euo pipefail
+[ $# -ge 1 ] || { echo "usage: $0 BINARY..." >&2; exit 2; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROUNDS=${ROUNDS:-3}
+SECS=${SECONDS_PER_RUN:-5}
+PORT=${PORT:-3291}
+TCK=$(getconf CLK_TCK)
+IQN=iqn.2024-01.org.openarray:abd
+LUN="iscsi\\://127.0.0.1\\:$PORT/${IQN//:/\\:}/0"
+WORK=$(mktemp -d "${DIR:-/var/tmp}/openarray-abd.XXXXXX")
+FIO=$(bash "$ROOT/bench/fio-libiscsi.sh")
+PID=""
+cleanup() { [ -z "$PID" ] || kill -9 "$PID" 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+head -c 1G /dev/urandom >"$WORK/lun.img"
+cat >"$WORK/abd.toml" <<TOML
+[[portal]]
+listen = "127.0.0.1:$PORT"
+[[device]]
+name = "d"
+kind = "file"
+path = "$WORK/lun.img"
+direct = true
+[[target]]
+name = "$IQN"
+[[target.lun]]
+lun = 0
+device = "d"
+TOML
+
+# fio's JSON -> "IOPS median_us total_ios"
+summary() {
+    python3 -c '
+import json, sys
+t = sys.stdin.read()
+r = json.loads(t[t.index("{"):])["jobs"][0]["read"]
+print(int(r["iops"]), round(r["clat_ns"]["percentile"]["50.000000"] / 1000), r["total_ios"])'
+}
+
+# A client that outlives its target retries forever; the timeout ends it.
+fio_run() { # depth, then fio's target arguments
+    local depth=$1
+    shift
+    timeout -s KILL $((SECS + 20)) "$@" --name=r --rw=randread --bs=4k --iodepth="$depth" \
+        --runtime="$SECS" --time_based --output-format=json 2>/dev/null | summary
+}
+
+one() {
+    local bin=$1 depth c0 c1
+    "$bin" serve -c "$WORK/abd.toml" --log-level warn &
+    PID=$!
+    for _ in $(seq 50); do iscsi-ls "iscsi://127.0.0.1:$PORT" >/dev/null 2>&1 && break; sleep 0.1; done
+    for depth in 1 32; do
+        c0=$(awk '{print $14 + $15}' "/proc/$PID/stat")
+        set -- $(fio_run "$depth" "$FIO" --ioengine=libiscsi --filename="$LUN" --size=1G)
+        c1=$(awk '{print $14 + $15}' "/proc/$PID/stat")
+        echo "  QD$depth: $1 IOPS, median $2 us, $(python3 -c "print(f'{($c1 - $c0) / $TCK * 1e6 / max($3, 1):.1f}')") us CPU/IO"
+    done
+    kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+}
+
+for round in $(seq "$ROUNDS"); do
+    for bin in "$@"; do
+        echo "round $round, $bin (load $(cut -d' ' -f1 /proc/loadavg))"
+        one "$bin"
+    done
+    for depth in 1 32; do
+        set -- $(fio_run "$depth" fio --ioengine=io_uring --direct=1 --filename="$WORK/lun.img")
+        echo "round $round, fio io_uring on the file QD$depth: $1 IOPS, median $2 us"
+    done
+done

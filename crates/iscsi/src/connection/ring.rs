@@ -1,0 +1,304 @@
+//! READs of O_DIRECT files run on an io_uring of the connection's own
+//! thread ([`ScsiTarget::start_read`]): the thread that decoded a burst of
+//! commands puts all their reads in flight with one system call, and the
+//! ring's eventfd wakes that thread's reactor when they end. No other
+//! thread is woken on the way, which is what a read cost most on the I/O
+//! pool (docs/bench/techniques.md, section 19), and the device keeps the
+//! depth the initiator sent instead of the depth of whichever pool threads
+//! happened to be awake.
+//!
+//! One ring per thread that runs connections, made on first use; a
+//! command the ring cannot take (no io_uring here, a range another
+//! command holds) goes to the I/O pool as before.
+
+use std::cell::RefCell;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use io_uring::{opcode, types, IoUring};
+use parking_lot::Mutex;
+use scsi_api::{ReadStart, StartedRead};
+use tokio::io::unix::AsyncFd;
+
+use super::exec::{Command, Deliveries};
+use super::pool::Job as _;
+
+/// Submission queue entries; a longer burst is submitted in several goes.
+/// Completions beyond the completion queue wait in the kernel's overflow
+/// list (IORING_FEAT_NODROP), so reads in flight are not bounded by it.
+const ENTRIES: u32 = 256;
+
+thread_local! {
+    static RING: RefCell<Option<Arc<ReadRing>>> = const { RefCell::new(None) };
+}
+
+/// Start the READs among `commands` on this thread's ring, answer those
+/// that need no device, and return the rest for the I/O pool.
+pub(super) fn start(commands: impl Iterator<Item = Command>) -> Vec<Command> {
+    let Some(ring) = ReadRing::current() else {
+        return commands.collect();
+    };
+    let mut declined = Vec::new();
+    let mut answered = Deliveries::default();
+    for command in commands {
+        let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let parts = command.job.parts();
+            let cmd = command.job.command(&parts);
+            command.conn.scsi.start_read(&command.conn.nexus, &cmd)
+        }));
+        match started {
+            Ok(ReadStart::Declined) => declined.push(command),
+            Ok(ReadStart::Answered(response)) => command.deliver(Some(response), &mut answered),
+            Ok(ReadStart::Started(read)) => ring.push(command, read),
+            Err(_) => {
+                tracing::error!(
+                    tag = command.job.tag,
+                    "starting a READ panicked in the target"
+                );
+                command.deliver(None, &mut answered);
+            }
+        }
+    }
+    ring.submit();
+    Command::flush(&mut answered);
+    declined
+}
+
+/// A read on the ring and the command it answers.
+struct InFlight {
+    command: Command,
+    read: Box<dyn StartedRead>,
+}
+
+pub(super) struct ReadRing {
+    state: Mutex<RingState>,
+    /// Signalled by the kernel for every completion.
+    ready: AsyncFd<OwnedFd>,
+    /// Cleared when the task that reaps completions is gone (its runtime
+    /// shut down): the thread then needs a new ring.
+    reaped: AtomicBool,
+}
+
+struct RingState {
+    ring: IoUring,
+    /// Reads in flight, by the index their entry carries as user data.
+    slots: Vec<Option<InFlight>>,
+    free: Vec<usize>,
+}
+
+impl ReadRing {
+    /// This thread's ring, made (with its reaping task on the current
+    /// runtime) on first use; `None` where io_uring or eventfd is refused.
+    fn current() -> Option<Arc<ReadRing>> {
+        RING.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            if let Some(ring) = cell.as_ref().filter(|r| r.reaped.load(Ordering::Acquire)) {
+                return Some(ring.clone());
+            }
+            let ring = match ReadRing::new() {
+                Ok(ring) => Arc::new(ring),
+                Err(e) => {
+                    tracing::debug!(error = %e, "no io_uring for reads on this thread");
+                    return None;
+                }
+            };
+            tokio::spawn(reap(ring.clone()));
+            *cell = Some(ring.clone());
+            Some(ring)
+        })
+    }
+
+    fn new() -> io::Result<ReadRing> {
+        let ring = IoUring::new(ENTRIES)?;
+        // SAFETY: eventfd has no memory preconditions; the result is
+        // checked before it is owned.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor that nothing else owns.
+        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
+        // SAFETY: the AsyncFd owns the descriptor, which stays open and the
+        // same until it is dropped.
+        let ready = unsafe { AsyncFd::register(eventfd) }.map_err(|e| e.into_parts().1)?;
+        Ok(ReadRing {
+            state: Mutex::new(RingState {
+                ring,
+                slots: Vec::new(),
+                free: Vec::new(),
+            }),
+            ready,
+            reaped: AtomicBool::new(true),
+        })
+    }
+
+    /// Queue `read` for the next [`ReadRing::submit`].
+    fn push(&self, command: Command, mut read: Box<dyn StartedRead>) {
+        let (fd, offset) = (read.fd(), read.offset());
+        let buf = read.buf();
+        // A window is at most one transfer, far below 4 GiB.
+        let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+        let entry = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), len).offset(offset);
+        let mut st = self.state.lock();
+        let slot = match st.free.pop() {
+            Some(slot) => slot,
+            None => {
+                st.slots.push(None);
+                st.slots.len() - 1
+            }
+        };
+        let entry = entry.build().user_data(slot as u64);
+        for _ in 0..2 {
+            // SAFETY: the buffer belongs to `read`, which stays in its slot
+            // until the read's completion has been reaped (or the ring has
+            // been dropped, which waits for it).
+            if unsafe { st.ring.submission().push(&entry) }.is_ok() {
+                st.slots[slot] = Some(InFlight { command, read });
+                return;
+            }
+            // The queue is full: put what it holds in flight and retry.
+            if let Err(e) = st.ring.submit() {
+                tracing::debug!(error = %e, "io_uring submit failed");
+            }
+        }
+        // Still no room: read here rather than not at all.
+        st.free.push(slot);
+        drop(st);
+        let got = read_now(&mut *read);
+        let mut batch = Deliveries::default();
+        finish(InFlight { command, read }, got, &mut batch);
+        Command::flush(&mut batch);
+    }
+
+    /// Put every queued read in flight.
+    fn submit(&self) {
+        let st = self.state.lock();
+        loop {
+            match st.ring.submit() {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                // EAGAIN/EBUSY: the kernel is short of room for now; the
+                // entries stay queued and go with the next submit, which
+                // the next completion or command brings.
+                Err(e) => tracing::debug!(error = %e, "io_uring submit failed"),
+                Ok(_) => {}
+            }
+            return;
+        }
+    }
+
+    /// Answer every read that has ended.
+    fn complete(&self) {
+        let ended: Vec<(InFlight, i32)> = {
+            let mut st = self.state.lock();
+            let RingState { ring, slots, free } = &mut *st;
+            let mut ended = Vec::new();
+            for cqe in ring.completion() {
+                let slot = cqe.user_data() as usize;
+                if let Some(flight) = slots.get_mut(slot).and_then(Option::take) {
+                    free.push(slot);
+                    ended.push((flight, cqe.result()));
+                }
+            }
+            // Entries left queued by a failed submit go now.
+            if !ring.submission().is_empty() {
+                let _ = ring.submit();
+            }
+            ended
+        };
+        let mut batch = Deliveries::default();
+        for (flight, res) in ended {
+            let got = if res < 0 {
+                Err(io::Error::from_raw_os_error(-res))
+            } else {
+                Ok(res as usize)
+            };
+            finish(flight, got, &mut batch);
+        }
+        Command::flush(&mut batch);
+    }
+}
+
+fn finish(flight: InFlight, got: io::Result<usize>, batch: &mut Deliveries) {
+    let InFlight { command, read } = flight;
+    let response = std::panic::catch_unwind(AssertUnwindSafe(|| read.finish(got)));
+    if response.is_err() {
+        tracing::error!(
+            tag = command.job.tag,
+            "finishing a READ panicked in the target"
+        );
+    }
+    command.deliver(response.ok(), batch);
+}
+
+/// A read done on the spot, for when the ring has no room.
+fn read_now(read: &mut dyn StartedRead) -> io::Result<usize> {
+    let (fd, offset) = (read.fd(), read.offset());
+    let buf = read.buf();
+    // SAFETY: `buf` is valid for writes of its length; the descriptor is
+    // open while the device lives, and `read` keeps the device alive.
+    let n = unsafe {
+        libc::pread(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            offset as libc::off_t,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// Marks the ring as unreaped when the reaping task goes away.
+struct Reaper(Arc<ReadRing>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        self.0.reaped.store(false, Ordering::Release);
+    }
+}
+
+async fn reap(ring: Arc<ReadRing>) {
+    let reaper = Reaper(ring);
+    let ring = &reaper.0;
+    loop {
+        let Ok(mut guard) = ring.ready.readable().await else {
+            return;
+        };
+        // Reset the count first: a completion after this signals again.
+        let mut count = 0u64;
+        // SAFETY: reads 8 bytes into a u64 from our own nonblocking eventfd.
+        let _ = unsafe {
+            libc::read(
+                ring.ready.get_ref().as_raw_fd(),
+                (&mut count as *mut u64).cast(),
+                8,
+            )
+        };
+        guard.clear_ready();
+        ring.complete();
+    }
+}
+
+impl Drop for RingState {
+    /// The kernel may still write into the buffers of reads in flight:
+    /// they are freed only once it has given each one back.
+    fn drop(&mut self) {
+        let _ = self.ring.submit();
+        while self.slots.iter().any(Option::is_some) {
+            if self.ring.submit_and_wait(1).is_err() {
+                std::thread::yield_now();
+            }
+            for cqe in self.ring.completion() {
+                if let Some(slot) = self.slots.get_mut(cqe.user_data() as usize) {
+                    *slot = None;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! READs whose device read the transport runs itself
+//! ([`scsi_api::StartedRead`]): the command is accepted and checked here,
+//! holds its range until it is finished, and its bytes go straight from
+//! the transport's io_uring into an aligned buffer of the device's.
+
+use std::io;
+use std::sync::Arc;
+
+use block::DirectRead;
+use scsi_api::{ReadStart, ScsiResponse, StartedRead};
+
+use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome};
+use crate::rw::extent;
+use crate::transfer;
+
+impl LogicalUnit {
+    /// A READ of a device with [`block::BlockDevice::direct_read`], started
+    /// for the transport; see [`scsi_api::ScsiTarget::start_read`].
+    pub(crate) fn start_read(self: &Arc<Self>, ctx: &Ctx<'_>) -> ReadStart {
+        let e = extent(ctx.cdb());
+        // Taken before anything else, which may have effects (a unit
+        // attention is reported once): declining must leave no trace.
+        let Some(hold) = self.locks.try_lock(e.lba, e.blocks, false) else {
+            return ReadStart::Declined;
+        };
+        let answer = |outcome: Outcome| ReadStart::Answered(self.respond(ctx, outcome));
+        if let Err(failure) = self.accept(ctx) {
+            return answer(Err(failure));
+        }
+        let len = match self.read_len(&e) {
+            Ok(0) => return answer(Ok(ScsiResponse::good())),
+            Ok(len) => len,
+            Err(sense) => return answer(Err(sense.into())),
+        };
+        let offset = self.offset(e.lba);
+        let read = match self.device.direct_read(offset, len) {
+            Some(Ok(read)) => read,
+            Some(Err(err)) => return answer(Err(io_sense(&err, false).into())),
+            // Only devices that read in batches get here, and those read
+            // directly; another reads now, in place.
+            None => {
+                let data = self.read_blocks(e.lba, e.blocks);
+                return answer(data.map(ScsiResponse::with_data).map_err(Into::into));
+            }
+        };
+        ReadStart::Started(Box::new(LuRead {
+            lu: self.clone(),
+            hold: Some(hold.detach()),
+            read,
+            offset,
+            data_out_wanted: transfer::data_out_wanted(ctx.cdb(), self.block_size),
+        }))
+    }
+}
+
+/// A started READ: the range it holds and the window its bytes land in.
+struct LuRead {
+    lu: Arc<LogicalUnit>,
+    /// The shared hold on the READ's range, ended on drop.
+    hold: Option<u64>,
+    read: DirectRead,
+    /// Device offset of the bytes asked for.
+    offset: u64,
+    data_out_wanted: Option<u32>,
+}
+
+impl StartedRead for LuRead {
+    fn fd(&self) -> std::os::fd::RawFd {
+        self.read.fd
+    }
+
+    fn offset(&self) -> u64 {
+        self.read.start
+    }
+
+    fn buf(&mut self) -> &mut [u8] {
+        &mut self.read.window
+    }
+
+    fn finish(self: Box<Self>, got: io::Result<usize>) -> ScsiResponse {
+        let wanted = self.read.data().len();
+        let outcome: Outcome = match got {
+            Ok(n) if n == self.read.window.len() => {
+                let mut data = scsi_api::buffers::take(wanted);
+                data.copy_from_slice(self.read.data());
+                Ok(ScsiResponse::with_data(data))
+            }
+            // A short read (the kernel may stop early) is done again whole.
+            Ok(_) => {
+                let mut data = scsi_api::buffers::take(wanted);
+                self.lu
+                    .device
+                    .read_at(&mut data, self.offset)
+                    .map(|()| ScsiResponse::with_data(data))
+                    .map_err(|err| io_sense(&err, false).into())
+            }
+            Err(err) => Err(io_sense(&err, false).into()),
+        };
+        let mut response = match outcome {
+            Ok(r) => r,
+            Err(f) => self.lu.failure(f),
+        };
+        response.data_out_wanted = self.data_out_wanted;
+        response
+    }
+}
+
+impl Drop for LuRead {
+    fn drop(&mut self) {
+        if let Some(id) = self.hold.take() {
+            self.lu.locks.release(id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+
+    use scsi_api::{ScsiCommand, TaskAttr};
+
+    use super::*;
+    use crate::config::LuConfig;
+    use crate::lu::test_support::{nexus, ready, run, sense_of};
+    use crate::registry::LuRegistry;
+    use crate::sense::key;
+
+    fn read10(lba: u32, blocks: u16) -> Vec<u8> {
+        let mut cdb = vec![0x28, 0];
+        cdb.extend_from_slice(&lba.to_be_bytes());
+        cdb.extend_from_slice(&[0, (blocks >> 8) as u8, blocks as u8, 0]);
+        cdb.resize(16, 0);
+        cdb
+    }
+
+    fn start(lu: &Arc<LogicalUnit>, n: &scsi_api::Nexus, cdb: &[u8]) -> ReadStart {
+        let registry = LuRegistry::new();
+        registry.add(lu.clone());
+        let cmd = ScsiCommand {
+            lun: 0,
+            cdb,
+            data_out: &[],
+            data_in_len: 1 << 24,
+            data_out_len: 0,
+            task_attr: TaskAttr::Simple,
+            tag: 1,
+            zero_copy: false,
+            data_out_parts: &[],
+        };
+        lu.start_read(&Ctx {
+            nexus: n,
+            cmd: &cmd,
+            registry: &registry,
+            read_only: false,
+            protected: &[],
+        })
+    }
+
+    /// Runs a started read as a transport with its own ring would.
+    fn run_started(mut read: Box<dyn StartedRead>) -> ScsiResponse {
+        let (fd, offset) = (read.fd(), read.offset());
+        // SAFETY: `fd` is the device's open file; the buffer is ours.
+        let file = std::mem::ManuallyDrop::new(unsafe {
+            <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        });
+        let got = file.read_at(read.buf(), offset);
+        read.finish(got)
+    }
+
+    /// A LU on a 1 MiB O_DIRECT file; `None` where the temporary
+    /// directory has no O_DIRECT.
+    fn direct_lu() -> Option<(tempfile::TempDir, Arc<LogicalUnit>)> {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = block::FileOptions {
+            create_size: Some(1 << 20),
+            direct: true,
+            ..Default::default()
+        };
+        let Ok(device) = block::FileDevice::open(&dir.path().join("d.img"), opts) else {
+            eprintln!("no O_DIRECT in the temporary directory; skipped");
+            return None;
+        };
+        let lu = LogicalUnit::new(Arc::new(device), LuConfig::default()).unwrap();
+        Some((dir, lu))
+    }
+
+    #[test]
+    fn started_reads_answer_as_executed_ones_do() {
+        let Some((_dir, lu)) = direct_lu() else {
+            return;
+        };
+        let n = nexus("a");
+        ready(&lu, &n);
+        let data: Vec<u8> = (0..16384u32).map(|i| (i * 7 % 253) as u8).collect();
+        let mut write = read10(3, 32);
+        write[0] = 0x2a;
+        assert_eq!(run(&lu, &n, &write, &data).status, 0);
+
+        // Misaligned within the file's alignment: the window is larger.
+        let ReadStart::Started(read) = start(&lu, &n, &read10(5, 9)) else {
+            panic!("a READ of a direct file starts");
+        };
+        assert_eq!(read.offset() % 512, 0);
+        let r = run_started(read);
+        assert_eq!(r.status, 0);
+        assert_eq!(r.data_in, run(&lu, &n, &read10(5, 9), &[]).data_in);
+        assert_eq!(r.data_in, data[1024..1024 + 9 * 512]);
+
+        // A short read is finished by reading again.
+        let ReadStart::Started(read) = start(&lu, &n, &read10(3, 8)) else {
+            panic!("a READ of a direct file starts");
+        };
+        assert_eq!(read.finish(Ok(512)).data_in, data[..4096]);
+
+        // A failed read fails the command with a medium error.
+        let ReadStart::Started(read) = start(&lu, &n, &read10(3, 8)) else {
+            panic!("a READ of a direct file starts");
+        };
+        let eio = read.finish(Err(io::Error::from_raw_os_error(libc::EIO)));
+        assert_eq!(sense_of(&eio).0, key::MEDIUM_ERROR);
+
+        // Checks answer at once, with no read.
+        let ReadStart::Answered(r) = start(&lu, &n, &read10(5000, 8)) else {
+            panic!("a READ past the end is answered");
+        };
+        assert_eq!(sense_of(&r).0, key::ILLEGAL_REQUEST);
+        let ReadStart::Answered(r) = start(&lu, &n, &read10(0, 0)) else {
+            panic!("a READ of no blocks is answered");
+        };
+        assert_eq!((r.status, r.data_in.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_read_that_would_wait_is_declined_untouched() {
+        let Some((_dir, lu)) = direct_lu() else {
+            return;
+        };
+        let n = nexus("a");
+        // The power-on unit attention is still pending.
+        let held = lu.locks.lock(10, 1, true);
+        assert!(matches!(start(&lu, &n, &read10(8, 8)), ReadStart::Declined));
+        let ReadStart::Answered(r) = start(&lu, &n, &read10(0, 8)) else {
+            panic!("a READ clear of the held range goes on");
+        };
+        assert_eq!(sense_of(&r).0, key::UNIT_ATTENTION, "reported once");
+        drop(held);
+        let ReadStart::Started(read) = start(&lu, &n, &read10(8, 8)) else {
+            panic!("the range is free again");
+        };
+        // Holds its range until finished.
+        assert!(lu.locks.try_lock(9, 1, true).is_none());
+        assert_eq!(run_started(read).status, 0);
+        assert!(lu.locks.try_lock(9, 1, true).is_some());
+    }
+}
