@@ -2,10 +2,8 @@
 //! thread ([`ScsiTarget::start_read`]): the thread that decoded a burst of
 //! commands puts all their reads in flight with one system call, and the
 //! ring's eventfd wakes that thread's reactor when they end. No other
-//! thread is woken on the way, which is what a read cost most on the I/O
-//! pool (docs/bench/techniques.md, section 19), and the device keeps the
-//! depth the initiator sent instead of the depth of whichever pool threads
-//! happened to be awake.
+//! thread is woken on the way: those wake-ups were what a read cost most
+//! on the I/O pool (docs/bench/techniques.md, section 19).
 //!
 //! One ring per thread that runs connections, made on first use; a
 //! command the ring cannot take (no io_uring here, a range another
