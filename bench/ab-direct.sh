@@ -14,10 +14,12 @@
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 BINARY..." >&2; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/common.sh
+. "$ROOT/bench/common.sh"
 ROUNDS=${ROUNDS:-3}
 SECS=${SECONDS_PER_RUN:-5}
 PORT=${PORT:-3291}
-TCK=$(getconf CLK_TCK)
+CLK_TCK=$(getconf CLK_TCK)
 IQN=iqn.2024-01.org.openarray:abd
 LUN="iscsi\\://127.0.0.1\\:$PORT/${IQN//:/\\:}/0"
 WORK=$(mktemp -d "${DIR:-/var/tmp}/openarray-abd.XXXXXX")
@@ -27,6 +29,8 @@ cleanup() { [ -z "$PID" ] || kill -9 "$PID" 2>/dev/null || true; rm -rf "$WORK";
 trap cleanup EXIT
 
 head -c 1G /dev/urandom >"$WORK/lun.img"
+# Written back now, not during the first build's reads.
+sync "$WORK/lun.img"
 cat >"$WORK/abd.toml" <<TOML
 [[portal]]
 listen = "127.0.0.1:$PORT"
@@ -61,20 +65,21 @@ fio_run() { # depth, then fio's target arguments
 
 one() {
     local bin=$1 depth c0 c1
-    "$bin" serve -c "$WORK/abd.toml" --log-level warn &
+    "$bin" serve -c "$WORK/abd.toml" --log-level warn >"$WORK/openarray.log" 2>&1 &
     PID=$!
-    for _ in $(seq 50); do iscsi-ls "iscsi://127.0.0.1:$PORT" >/dev/null 2>&1 && break; sleep 0.1; done
+    wait_for_port "$PORT" "$PID" openarray
     for depth in 1 32; do
-        c0=$(awk '{print $14 + $15}' "/proc/$PID/stat")
+        c0=$(cpu_ticks "$PID")
         set -- $(fio_run "$depth" "$FIO" --ioengine=libiscsi --filename="$LUN" --size=1G)
-        c1=$(awk '{print $14 + $15}' "/proc/$PID/stat")
-        echo "  QD$depth: $1 IOPS, median $2 us, $(python3 -c "print(f'{($c1 - $c0) / $TCK * 1e6 / max($3, 1):.1f}')") us CPU/IO"
+        c1=$(cpu_ticks "$PID")
+        echo "  QD$depth: $1 IOPS, median $2 us, $(us_per_io $((c1 - c0)) "$3") us CPU/IO"
     done
     kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
 }
 
+BUILDS=("$@")
 for round in $(seq "$ROUNDS"); do
-    for bin in "$@"; do
+    for bin in "${BUILDS[@]}"; do
         echo "round $round, $bin (load $(cut -d' ' -f1 /proc/loadavg))"
         one "$bin"
     done

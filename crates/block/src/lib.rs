@@ -84,6 +84,11 @@ impl DirectRead {
         }
     }
 
+    /// Device offset of the bytes asked for.
+    pub fn offset(&self) -> u64 {
+        self.start + self.skip as u64
+    }
+
     /// The bytes asked for, once the whole window has been read.
     pub fn data(&self) -> &[u8] {
         &self.window[self.skip..self.skip + self.len]

@@ -11,7 +11,6 @@ use scsi_api::{ReadStart, ScsiResponse, StartedRead};
 
 use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome};
 use crate::rw::extent;
-use crate::transfer;
 
 impl LogicalUnit {
     /// A READ of a device with [`block::BlockDevice::direct_read`], started
@@ -32,8 +31,7 @@ impl LogicalUnit {
             Ok(len) => len,
             Err(sense) => return answer(Err(sense.into())),
         };
-        let offset = self.offset(e.lba);
-        let read = match self.device.direct_read(offset, len) {
+        let read = match self.device.direct_read(self.offset(e.lba), len) {
             Some(Ok(read)) => read,
             Some(Err(err)) => return answer(Err(io_sense(&err, false).into())),
             // Only devices that read in batches get here, and those read
@@ -47,8 +45,6 @@ impl LogicalUnit {
             lu: self.clone(),
             hold: Some(hold.detach()),
             read,
-            offset,
-            data_out_wanted: transfer::data_out_wanted(ctx.cdb(), self.block_size),
         }))
     }
 }
@@ -59,9 +55,6 @@ struct LuRead {
     /// The shared hold on the READ's range, ended on drop.
     hold: Option<u64>,
     read: DirectRead,
-    /// Device offset of the bytes asked for.
-    offset: u64,
-    data_out_wanted: Option<u32>,
 }
 
 impl StartedRead for LuRead {
@@ -90,18 +83,17 @@ impl StartedRead for LuRead {
                 let mut data = scsi_api::buffers::take(wanted);
                 self.lu
                     .device
-                    .read_at(&mut data, self.offset)
+                    .read_at(&mut data, self.read.offset())
                     .map(|()| ScsiResponse::with_data(data))
                     .map_err(|err| io_sense(&err, false).into())
             }
             Err(err) => Err(io_sense(&err, false).into()),
         };
-        let mut response = match outcome {
+        // A READ has no Data-Out, so no residual of it to report.
+        match outcome {
             Ok(r) => r,
             Err(f) => self.lu.failure(f),
-        };
-        response.data_out_wanted = self.data_out_wanted;
-        response
+        }
     }
 }
 

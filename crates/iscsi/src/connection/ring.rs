@@ -163,12 +163,11 @@ impl ReadRing {
                 tracing::debug!(error = %e, "io_uring submit failed");
             }
         }
-        // Still no room: read here rather than not at all.
+        // Still no room: nothing read, which `finish` reads again itself.
         st.free.push(slot);
         drop(st);
-        let got = read_now(&mut *read);
         let mut batch = Deliveries::default();
-        finish(InFlight { command, read }, got, &mut batch);
+        finish(InFlight { command, read }, Ok(0), &mut batch);
         Command::flush(&mut batch);
     }
 
@@ -230,26 +229,6 @@ fn finish(flight: InFlight, got: io::Result<usize>, batch: &mut Deliveries) {
         );
     }
     command.deliver(response.ok(), batch);
-}
-
-/// A read done on the spot, for when the ring has no room.
-fn read_now(read: &mut dyn StartedRead) -> io::Result<usize> {
-    let (fd, offset) = (read.fd(), read.offset());
-    let buf = read.buf();
-    // SAFETY: `buf` is valid for writes of its length; the descriptor is
-    // open while the device lives, and `read` keeps the device alive.
-    let n = unsafe {
-        libc::pread(
-            fd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            offset as libc::off_t,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n as usize)
 }
 
 /// Marks the ring as unreaped when the reaping task goes away.
