@@ -6,11 +6,11 @@
 # figure. Per build, round and depth it prints IOPS, the median completion
 # latency and the target's CPU time per read (utime+stime from /proc).
 #
-#   4K random read QD1 and QD32   fio --ioengine=libiscsi (bench/fio-libiscsi.sh)
+#   4K random read at DEPTHS      fio --ioengine=libiscsi (bench/fio-libiscsi.sh)
 #   the same on the file          fio --ioengine=io_uring --direct=1
 #
 # Usage: bench/ab-direct.sh BINARY... (e.g. copies of target/release/openarray)
-# Environment: ROUNDS=3, SECONDS_PER_RUN=5, PORT=3291, DIR=/var/tmp
+# Environment: ROUNDS=3, SECONDS_PER_RUN=5, DEPTHS="1 32", PORT=3291, DIR=/var/tmp
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 BINARY..." >&2; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +18,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/common.sh"
 ROUNDS=${ROUNDS:-3}
 SECS=${SECONDS_PER_RUN:-5}
+read -r -a DEPTHS <<<"${DEPTHS:-1 32}"
 PORT=${PORT:-3291}
 CLK_TCK=$(getconf CLK_TCK)
 IQN=iqn.2024-01.org.openarray:abd
@@ -68,7 +69,7 @@ one() {
     "$bin" serve -c "$WORK/abd.toml" --log-level warn >"$WORK/openarray.log" 2>&1 &
     PID=$!
     wait_for_port "$PORT" "$PID" openarray
-    for depth in 1 32; do
+    for depth in "${DEPTHS[@]}"; do
         c0=$(cpu_ticks "$PID")
         set -- $(fio_run "$depth" "$FIO" --ioengine=libiscsi --filename="$LUN" --size=1G)
         c1=$(cpu_ticks "$PID")
@@ -83,7 +84,7 @@ for round in $(seq "$ROUNDS"); do
         echo "round $round, $bin (load $(cut -d' ' -f1 /proc/loadavg))"
         one "$bin"
     done
-    for depth in 1 32; do
+    for depth in "${DEPTHS[@]}"; do
         set -- $(fio_run "$depth" fio --ioengine=io_uring --direct=1 --filename="$WORK/lun.img")
         echo "round $round, fio io_uring on the file QD$depth: $1 IOPS, median $2 us"
     done

@@ -900,8 +900,10 @@ async fn reads_run_on_the_connections_ring() {
     let mut c = Client::connect(addr).await;
     c.login_normal("MaxRecvDataSegmentLength=65536").await;
 
-    // A burst the connection decodes together: reads for the ring, one it
-    // declines (run by the pool instead) and one answered without a read.
+    // A burst the connection decodes together: reads for the ring (more
+    // than it puts on the device at once, so some wait for the first
+    // ones to end), one it declines (run by the pool instead) and one
+    // answered without a read.
     let mut asked = std::collections::HashMap::new();
     let mut lbas: Vec<u32> = (0..24).map(|i| i * 37).collect();
     lbas.push(support::DECLINED_LBA);
