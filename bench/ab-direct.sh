@@ -32,20 +32,7 @@ trap cleanup EXIT
 head -c 1G /dev/urandom >"$WORK/lun.img"
 # Written back now, not during the first build's reads.
 sync "$WORK/lun.img"
-cat >"$WORK/abd.toml" <<TOML
-[[portal]]
-listen = "127.0.0.1:$PORT"
-[[device]]
-name = "d"
-kind = "file"
-path = "$WORK/lun.img"
-direct = true
-[[target]]
-name = "$IQN"
-[[target.lun]]
-lun = 0
-device = "d"
-TOML
+one_lun_config "$WORK/abd.toml" "$PORT" "$IQN" "$WORK/lun.img" "direct = true"
 
 # fio's JSON -> "IOPS median_us total_ios"
 summary() {

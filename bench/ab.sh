@@ -12,6 +12,9 @@
 # Usage: bench/ab.sh BINARY... (e.g. copies of target/release/openarray)
 # Environment: ROUNDS=2, SECONDS_PER_READ=8, PORT=3290
 set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/common.sh
+. "$ROOT/bench/common.sh"
 [ $# -ge 1 ] || { echo "usage: $0 BINARY..." >&2; exit 2; }
 ROUNDS=${ROUNDS:-2}
 SECS=${SECONDS_PER_READ:-8}
@@ -25,19 +28,7 @@ cleanup() { [ -z "$PID" ] || kill -9 "$PID" 2>/dev/null || true; rm -rf "$WORK";
 trap cleanup EXIT
 
 truncate -s 1G "$WORK/lun.img"
-cat >"$WORK/ab.toml" <<TOML
-[[portal]]
-listen = "127.0.0.1:$PORT"
-[[device]]
-name = "d"
-kind = "file"
-path = "$WORK/lun.img"
-[[target]]
-name = "$IQN"
-[[target.lun]]
-lun = 0
-device = "d"
-TOML
+one_lun_config "$WORK/ab.toml" "$PORT" "$IQN" "$WORK/lun.img"
 
 cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
 # per UNITS_DONE CPU_TICKS SCALE: CPU seconds * SCALE / units

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Helpers shared by the benchmark scripts (sourced, not run): logging,
-# child processes that a signal can interrupt, ports, and the CPU time of a
-# process. Callers set CLK_TCK and WORK (the scratch directory for logs).
+# child processes that a signal can interrupt, ports, the CPU time of a
+# process and the A/B scripts' one-LUN config. Callers set CLK_TCK and WORK
+# (the scratch directory for logs).
 
 log() { printf '[bench] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -109,3 +110,18 @@ all_of() {
 
 # $1 / $2 with two decimals, or n/a unless both are positive.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+# The A/B scripts' daemon config: one portal on 127.0.0.1:$2, target $3
+# with LUN 0 on a file device at $4; further arguments are extra lines of
+# that device (e.g. "direct = true").
+# Usage: one_lun_config FILE PORT IQN PATH [DEVICE_LINE...]
+one_lun_config() {
+    local file=$1 port=$2 iqn=$3 path=$4
+    shift 4
+    {
+        printf '[[portal]]\nlisten = "127.0.0.1:%s"\n' "$port"
+        printf '[[device]]\nname = "d"\nkind = "file"\npath = "%s"\n' "$path"
+        [ $# -eq 0 ] || printf '%s\n' "$@"
+        printf '[[target]]\nname = "%s"\n[[target.lun]]\nlun = 0\ndevice = "d"\n' "$iqn"
+    } >"$file"
+}
