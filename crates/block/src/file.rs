@@ -9,14 +9,14 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
 use crate::aligned::AlignedBuf;
 use crate::{
     check_range, read_each, read_only_error, sys, uring, Allocation, BatchRead, BlockDevice,
-    Capabilities, DirectRead,
+    Capabilities, DirectRead, MemoryMap,
 };
 
 /// How to open a [`FileDevice`].
@@ -80,6 +80,9 @@ pub struct FileDevice {
     /// On tmpfs or ramfs without O_DIRECT: calls copy memory and never
     /// wait, so transports may run them inline like a RAM LUN's.
     in_memory: bool,
+    /// The file mapped for writes received straight into its pages; made
+    /// at the first such write, `None` inside if mapping failed.
+    map: OnceLock<Option<MemoryMap>>,
 }
 
 /// Prefixes an error with the path it concerns, so configuration errors
@@ -184,6 +187,7 @@ impl FileDevice {
             media,
             direct,
             read_only: opts.read_only,
+            map: OnceLock::new(),
         })
     }
 
@@ -441,6 +445,15 @@ impl BlockDevice for FileDevice {
 
     fn memory_file(&self) -> Option<&Arc<File>> {
         self.in_memory.then_some(&self.file)
+    }
+
+    fn memory_map(&self) -> Option<&MemoryMap> {
+        if !self.in_memory || self.read_only {
+            return None;
+        }
+        self.map
+            .get_or_init(|| MemoryMap::of(&self.file, self.size).ok())
+            .as_ref()
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -15,6 +15,7 @@ mod aligned;
 mod faulty;
 mod file;
 mod mem;
+mod memory_map;
 mod null;
 mod overlay;
 mod sys;
@@ -24,6 +25,7 @@ pub use aligned::AlignedBuf;
 pub use faulty::FaultyDevice;
 pub use file::{FileDevice, FileOptions};
 pub use mem::MemDevice;
+pub use memory_map::MemoryMap;
 pub use null::NullDevice;
 pub use sys::path_on_memory_file_system as on_memory_file_system;
 
@@ -213,6 +215,14 @@ pub trait BlockDevice: Send + Sync {
     /// `None` for every other device, and for any device that maps or
     /// transforms offsets.
     fn memory_file(&self) -> Option<&Arc<File>> {
+        None
+    }
+
+    /// The same file as [`BlockDevice::memory_file`], mapped for writing,
+    /// so a transport can receive a write's data straight into its pages.
+    /// `None` where there is no such file, the device is read-only, or the
+    /// mapping failed.
+    fn memory_map(&self) -> Option<&MemoryMap> {
         None
     }
 

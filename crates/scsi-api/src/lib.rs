@@ -243,6 +243,42 @@ pub enum ReadStart {
     Declined,
 }
 
+/// A WRITE whose data the transport puts in place itself as it arrives,
+/// instead of collecting it and calling [`ScsiTarget::execute`]: the
+/// command was accepted and checked when it started, its bytes go into
+/// the device's memory as they come off the network, and `finish` answers
+/// it once they all have.
+pub trait StartedWrite: Send + Sync {
+    /// Writes `bytes` that arrived in memory at `at` within the write.
+    fn write(&self, at: usize, bytes: &[u8]) -> io::Result<()>;
+
+    /// Lets `fill` put up to `len` bytes at `at` straight into the
+    /// device's memory; it returns how many it put there. `fill` gets an
+    /// address and a length, and must write that memory only through a
+    /// system call (`recv`): it is a shared mapping of a file, where a
+    /// store of its own could fault (SIGBUS) when the file system cannot
+    /// back a page, and a system call fails with EFAULT instead.
+    fn fill(&self, at: usize, len: usize, fill: &mut Fill<'_>) -> io::Result<usize>;
+
+    /// The response, once every byte is in place, or after `failed` kept
+    /// some from being written.
+    fn finish(self: Box<Self>, failed: Option<io::Error>) -> ScsiResponse;
+}
+
+/// What [`StartedWrite::fill`] calls with an address and a length: puts
+/// bytes there through a system call and says how many.
+pub type Fill<'a> = dyn FnMut(*mut u8, usize) -> io::Result<usize> + 'a;
+
+/// What [`ScsiTarget::start_write`] made of a command.
+pub enum WriteStart {
+    /// Refused by a check: the answer, to send once the initiator has sent
+    /// its data (which is not written).
+    Answered(ScsiResponse),
+    Started(Box<dyn StartedWrite>),
+    /// Not started, nothing done: collect its data and `execute` it.
+    Declined,
+}
+
 /// A SCSI target device as the transport sees it: a set of logical units
 /// behind one target name.
 pub trait ScsiTarget: Send + Sync {
@@ -279,6 +315,16 @@ pub trait ScsiTarget: Send + Sync {
     fn start_read(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ReadStart {
         let _ = (nexus, cmd);
         ReadStart::Declined
+    }
+
+    /// Start a WRITE whose Data-Out has not arrived yet, checked and
+    /// accepted as [`ScsiTarget::execute`] would, for the transport to put
+    /// its data in place as it comes ([`StartedWrite`]). `cmd.data_out` is
+    /// empty; `cmd.data_out_len` is the length the transport will receive.
+    /// Never blocks. Declines untouched what it cannot start so.
+    fn start_write(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> WriteStart {
+        let _ = (nexus, cmd);
+        WriteStart::Declined
     }
 
     /// True when executing commands for `lun` may block the calling thread

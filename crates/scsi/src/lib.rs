@@ -26,6 +26,7 @@ mod rw;
 mod sanitize;
 mod sense;
 mod started_read;
+mod started_write;
 mod target;
 mod transfer;
 mod xcopy;

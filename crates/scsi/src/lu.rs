@@ -695,23 +695,54 @@ pub(crate) mod test_support {
         let mut full = cdb.to_vec();
         full.resize(full.len().max(16), 0);
         let cmd = ScsiCommand {
-            lun: 0,
-            cdb: &full,
             data_out,
-            data_in_len: 1 << 24,
-            data_out_len: data_out.len() as u32,
+            zero_copy,
+            ..command(&full, 1 << 24, data_out.len() as u32)
+        };
+        lu.execute(&ctx(n, &cmd, registry))
+    }
+
+    /// A SIMPLE command for LUN 0 with no Data-Out in hand.
+    pub fn command(cdb: &[u8], data_in_len: u32, data_out_len: u32) -> ScsiCommand<'_> {
+        ScsiCommand {
+            lun: 0,
+            cdb,
+            data_out: &[],
+            data_in_len,
+            data_out_len,
             task_attr: TaskAttr::Simple,
             tag: 1,
-            zero_copy,
+            zero_copy: false,
             data_out_parts: &[],
-        };
-        lu.execute(&Ctx {
+        }
+    }
+
+    /// The context a transport gives `cmd` from `n`, on a writable mapping.
+    pub fn ctx<'a>(n: &'a Nexus, cmd: &'a ScsiCommand<'a>, registry: &'a LuRegistry) -> Ctx<'a> {
+        Ctx {
             nexus: n,
-            cmd: &cmd,
+            cmd,
             registry,
             read_only: false,
             protected: &[],
-        })
+        }
+    }
+
+    /// A registry holding `lu` alone.
+    pub fn registry_of(lu: &Arc<LogicalUnit>) -> Arc<LuRegistry> {
+        let registry = LuRegistry::new();
+        registry.add(lu.clone());
+        registry
+    }
+
+    /// A 10-byte medium access CDB (READ, WRITE, ...).
+    pub fn rw10(opcode: u8, flags: u8, lba: u32, blocks: u16) -> Vec<u8> {
+        let mut c = vec![opcode, flags];
+        c.extend_from_slice(&lba.to_be_bytes());
+        c.push(0);
+        c.extend_from_slice(&blocks.to_be_bytes());
+        c.push(0);
+        c
     }
 
     /// Runs a command on a nexus whose power-on unit attention has been

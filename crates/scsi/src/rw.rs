@@ -74,7 +74,7 @@ pub fn is_read(opcode: u8) -> bool {
     matches!(opcode, op::READ_6 | op::READ_10 | op::READ_12 | op::READ_16)
 }
 
-fn fua_of(cdb: &[u8]) -> bool {
+pub(crate) fn fua_of(cdb: &[u8]) -> bool {
     // FUA is byte 1 bit 3 in every CDB of this module that has it; the
     // 6-byte forms have no FUA.
     !matches!(u8_at(cdb, 0), op::READ_6 | op::WRITE_6) && u8_at(cdb, 1) & 0x08 != 0
@@ -87,7 +87,7 @@ pub fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
 
 impl LogicalUnit {
     /// Range and MAXIMUM TRANSFER LENGTH checks shared by every transfer.
-    fn check_transfer(&self, e: &Extent) -> Result<(), Sense> {
+    pub(crate) fn check_transfer(&self, e: &Extent) -> Result<(), Sense> {
         self.check_range(e.lba, e.blocks)?;
         if e.blocks > self.max_transfer_blocks() {
             return Err(Sense::invalid_cdb(e.length_at, None));
@@ -606,15 +606,6 @@ mod tests {
                 "command {i}: {cdb:02x?}"
             );
         }
-    }
-
-    fn rw10(opcode: u8, flags: u8, lba: u32, blocks: u16) -> Vec<u8> {
-        let mut c = vec![opcode, flags];
-        c.extend_from_slice(&lba.to_be_bytes());
-        c.push(0);
-        c.extend_from_slice(&blocks.to_be_bytes());
-        c.push(0);
-        c
     }
 
     fn rw16(opcode: u8, flags: u8, lba: u64, blocks: u32) -> Vec<u8> {

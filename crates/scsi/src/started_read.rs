@@ -109,43 +109,20 @@ impl Drop for LuRead {
 mod tests {
     use std::os::unix::fs::FileExt;
 
-    use scsi_api::{ScsiCommand, TaskAttr};
-
     use super::*;
     use crate::config::LuConfig;
-    use crate::lu::test_support::{nexus, ready, run, sense_of};
-    use crate::registry::LuRegistry;
+    use crate::lu::test_support::{command, ctx, nexus, ready, registry_of, run, rw10, sense_of};
     use crate::sense::key;
 
     fn read10(lba: u32, blocks: u16) -> Vec<u8> {
-        let mut cdb = vec![0x28, 0];
-        cdb.extend_from_slice(&lba.to_be_bytes());
-        cdb.extend_from_slice(&[0, (blocks >> 8) as u8, blocks as u8, 0]);
+        let mut cdb = rw10(0x28, 0, lba, blocks);
         cdb.resize(16, 0);
         cdb
     }
 
     fn start(lu: &Arc<LogicalUnit>, n: &scsi_api::Nexus, cdb: &[u8]) -> ReadStart {
-        let registry = LuRegistry::new();
-        registry.add(lu.clone());
-        let cmd = ScsiCommand {
-            lun: 0,
-            cdb,
-            data_out: &[],
-            data_in_len: 1 << 24,
-            data_out_len: 0,
-            task_attr: TaskAttr::Simple,
-            tag: 1,
-            zero_copy: false,
-            data_out_parts: &[],
-        };
-        lu.start_read(&Ctx {
-            nexus: n,
-            cmd: &cmd,
-            registry: &registry,
-            read_only: false,
-            protected: &[],
-        })
+        let registry = registry_of(lu);
+        lu.start_read(&ctx(n, &command(cdb, 1 << 24, 0), &registry))
     }
 
     /// Runs a started read as a transport with its own ring would.

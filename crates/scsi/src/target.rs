@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use scsi_api::{
-    Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult,
+    Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult, WriteStart,
 };
 
 use crate::cdb::{be32, put32, truncate, u8_at};
@@ -118,6 +118,29 @@ impl Target {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Runs `f` on the LU `cmd` addresses, with the command's context;
+    /// `None` when no LU is mapped there. The inventory is not held while
+    /// `f` runs.
+    fn with_lu<T>(
+        &self,
+        nexus: &Nexus,
+        cmd: &ScsiCommand<'_>,
+        f: impl FnOnce(&Arc<LogicalUnit>, &Ctx<'_>) -> T,
+    ) -> Option<T> {
+        let inventory = self.inventory.read();
+        let mapping = inventory.luns.get(&cmd.lun).cloned()?;
+        let protected = inventory.protected.clone();
+        drop(inventory);
+        let ctx = Ctx {
+            nexus,
+            cmd,
+            registry: &self.registry,
+            read_only: mapping.read_only,
+            protected: &protected,
+        };
+        Some(f(&mapping.lu, &ctx))
     }
 
     pub fn lu(&self, lun: u64) -> Option<Arc<LogicalUnit>> {
@@ -320,22 +343,19 @@ impl ScsiTarget for Target {
     }
 
     fn start_read(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ReadStart {
-        let inventory = self.inventory.read();
-        let Some(mapping) = inventory.luns.get(&cmd.lun).cloned() else {
-            return ReadStart::Declined;
-        };
-        let protected = inventory.protected.clone();
-        drop(inventory);
-        if !mapping.lu.batches(cmd.cdb) {
-            return ReadStart::Declined;
-        }
-        mapping.lu.start_read(&Ctx {
-            nexus,
-            cmd,
-            registry: &self.registry,
-            read_only: mapping.read_only,
-            protected: &protected,
+        self.with_lu(nexus, cmd, |lu, ctx| {
+            if lu.batches(cmd.cdb) {
+                lu.start_read(ctx)
+            } else {
+                ReadStart::Declined
+            }
         })
+        .unwrap_or(ReadStart::Declined)
+    }
+
+    fn start_write(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> WriteStart {
+        self.with_lu(nexus, cmd, |lu, ctx| lu.start_write(ctx))
+            .unwrap_or(WriteStart::Declined)
     }
 
     fn may_block(&self, lun: u64) -> bool {

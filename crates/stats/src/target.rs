@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use scsi_api::{
-    status, Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, StartedRead, TaskManagement,
-    TmfResult,
+    status, Fill, Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, StartedRead,
+    StartedWrite, TaskManagement, TmfResult, WriteStart,
 };
 
 use crate::counters::{LunStats, OpKind};
@@ -115,6 +115,51 @@ impl StartedRead for TimedRead {
     }
 }
 
+/// A started WRITE, counted when it is finished, or as failed when it is
+/// dropped unfinished (aborted).
+struct TimedWrite {
+    inner: Option<Box<dyn StartedWrite>>,
+    entry: Option<Arc<LunStats>>,
+    cmd: Counted,
+    started: Instant,
+}
+
+impl TimedWrite {
+    fn inner(&self) -> &dyn StartedWrite {
+        // Only `finish`, which consumes the value, takes it out.
+        self.inner
+            .as_deref()
+            .expect("a started write until finished")
+    }
+}
+
+impl StartedWrite for TimedWrite {
+    fn write(&self, at: usize, bytes: &[u8]) -> io::Result<()> {
+        self.inner().write(at, bytes)
+    }
+
+    fn fill(&self, at: usize, len: usize, fill: &mut Fill<'_>) -> io::Result<usize> {
+        self.inner().fill(at, len, fill)
+    }
+
+    fn finish(mut self: Box<Self>, failed: Option<io::Error>) -> ScsiResponse {
+        let inner = self.inner.take().expect("finished once");
+        let response = inner.finish(failed);
+        if let Some(entry) = self.entry.take() {
+            end_counted(&entry, self.cmd, &response, nanos_since(self.started));
+        }
+        response
+    }
+}
+
+impl Drop for TimedWrite {
+    fn drop(&mut self) {
+        if let Some(entry) = self.entry.take() {
+            entry.end(self.cmd.kind, 0, nanos_since(self.started), false);
+        }
+    }
+}
+
 fn nanos_since(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
@@ -165,6 +210,29 @@ impl ScsiTarget for StatsTarget {
                 inner,
                 entry: self.begin(nexus, cmd),
                 cmd: Counted::of(cmd),
+                started,
+            })),
+        }
+    }
+
+    fn start_write(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> WriteStart {
+        let started = Instant::now();
+        let counted = Counted {
+            data_out: cmd.data_out_len as usize,
+            ..Counted::of(cmd)
+        };
+        match self.inner.start_write(nexus, cmd) {
+            WriteStart::Declined => WriteStart::Declined,
+            WriteStart::Answered(response) => {
+                if let Some(entry) = self.begin(nexus, cmd) {
+                    end_counted(&entry, counted, &response, nanos_since(started));
+                }
+                WriteStart::Answered(response)
+            }
+            WriteStart::Started(inner) => WriteStart::Started(Box::new(TimedWrite {
+                inner: Some(inner),
+                entry: self.begin(nexus, cmd),
+                cmd: counted,
                 started,
             })),
         }

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use super::exec::Finished;
 use super::io::{OutPdu, StatSn};
+use super::placed::Placed;
 use crate::datain;
-use crate::dataout::WriteState;
+use crate::dataout::{Placement, WriteState};
 use crate::pdu::target::{self, DataInStatus, Residual};
 use crate::pdu::Bhs;
 use bytes::Bytes;
@@ -59,6 +60,12 @@ pub(crate) struct Task {
     /// once, before the first R2T).
     pub solicits_reserved: bool,
     pub phase: Phase,
+    /// A write started before its data arrived, which takes its data as
+    /// it comes instead of `immediate` and `data`.
+    pub placed: Option<Placed>,
+    /// Where the Data-Out being received into the started write goes, as
+    /// its header was accepted; acted on once all its data is in.
+    pub placing: Option<Placement>,
 }
 
 /// Hashes ITTs for the task table. SipHash guards against crafted keys,

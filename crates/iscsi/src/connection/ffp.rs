@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::command::{Phase, TaskTable};
 use super::exec::{self, Completion, ConnExec, Finished};
 use super::gate::Gate;
-use super::io::{OutPdu, Outgoing, PduReader, ReadError, StatSn, Writer};
+use super::io::{Frame, OutPdu, Outgoing, PduReader, ReadError, StatSn, Writer};
 use super::login_phase::Established;
 use super::ring;
 use super::SessionCtx;
@@ -279,10 +279,11 @@ impl Conn {
 
     /// Handle every PDU that the last read completed.
     async fn on_bytes(&mut self, reader: &mut PduReader<OwnedReadHalf>) -> Flow {
-        while let Some(r) = reader.next() {
+        while let Some(r) = reader.next_placing(&mut |bhs, len| self.place_segment(bhs, len)) {
             self.rx_since_tick = true;
             let flow = match r {
-                Ok(pdu) => self.on_pdu(pdu).await,
+                Ok(Frame::Pdu(pdu)) => self.on_pdu(pdu).await,
+                Ok(Frame::Placed(bhs)) => self.on_placed(bhs).await,
                 Err(e) => {
                     let in_sync = matches!(e, ReadError::Pdu { in_sync: true, .. });
                     let flow = self.on_read_error(e).await;

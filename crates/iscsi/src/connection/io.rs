@@ -9,17 +9,20 @@
 use std::io::{self, IoSlice};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use scsi_api::FileRegion;
 
+use super::placed::{PlacedWrite, PLACED_SEGMENT_MIN};
 use super::sink::{self, Sink};
 use crate::cmdsn::CmdWindow;
 use crate::pdu::target::stamp_sequence_numbers;
-use crate::pdu::{self, Bhs, Framing, Pdu, PduError, BHS_LEN, DIGEST_LEN};
+use crate::pdu::{self, Bhs, Framing, Opcode, Pdu, PduError, BHS_LEN, DIGEST_LEN};
 
 /// Why reading a PDU failed.
 #[derive(Debug)]
@@ -103,6 +106,52 @@ pub(crate) struct PduReader<R> {
     r: R,
     buf: BytesMut,
     framing: Framing,
+    /// The data segment being received straight into a started write.
+    placing: Option<Placing>,
+    /// The header at the front of the buffer was offered for placing and
+    /// declined: do not ask again while the rest of its PDU arrives.
+    declined: bool,
+    /// The last PDU's data was placed: read the next header alone, so
+    /// that the data of another Data-Out behind it is not read into the
+    /// buffer with it.
+    header_alone: bool,
+}
+
+/// A Data-Out whose data goes straight into a started write.
+struct Placing {
+    bhs: Bhs,
+    write: Arc<PlacedWrite>,
+    /// Offset within the write of the next byte.
+    at: usize,
+    /// Data bytes still to come, then padding bytes to drop.
+    left: usize,
+    padding: usize,
+}
+
+/// What [`PduReader::next_placing`] completed.
+pub(crate) enum Frame {
+    Pdu(Pdu),
+    /// A Data-Out whose data went into the write its placer named.
+    Placed(Bhs),
+}
+
+/// Where a Data-Out's data goes, asked of the connection for each long
+/// one: the started write and the offset within it, or `None` to read
+/// the PDU whole as usual.
+pub(crate) type Placer<'a> = dyn FnMut(&Bhs, usize) -> Option<(Arc<PlacedWrite>, usize)> + 'a;
+
+/// A stream the reader reads; a TCP socket also lets it receive data
+/// straight into a started write.
+pub(crate) trait Socket: AsyncRead + Unpin {
+    fn tcp(&self) -> Option<&TcpStream> {
+        None
+    }
+}
+
+impl Socket for OwnedReadHalf {
+    fn tcp(&self) -> Option<&TcpStream> {
+        Some(self.as_ref())
+    }
 }
 
 /// Bytes asked of the socket per read.
@@ -110,12 +159,15 @@ const READ_CHUNK: usize = 64 * 1024;
 /// Data segments at least this long share the read buffer's memory.
 const SHARED_SEGMENT: usize = 16 * 1024;
 
-impl<R: AsyncRead + Unpin> PduReader<R> {
+impl<R: Socket> PduReader<R> {
     pub fn new(r: R, framing: Framing) -> Self {
         PduReader {
             r,
             buf: BytesMut::with_capacity(READ_CHUNK),
             framing,
+            placing: None,
+            declined: false,
+            header_alone: false,
         }
     }
 
@@ -123,31 +175,68 @@ impl<R: AsyncRead + Unpin> PduReader<R> {
     /// is already framed as [`ReadError`] for a stream that ends inside a
     /// PDU. Cancel-safe.
     pub async fn fill(&mut self) -> Result<bool, ReadError> {
+        // How much to ask for: no more than a placed segment still lacks,
+        // or one header after a placed segment.
+        let mut limit = READ_CHUNK;
+        if let Some(p) = &mut self.placing {
+            if let (true, Some(socket)) = (self.buf.is_empty() && p.left > 0, self.r.tcp()) {
+                match p.write.receive(socket, p.at, p.left).await {
+                    Ok(Some(0)) => return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into())),
+                    Ok(Some(n)) => {
+                        p.at += n;
+                        p.left -= n;
+                        return Ok(true);
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(ReadError::Io(e)),
+                }
+            }
+            limit = p.left + p.padding;
+        } else if self.header_alone && self.buf.len() < BHS_LEN {
+            limit = BHS_LEN - self.buf.len();
+        }
         if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
             self.buf.reserve(READ_CHUNK);
         }
-        let n = self
-            .r
+        let n = (&mut self.r)
+            .take(limit as u64)
             .read_buf(&mut self.buf)
             .await
             .map_err(ReadError::Io)?;
         if n > 0 {
             return Ok(true);
         }
-        if self.buf.is_empty() {
+        if self.buf.is_empty() && self.placing.is_none() {
             Ok(false)
         } else {
             Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()))
         }
     }
 
-    /// The next PDU if all of it has arrived. After an error with
-    /// `in_sync: false` the stream cannot be framed any more.
+    /// The next PDU if all of it has arrived, placing none. After an error
+    /// with `in_sync: false` the stream cannot be framed any more.
+    #[cfg(test)]
     pub fn next(&mut self) -> Option<Result<Pdu, ReadError>> {
+        match self.next_placing(&mut |_, _| None)? {
+            Ok(Frame::Pdu(pdu)) => Some(Ok(pdu)),
+            Ok(Frame::Placed(_)) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Like [`PduReader::next`], offering every long Data-Out to `place`
+    /// as soon as its header is in: the data of one it places goes into
+    /// the write it names as it arrives, and comes out as
+    /// [`Frame::Placed`] once all of it is in.
+    pub fn next_placing(&mut self, place: &mut Placer<'_>) -> Option<Result<Frame, ReadError>> {
+        if self.placing.is_some() {
+            return self.go_on_placing().map(Ok);
+        }
         let head = self.buf.get(..BHS_LEN)?;
         let mut raw = [0u8; BHS_LEN];
         raw.copy_from_slice(head);
         let bhs = Bhs(raw);
+        self.header_alone = false;
         let lens = match pdu::frame_lengths(&bhs, &self.framing) {
             Ok(l) => l,
             Err(error) => {
@@ -158,11 +247,43 @@ impl<R: AsyncRead + Unpin> PduReader<R> {
                 }))
             }
         };
+        let placeable = bhs.opcode() == Some(Opcode::DataOut)
+            && lens.ahs == 0
+            && lens.data_digest == 0
+            && lens.data >= PLACED_SEGMENT_MIN;
+        let header = BHS_LEN + lens.header_digest;
+        if placeable && !self.declined && self.buf.len() >= header {
+            if lens.header_digest > 0 {
+                let digest = &self.buf[BHS_LEN..header];
+                if let Err(error) = pdu::verify_header_digest(&bhs, &[], digest) {
+                    return Some(Err(ReadError::Pdu {
+                        error,
+                        header: Some(bhs),
+                        in_sync: false,
+                    }));
+                }
+            }
+            match place(&bhs, lens.data) {
+                Some((write, at)) => {
+                    self.buf.advance(header);
+                    self.placing = Some(Placing {
+                        bhs,
+                        write,
+                        at,
+                        left: lens.data,
+                        padding: lens.padding,
+                    });
+                    return self.go_on_placing().map(Ok);
+                }
+                None => self.declined = true,
+            }
+        }
         let total = lens.total();
         if self.buf.len() < total {
             self.buf.reserve(total - self.buf.len());
             return None;
         }
+        self.declined = false;
         let frame = self.buf.split_to(total);
         let mut at = BHS_LEN;
         let ahs = &frame[at..at + lens.ahs];
@@ -198,7 +319,29 @@ impl<R: AsyncRead + Unpin> PduReader<R> {
         } else {
             Bytes::copy_from_slice(&data[..lens.data])
         };
-        Some(Ok(Pdu { bhs, ahs, data }))
+        Some(Ok(Frame::Pdu(Pdu { bhs, ahs, data })))
+    }
+
+    /// Hands the placed segment's bytes that are in the buffer to its
+    /// write, drops its padding, and ends it once all are in.
+    fn go_on_placing(&mut self) -> Option<Frame> {
+        let p = self.placing.as_mut()?;
+        let n = p.left.min(self.buf.len());
+        if n > 0 {
+            p.write.write(p.at, &self.buf[..n]);
+            self.buf.advance(n);
+            p.at += n;
+            p.left -= n;
+        }
+        let pad = p.padding.min(self.buf.len());
+        self.buf.advance(pad);
+        p.padding -= pad;
+        if p.left > 0 || p.padding > 0 {
+            return None;
+        }
+        let done = self.placing.take()?;
+        self.header_alone = true;
+        Some(Frame::Placed(done.bhs))
     }
 }
 
@@ -512,6 +655,8 @@ mod tests {
 
     /// A reader that hands out its bytes in pieces of the given sizes.
     struct Pieces(Vec<Vec<u8>>);
+
+    impl Socket for Pieces {}
 
     impl AsyncRead for Pieces {
         fn poll_read(

@@ -6,6 +6,7 @@ mod ffp;
 mod gate;
 mod io;
 mod login_phase;
+mod placed;
 mod pool;
 mod ring;
 mod sink;

@@ -5,12 +5,13 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use scsi_api::{ScsiResponse, TaskAttr};
+use scsi_api::{ScsiResponse, TaskAttr, WriteStart};
 
 use super::command::{self, Phase, ResponseShape, Task};
 use super::exec::{self, Completion, Finished, Job};
 use super::ffp::{next_tag, Aborted, Conn, Event, Flow, HeldScope, HELD_PDU_LIMIT};
 use super::io::{OutPdu, StatSn};
+use super::placed::{Placed, PlacedWrite, PLACED_WRITE_MIN};
 use crate::dataout::{WriteLimits, WriteState};
 use crate::lun;
 use crate::negotiation::Digest;
@@ -95,6 +96,11 @@ impl Conn {
         } else {
             None
         };
+        let placed = if write_state.is_some() {
+            self.start_placed(&c)
+        } else {
+            None
+        };
         let serial = self.next_serial;
         self.next_serial += 1;
         let complete = write_state.as_ref().is_none_or(|w| w.complete());
@@ -109,12 +115,18 @@ impl Conn {
             read: c.read,
             write: c.write,
             edtl: c.edtl,
-            immediate: if c.write { c.data } else { Bytes::new() },
+            immediate: if c.write && placed.is_none() {
+                c.data
+            } else {
+                Bytes::new()
+            },
             data: Vec::new(),
             write_state,
             reserved: 0,
             solicits_reserved: false,
             phase: Phase::Collecting,
+            placed,
+            placing: None,
         };
         self.tasks.insert(c.itt, task);
         if complete {
@@ -250,14 +262,20 @@ impl Conn {
             }
         };
         let complete = ws.complete();
-        task.data.push((placement.offset as usize, d.data));
-        if task.data.len() >= MAX_SEGMENTS {
-            // Tiny segments would cost more in bookkeeping than they hold.
-            let merged = command::assemble(
-                std::mem::take(&mut task.immediate),
-                std::mem::take(&mut task.data),
-            );
-            task.data.push((0, merged));
+        match &task.placed {
+            Some(Placed::Started(write)) => write.write(placement.offset as usize, &d.data),
+            Some(Placed::Answered(_)) => {}
+            None => {
+                task.data.push((placement.offset as usize, d.data));
+                if task.data.len() >= MAX_SEGMENTS {
+                    // Tiny segments would cost more in bookkeeping than they hold.
+                    let merged = command::assemble(
+                        std::mem::take(&mut task.immediate),
+                        std::mem::take(&mut task.data),
+                    );
+                    task.data.push((0, merged));
+                }
+            }
         }
         if complete {
             return self.ready(itt).await;
@@ -275,23 +293,157 @@ impl Conn {
             return Flow::Continue;
         };
         self.write_budget += task.reserved;
-        let shape = ResponseShape {
-            itt,
+        self.forget_placed(&task);
+        let resp = ScsiResponse::check_condition(command::protocol_service_crc_error_sense());
+        self.answer_removed(&task, Some(resp)).await
+    }
+
+    /// Answer a task already taken out of the table, then start what its
+    /// end released.
+    async fn answer_removed(&mut self, task: &Task, resp: Option<ScsiResponse>) -> Flow {
+        let shape = self.shape_of(task);
+        let pdus = match resp {
+            Some(resp) => command::response_pdus(&shape, resp),
+            None => vec![command::failure_pdu(&shape)],
+        };
+        if !self.send_response(pdus).await {
+            return Flow::Close("connection lost");
+        }
+        if let Flow::Close(c) = self.unblock().await {
+            return Flow::Close(c);
+        }
+        self.serve_budget_waiters().await
+    }
+
+    fn shape_of(&self, task: &Task) -> ResponseShape {
+        let params = &self.ctx.params;
+        ResponseShape {
+            itt: task.itt,
             read: task.read,
             write: task.write,
             edtl: task.edtl,
             r2ts: task.write_state.as_ref().map_or(0, |w| w.r2ts_sent()),
-            initiator_mrdsl: self.ctx.params.initiator_mrdsl,
-            max_burst_length: self.ctx.params.max_burst_length,
+            initiator_mrdsl: params.initiator_mrdsl,
+            max_burst_length: params.max_burst_length,
             tracked: task.tracked,
+        }
+    }
+
+    /// A task that started its write before the data ends without
+    /// finishing it: no more of its data goes in, and the tasks after it
+    /// no longer wait for it.
+    pub(super) fn forget_placed(&mut self, task: &Task) {
+        if let Some(Placed::Started(write)) = &task.placed {
+            write.stop();
+            self.gate.finished(task.attr);
+        }
+    }
+
+    /// Start a long WRITE before its data arrives, when the SCSI layer
+    /// can take the data as it comes (placed.rs): only without data
+    /// digests (data must be checked before it lands), and only a SIMPLE
+    /// task that may run now, since it runs from its first byte.
+    fn start_placed(&mut self, c: &ScsiCommandPdu) -> Option<Placed> {
+        let attr = command::task_attr(c.attr);
+        if c.read
+            || c.edtl < PLACED_WRITE_MIN
+            || self.ctx.params.data_digest == Digest::Crc32c
+            || attr != TaskAttr::Simple
+            || !self.gate.admits(attr)
+        {
+            return None;
+        }
+        let (target, nexus) = (self.ctx.target.as_ref()?, self.ctx.nexus.as_ref()?);
+        let cmd = scsi_api::ScsiCommand {
+            lun: lun::decode(c.lun),
+            cdb: &c.cdb,
+            data_out: &[],
+            data_out_parts: &[],
+            data_in_len: 0,
+            data_out_len: c.edtl,
+            task_attr: attr,
+            tag: u64::from(c.itt),
+            zero_copy: false,
         };
-        let resp = ScsiResponse::check_condition(command::protocol_service_crc_error_sense());
-        for pdu in command::response_pdus(&shape, resp) {
-            if !self.send(pdu).await {
-                return Flow::Close("connection lost");
+        match target.scsi.start_write(nexus, &cmd) {
+            WriteStart::Declined => None,
+            WriteStart::Answered(resp) => Some(Placed::Answered(resp)),
+            WriteStart::Started(started) => {
+                let write = PlacedWrite::new(started);
+                write.write(0, &c.data);
+                self.gate.started(attr);
+                Some(Placed::Started(write))
             }
         }
-        self.serve_budget_waiters().await
+    }
+
+    /// Where a Data-Out's data goes when its write was started: checked
+    /// against its sequence like any Data-Out, before any of it lands.
+    pub(super) fn place_segment(
+        &mut self,
+        bhs: &Bhs,
+        len: usize,
+    ) -> Option<(Arc<PlacedWrite>, usize)> {
+        let Ok(Request::DataOut(d)) = Request::parse(crate::pdu::Pdu {
+            bhs: *bhs,
+            ahs: Vec::new(),
+            data: Bytes::new(),
+        }) else {
+            return None;
+        };
+        let task = self.tasks.get_mut(&d.itt)?;
+        let (Phase::Collecting, Some(ws), Some(Placed::Started(write))) =
+            (&task.phase, task.write_state.as_mut(), &task.placed)
+        else {
+            return None;
+        };
+        let placement = ws
+            .accept(
+                d.ttt,
+                d.datasn,
+                d.buffer_offset,
+                u32::try_from(len).ok()?,
+                d.final_,
+            )
+            .ok()?;
+        task.placing = Some(placement);
+        Some((write.clone(), placement.offset as usize))
+    }
+
+    /// All data of a Data-Out that [`Conn::place_segment`] placed is in.
+    pub(super) async fn on_placed(&mut self, bhs: Bhs) -> Flow {
+        let itt = bhs.itt();
+        let Some(task) = self.tasks.get_mut(&itt) else {
+            // Aborted while its data arrived.
+            return Flow::Continue;
+        };
+        let (Some(placement), Some(ws)) = (task.placing.take(), task.write_state.as_ref()) else {
+            return Flow::Continue;
+        };
+        if ws.complete() {
+            return self.ready(itt).await;
+        }
+        if placement.sequence_done {
+            return self.issue_r2ts(itt).await;
+        }
+        Flow::Continue
+    }
+
+    /// The data of a write started before it is all in: answer it.
+    async fn finish_placed(&mut self, itt: u32) -> Flow {
+        let Some(mut task) = self.tasks.remove(&itt) else {
+            return Flow::Continue;
+        };
+        self.write_budget += task.reserved;
+        let resp = match task.placed.take() {
+            Some(Placed::Started(write)) => {
+                self.gate.finished(task.attr);
+                write.finish()
+            }
+            Some(Placed::Answered(resp)) => Some(resp),
+            None => None,
+        };
+        self.answer_removed(&task, resp).await
     }
 
     /// All data is in: run the task when its ordering allows.
@@ -299,6 +451,9 @@ impl Conn {
         let Some(task) = self.tasks.get_mut(&itt) else {
             return Flow::Continue;
         };
+        if task.placed.is_some() {
+            return self.finish_placed(itt).await;
+        }
         if self.gate.admits(task.attr) {
             self.start(itt).await
         } else {
@@ -522,6 +677,7 @@ impl Conn {
             if !running {
                 if let Some(t) = self.tasks.remove(&itt) {
                     self.write_budget += t.reserved;
+                    self.forget_placed(&t);
                     if t.tracked {
                         self.window.lock().finished();
                     }
