@@ -242,26 +242,74 @@ fn a_reset_from_another_session_stops_a_segment_half_received() {
     // Room for the target to take the header and start placing the data.
     std::thread::sleep(Duration::from_millis(200));
 
-    let mut params = LoginParams::normal(INITIATOR, TARGET);
-    params.isid[5] ^= 1;
-    let mut b = Session::login(daemon.addr(), &params, Duration::from_secs(10)).expect("login");
-    // LOGICAL UNIT RESET
-    let cmd_sn = b.cmd_sn;
-    task_management(&mut b, 5, 0xffff_ffff, cmd_sn);
+    let b = reset_from_second_session(&daemon);
 
     // The rest of the segment arrives after the reset ended the write.
     a.stream.write_all(&wire[half..]).unwrap();
     let stopped_at = r2t.u32_at(40) as usize + first.data.len() / 2;
-    for s in [&mut a, &mut b] {
-        // Each nexus has a unit attention from the reset to take first.
-        let _ = s.command(0, &[0, 0, 0, 0, 0, 0], &[], 0);
-    }
+    // Each nexus has a unit attention from the reset to take first.
+    let _ = a.command(0, &[0, 0, 0, 0, 0, 0], &[], 0);
+    untouched_from(a, b, &file, &old, stopped_at);
+}
+
+/// Logs in a second session (another ISID) and resets LUN 0 from it.
+fn reset_from_second_session(daemon: &Daemon) -> Session {
+    let mut params = LoginParams::normal(INITIATOR, TARGET);
+    params.isid[5] ^= 1;
+    let mut b = Session::login(daemon.addr(), &params, Duration::from_secs(10)).expect("login");
+    let cmd_sn = b.cmd_sn;
+    task_management(&mut b, 5, 0xffff_ffff, cmd_sn); // LOGICAL UNIT RESET
+    b
+}
+
+/// Checks through `a` that the first MiB still holds `old` from
+/// `stopped_at` on, and that the file holds what `a` reads; then ends both
+/// sessions (`b` after taking its unit attention).
+fn untouched_from(
+    mut a: Session,
+    mut b: Session,
+    file: &std::fs::File,
+    old: &[u8],
+    stopped_at: usize,
+) {
+    let _ = b.command(0, &[0, 0, 0, 0, 0, 0], &[], 0);
     let after = a.read10(0, 0, 2048, 512).unwrap();
     assert!(
         after[stopped_at..] == old[stopped_at..],
         "no data went in after the reset"
     );
-    assert!(file_bytes(&file, 0, 1 << 20) == after);
+    assert!(file_bytes(file, 0, 1 << 20) == after);
     a.logout().unwrap();
     b.logout().unwrap();
+}
+
+#[test]
+fn a_reset_while_a_commands_immediate_data_arrives_drops_the_command() {
+    let (daemon, _dir, file) = daemon_on_tmpfs();
+    let mut a = session(&daemon);
+    let old = pattern(1 << 20, 7);
+    a.write10(0, 0, &old, 512).unwrap();
+    let new = pattern(1 << 20, 8);
+    let mut write = a.command_pdu(0, &rw10_cdb(WRITE10, 0, 2048), new.len(), 0);
+    let immediate = a.first_burst.min(a.target_max_recv);
+    assert!(immediate >= 64 << 10, "immediate data long enough to place");
+    write.data = new[..immediate].to_vec();
+    let wire = write.encode(a.digests);
+    let half = wire.len() - immediate / 2;
+    a.stream.write_all(&wire[..half]).unwrap();
+    a.cmd_sn = a.cmd_sn.wrapping_add(1);
+    // Room for the target to take the header and start placing the data.
+    std::thread::sleep(Duration::from_millis(200));
+
+    let b = reset_from_second_session(&daemon);
+
+    a.stream.write_all(&wire[half..]).unwrap();
+    // The write is dropped unanswered; its CmdSN counts as received, so
+    // the next command runs (and reports the reset).
+    a.stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let tur = a.command(0, &[0, 0, 0, 0, 0, 0], &[], 0).unwrap();
+    assert_eq!(tur.status, 2, "the reset's unit attention");
+    untouched_from(a, b, &file, &old, immediate / 2);
 }

@@ -23,6 +23,7 @@ use super::exec::{self, Completion, ConnExec, Finished};
 use super::gate::Gate;
 use super::io::{Frame, OutPdu, Outgoing, PduReader, ReadError, StatSn, Writer};
 use super::login_phase::Established;
+use super::prestart::Prestarted;
 use super::ring;
 use super::SessionCtx;
 use crate::cmdsn::{Arrival, CmdWindow};
@@ -30,7 +31,7 @@ use crate::lun;
 use crate::negotiation::{Digest, Negotiator};
 use crate::pdu::initiator::{LogoutRequest, NopOut, Request};
 use crate::pdu::target::{self, async_event, reject_reason};
-use crate::pdu::{Bhs, Framing, Pdu, PduError, RESERVED_TAG};
+use crate::pdu::{Bhs, Framing, Opcode, Pdu, PduError, RESERVED_TAG};
 use crate::server::Server;
 use crate::session::Control;
 
@@ -126,6 +127,8 @@ pub(super) struct Conn {
     pub(super) logout_deadline: Option<Instant>,
     /// The SCSI layer was told the I_T nexus is gone.
     pub(super) nexus_ended: bool,
+    /// A WRITE started from the header of the command being received.
+    pub(super) prestarted: Option<Prestarted>,
 }
 
 /// Run the full feature phase until the connection ends, then tear the
@@ -176,6 +179,7 @@ pub(crate) async fn run(server: Arc<Server>, stream: TcpStream, est: Established
         rx_since_tick: false,
         logout_deadline: None,
         nexus_ended: false,
+        prestarted: None,
     };
     let cause = conn.main_loop(&mut reader, est.control_rx).await;
     drop(reader);
@@ -282,7 +286,24 @@ impl Conn {
         while let Some(r) = reader.next_placing(&mut |bhs, len| self.place_segment(bhs, len)) {
             self.rx_since_tick = true;
             let flow = match r {
-                Ok(Frame::Pdu(pdu)) => self.on_pdu(pdu).await,
+                Ok(Frame::Pdu(pdu)) => match self.drop_if_aborted(&pdu.bhs).await {
+                    Some(flow) => flow,
+                    None => self.on_pdu(pdu).await,
+                },
+                Ok(Frame::Placed(bhs)) if bhs.opcode() == Some(Opcode::ScsiCommand) => {
+                    match self.drop_if_aborted(&bhs).await {
+                        Some(flow) => flow,
+                        // Its immediate data is in place already.
+                        None => {
+                            let header_only = Pdu {
+                                bhs,
+                                ahs: Vec::new(),
+                                data: Bytes::new(),
+                            };
+                            self.on_pdu(header_only).await
+                        }
+                    }
+                }
                 Ok(Frame::Placed(bhs)) => self.on_placed(bhs).await,
                 Err(e) => {
                     let in_sync = matches!(e, ReadError::Pdu { in_sync: true, .. });
@@ -294,6 +315,7 @@ impl Conn {
                     flow
                 }
             };
+            self.drop_unused_prestart();
             if let Flow::Close(c) = flow {
                 return Flow::Close(c);
             }

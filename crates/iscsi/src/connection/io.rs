@@ -247,7 +247,7 @@ impl<R: Socket> PduReader<R> {
                 }))
             }
         };
-        let placeable = bhs.opcode() == Some(Opcode::DataOut)
+        let placeable = matches!(bhs.opcode(), Some(Opcode::DataOut | Opcode::ScsiCommand))
             && lens.ahs == 0
             && lens.data_digest == 0
             && lens.data >= PLACED_SEGMENT_MIN;

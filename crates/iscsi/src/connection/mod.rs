@@ -8,6 +8,7 @@ mod io;
 mod login_phase;
 mod placed;
 mod pool;
+mod prestart;
 mod ring;
 mod sink;
 mod tasks;

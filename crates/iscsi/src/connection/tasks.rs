@@ -85,7 +85,15 @@ impl Conn {
                 max_outstanding_r2t: params.max_outstanding_r2t,
             };
             let unsolicited = !c.final_ && !params.initial_r2t;
-            match WriteState::new(c.edtl, c.data.len() as u32, unsolicited, limits) {
+            // Immediate data already placed by a write started from the
+            // header is not in `c.data`.
+            let immediate = match &self.prestarted {
+                Some(p) if p.itt == c.itt && matches!(p.placed, Placed::Started(_)) => {
+                    bhs.data_segment_len()
+                }
+                _ => c.data.len() as u32,
+            };
+            match WriteState::new(c.edtl, immediate, unsolicited, limits) {
                 Ok(ws) => Some(ws),
                 Err(e) => {
                     tracing::warn!(initiator = %self.ctx.initiator_name, error = %e, "bad write command");
@@ -96,10 +104,10 @@ impl Conn {
         } else {
             None
         };
-        let placed = if write_state.is_some() {
-            self.start_placed(&c)
-        } else {
-            None
+        let placed = match self.take_prestarted(c.itt) {
+            Some(placed) => Some(placed),
+            None if write_state.is_some() => self.start_placed(&c),
+            None => None,
         };
         let serial = self.next_serial;
         self.next_serial += 1;
@@ -343,7 +351,7 @@ impl Conn {
     /// can take the data as it comes (placed.rs): only without data
     /// digests (data must be checked before it lands), and only a SIMPLE
     /// task that may run now, since it runs from its first byte.
-    fn start_placed(&mut self, c: &ScsiCommandPdu) -> Option<Placed> {
+    pub(super) fn start_placed(&mut self, c: &ScsiCommandPdu) -> Option<Placed> {
         let attr = command::task_attr(c.attr);
         if c.read
             || c.edtl < PLACED_WRITE_MIN
@@ -370,7 +378,9 @@ impl Conn {
             WriteStart::Answered(resp) => Some(Placed::Answered(resp)),
             WriteStart::Started(started) => {
                 let write = PlacedWrite::new(started);
-                write.write(0, &c.data);
+                if !c.data.is_empty() {
+                    write.write(0, &c.data);
+                }
                 self.gate.started(attr);
                 Some(Placed::Started(write))
             }
@@ -384,6 +394,9 @@ impl Conn {
         bhs: &Bhs,
         len: usize,
     ) -> Option<(Arc<PlacedWrite>, usize)> {
+        if bhs.opcode() == Some(crate::pdu::Opcode::ScsiCommand) {
+            return self.place_command(bhs, len);
+        }
         let Ok(Request::DataOut(d)) = Request::parse(crate::pdu::Pdu {
             bhs: *bhs,
             ahs: Vec::new(),
@@ -686,6 +699,7 @@ impl Conn {
             }
         }
         self.budget_waiters.retain(|i| !out.aborted.contains(i));
+        self.abort_prestart(held);
         // Commands held for CmdSN order: count them as received and drop them.
         let mut kept = Vec::new();
         for h in self.held.drain(..) {
