@@ -112,12 +112,13 @@ pub(crate) struct PduReader<R> {
     /// declined: do not ask again while the rest of its PDU arrives.
     declined: bool,
     /// The last PDU's data was placed: read the next header alone, so
-    /// that the data of another Data-Out behind it is not read into the
-    /// buffer with it.
+    /// that the data of another PDU to place behind it is not read into
+    /// the buffer with it.
     header_alone: bool,
 }
 
-/// A Data-Out whose data goes straight into a started write.
+/// A PDU (a Data-Out, or a SCSI Command with immediate data) whose data
+/// segment goes straight into a started write.
 struct Placing {
     bhs: Bhs,
     write: Arc<PlacedWrite>,
@@ -131,13 +132,14 @@ struct Placing {
 /// What [`PduReader::next_placing`] completed.
 pub(crate) enum Frame {
     Pdu(Pdu),
-    /// A Data-Out whose data went into the write its placer named.
+    /// A Data-Out or SCSI Command whose data went into the write its
+    /// placer named; its header alone.
     Placed(Bhs),
 }
 
-/// Where a Data-Out's data goes, asked of the connection for each long
-/// one: the started write and the offset within it, or `None` to read
-/// the PDU whole as usual.
+/// Where the data of a Data-Out or SCSI Command goes, asked of the
+/// connection for each long one: the started write and the offset within
+/// it, or `None` to read the PDU whole as usual.
 pub(crate) type Placer<'a> = dyn FnMut(&Bhs, usize) -> Option<(Arc<PlacedWrite>, usize)> + 'a;
 
 /// A stream the reader reads; a TCP socket also lets it receive data
@@ -224,8 +226,9 @@ impl<R: Socket> PduReader<R> {
         }
     }
 
-    /// Like [`PduReader::next`], offering every long Data-Out to `place`
-    /// as soon as its header is in: the data of one it places goes into
+    /// Like [`PduReader::next`], offering every Data-Out and SCSI Command
+    /// with a long data segment to `place` as soon as its header is in:
+    /// the data of one it places goes into
     /// the write it names as it arrives, and comes out as
     /// [`Frame::Placed`] once all of it is in.
     pub fn next_placing(&mut self, place: &mut Placer<'_>) -> Option<Result<Frame, ReadError>> {

@@ -388,7 +388,8 @@ impl Conn {
     }
 
     /// Where a Data-Out's data goes when its write was started: checked
-    /// against its sequence like any Data-Out, before any of it lands.
+    /// against its sequence like any Data-Out, before any of it lands. A
+    /// SCSI Command's immediate data goes to `place_command` (prestart.rs).
     pub(super) fn place_segment(
         &mut self,
         bhs: &Bhs,
