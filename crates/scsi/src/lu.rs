@@ -310,11 +310,22 @@ impl LogicalUnit {
 
     /// The response to `ctx`'s command that ended in `outcome`.
     pub(crate) fn respond(&self, ctx: &Ctx<'_>, outcome: Outcome) -> ScsiResponse {
+        let wanted = transfer::data_out_wanted(ctx.cdb(), self.block_size);
+        self.respond_wanting(outcome, wanted)
+    }
+
+    /// [`LogicalUnit::respond`] for a command no longer at hand, given the
+    /// Data-Out its CDB asked for.
+    pub(crate) fn respond_wanting(
+        &self,
+        outcome: Outcome,
+        data_out_wanted: Option<u32>,
+    ) -> ScsiResponse {
         let mut resp = match outcome {
             Ok(r) => r,
             Err(f) => self.failure(f),
         };
-        resp.data_out_wanted = transfer::data_out_wanted(ctx.cdb(), self.block_size);
+        resp.data_out_wanted = data_out_wanted;
         resp
     }
 

@@ -90,10 +90,7 @@ impl StartedRead for LuRead {
             Err(err) => Err(io_sense(&err, false).into()),
         };
         // A READ has no Data-Out, so no residual of it to report.
-        match outcome {
-            Ok(r) => r,
-            Err(f) => self.lu.failure(f),
-        }
+        self.lu.respond_wanting(outcome, None)
     }
 }
 

@@ -116,12 +116,7 @@ impl StartedWrite for LuWrite {
                 .map_err(|err| io_sense(&err, true).into()),
             None => Ok(ScsiResponse::good()),
         };
-        let mut response = match outcome {
-            Ok(r) => r,
-            Err(f) => self.lu.failure(f),
-        };
-        response.data_out_wanted = self.data_out_wanted;
-        response
+        self.lu.respond_wanting(outcome, self.data_out_wanted)
     }
 }
 

@@ -10,6 +10,7 @@ use super::io::{OutPdu, StatSn};
 use super::placed::Placed;
 use crate::datain;
 use crate::dataout::{Placement, WriteState};
+use crate::negotiation::SessionParams;
 use crate::pdu::target::{self, DataInStatus, Residual};
 use crate::pdu::Bhs;
 use bytes::Bytes;
@@ -66,6 +67,22 @@ pub(crate) struct Task {
     /// Where the Data-Out being received into the started write goes, as
     /// its header was accepted; acted on once all its data is in.
     pub placing: Option<Placement>,
+}
+
+impl Task {
+    /// How this task's response PDUs are shaped on a session with `params`.
+    pub fn response_shape(&self, params: &SessionParams) -> ResponseShape {
+        ResponseShape {
+            itt: self.itt,
+            read: self.read,
+            write: self.write,
+            edtl: self.edtl,
+            r2ts: self.write_state.as_ref().map_or(0, |w| w.r2ts_sent()),
+            initiator_mrdsl: params.initiator_mrdsl,
+            max_burst_length: params.max_burst_length,
+            tracked: self.tracked,
+        }
+    }
 }
 
 /// Hashes ITTs for the task table. SipHash guards against crafted keys,

@@ -82,6 +82,17 @@ pub(super) enum HeldScope {
     Lun(u64),
 }
 
+impl HeldScope {
+    /// Whether a command not yet handled, for `lun`, is dropped.
+    pub fn covers(self, lun: u64) -> bool {
+        match self {
+            HeldScope::Keep => false,
+            HeldScope::All => true,
+            HeldScope::Lun(l) => l == lun,
+        }
+    }
+}
+
 /// Tasks stopped by an abort.
 #[derive(Default)]
 pub(super) struct Aborted {
@@ -286,23 +297,10 @@ impl Conn {
         while let Some(r) = reader.next_placing(&mut |bhs, len| self.place_segment(bhs, len)) {
             self.rx_since_tick = true;
             let flow = match r {
-                Ok(Frame::Pdu(pdu)) => match self.drop_if_aborted(&pdu.bhs).await {
-                    Some(flow) => flow,
-                    None => self.on_pdu(pdu).await,
-                },
+                Ok(Frame::Pdu(pdu)) => self.on_pdu(pdu).await,
+                // A command whose immediate data is in place already.
                 Ok(Frame::Placed(bhs)) if bhs.opcode() == Some(Opcode::ScsiCommand) => {
-                    match self.drop_if_aborted(&bhs).await {
-                        Some(flow) => flow,
-                        // Its immediate data is in place already.
-                        None => {
-                            let header_only = Pdu {
-                                bhs,
-                                ahs: Vec::new(),
-                                data: Bytes::new(),
-                            };
-                            self.on_pdu(header_only).await
-                        }
-                    }
+                    self.on_pdu(Pdu::header_only(bhs)).await
                 }
                 Ok(Frame::Placed(bhs)) => self.on_placed(bhs).await,
                 Err(e) => {
@@ -347,6 +345,9 @@ impl Conn {
     }
 
     async fn on_pdu(&mut self, pdu: Pdu) -> Flow {
+        if let Some(flow) = self.drop_if_aborted(&pdu.bhs).await {
+            return flow;
+        }
         let bhs = pdu.bhs;
         match Request::parse(pdu) {
             Ok(req) => self.on_request(bhs, req).await,

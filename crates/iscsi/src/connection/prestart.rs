@@ -6,9 +6,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use scsi_api::TaskAttr;
-
 use super::ffp::{Conn, Flow, HeldScope};
 use super::placed::{Placed, PlacedWrite};
 use crate::cmdsn::Arrival;
@@ -35,11 +32,7 @@ impl Conn {
         bhs: &Bhs,
         len: usize,
     ) -> Option<(Arc<PlacedWrite>, usize)> {
-        let Ok(Request::ScsiCommand(c)) = Request::parse(Pdu {
-            bhs: *bhs,
-            ahs: Vec::new(),
-            data: Bytes::new(),
-        }) else {
+        let Ok(Request::ScsiCommand(c)) = Request::parse(Pdu::header_only(*bhs)) else {
             return None;
         };
         let params = &self.ctx.params;
@@ -100,9 +93,8 @@ impl Conn {
     /// did not take (the command was refused) is undone.
     pub(super) fn drop_unused_prestart(&mut self) {
         if let Some(p) = self.prestarted.take() {
-            if let (Placed::Started(write), false) = (&p.placed, p.aborted) {
-                write.stop();
-                self.gate.finished(TaskAttr::Simple);
+            if !p.aborted {
+                self.forget_placed(Some(&p.placed));
             }
         }
     }
@@ -110,20 +102,13 @@ impl Conn {
     /// An abort over `scope` also catches a write started from a header
     /// whose command is still arriving.
     pub(super) fn abort_prestart(&mut self, scope: HeldScope) {
-        let Some(p) = self.prestarted.as_mut() else {
+        let Some(mut p) = self.prestarted.take() else {
             return;
         };
-        let hit = match scope {
-            HeldScope::Keep => false,
-            HeldScope::All => true,
-            HeldScope::Lun(l) => p.lun == l,
-        };
-        if hit && !p.aborted {
+        if scope.covers(p.lun) && !p.aborted {
             p.aborted = true;
-            if let Placed::Started(write) = &p.placed {
-                write.stop();
-                self.gate.finished(TaskAttr::Simple);
-            }
+            self.forget_placed(Some(&p.placed));
         }
+        self.prestarted = Some(p);
     }
 }

@@ -301,7 +301,7 @@ impl Conn {
             return Flow::Continue;
         };
         self.write_budget += task.reserved;
-        self.forget_placed(&task);
+        self.forget_placed(task.placed.as_ref());
         let resp = ScsiResponse::check_condition(command::protocol_service_crc_error_sense());
         self.answer_removed(&task, Some(resp)).await
     }
@@ -309,7 +309,7 @@ impl Conn {
     /// Answer a task already taken out of the table, then start what its
     /// end released.
     async fn answer_removed(&mut self, task: &Task, resp: Option<ScsiResponse>) -> Flow {
-        let shape = self.shape_of(task);
+        let shape = task.response_shape(&self.ctx.params);
         let pdus = match resp {
             Some(resp) => command::response_pdus(&shape, resp),
             None => vec![command::failure_pdu(&shape)],
@@ -323,27 +323,13 @@ impl Conn {
         self.serve_budget_waiters().await
     }
 
-    fn shape_of(&self, task: &Task) -> ResponseShape {
-        let params = &self.ctx.params;
-        ResponseShape {
-            itt: task.itt,
-            read: task.read,
-            write: task.write,
-            edtl: task.edtl,
-            r2ts: task.write_state.as_ref().map_or(0, |w| w.r2ts_sent()),
-            initiator_mrdsl: params.initiator_mrdsl,
-            max_burst_length: params.max_burst_length,
-            tracked: task.tracked,
-        }
-    }
-
-    /// A task that started its write before the data ends without
-    /// finishing it: no more of its data goes in, and the tasks after it
-    /// no longer wait for it.
-    pub(super) fn forget_placed(&mut self, task: &Task) {
-        if let Some(Placed::Started(write)) = &task.placed {
+    /// A write started before its data ends without finishing: no more
+    /// of its data goes in, and the tasks after it no longer wait for it
+    /// (it is SIMPLE, as `start_placed` only starts those).
+    pub(super) fn forget_placed(&mut self, placed: Option<&Placed>) {
+        if let Some(Placed::Started(write)) = placed {
             write.stop();
-            self.gate.finished(task.attr);
+            self.gate.finished(TaskAttr::Simple);
         }
     }
 
@@ -398,11 +384,7 @@ impl Conn {
         if bhs.opcode() == Some(crate::pdu::Opcode::ScsiCommand) {
             return self.place_command(bhs, len);
         }
-        let Ok(Request::DataOut(d)) = Request::parse(crate::pdu::Pdu {
-            bhs: *bhs,
-            ahs: Vec::new(),
-            data: Bytes::new(),
-        }) else {
+        let Ok(Request::DataOut(d)) = Request::parse(crate::pdu::Pdu::header_only(*bhs)) else {
             return None;
         };
         let task = self.tasks.get_mut(&d.itt)?;
@@ -553,16 +535,7 @@ impl Conn {
             // waits only for their end, not for the initiator's read.
             zero_copy: params.data_digest != Digest::Crc32c && task.attr == TaskAttr::Simple,
         };
-        let shape = ResponseShape {
-            itt,
-            read: task.read,
-            write: task.write,
-            edtl: task.edtl,
-            r2ts: task.write_state.as_ref().map_or(0, |w| w.r2ts_sent()),
-            initiator_mrdsl: params.initiator_mrdsl,
-            max_burst_length: params.max_burst_length,
-            tracked: task.tracked,
-        };
+        let shape = task.response_shape(params);
         if target.scsi.command_may_block(job.lun, &job.cdb) {
             let batchable = target.scsi.batches(job.lun, &job.cdb);
             let finished = Arc::new(Finished::default());
@@ -691,7 +664,7 @@ impl Conn {
             if !running {
                 if let Some(t) = self.tasks.remove(&itt) {
                     self.write_budget += t.reserved;
-                    self.forget_placed(&t);
+                    self.forget_placed(t.placed.as_ref());
                     if t.tracked {
                         self.window.lock().finished();
                     }
@@ -704,12 +677,7 @@ impl Conn {
         // Commands held for CmdSN order: count them as received and drop them.
         let mut kept = Vec::new();
         for h in self.held.drain(..) {
-            let matches = match held {
-                HeldScope::Keep => false,
-                HeldScope::All => true,
-                HeldScope::Lun(l) => h.lun == Some(l),
-            };
-            if matches && h.lun.is_some() {
+            if h.lun.is_some_and(|l| held.covers(l)) {
                 self.consumed.push(h.cmdsn);
             } else {
                 kept.push(h);

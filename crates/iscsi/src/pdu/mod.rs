@@ -70,6 +70,16 @@ pub struct Pdu {
 }
 
 impl Pdu {
+    /// A PDU's header alone, its lengths as they came: for a PDU whose
+    /// data went elsewhere as it arrived, or is still arriving.
+    pub fn header_only(bhs: Bhs) -> Pdu {
+        Pdu {
+            bhs,
+            ahs: Vec::new(),
+            data: Bytes::new(),
+        }
+    }
+
     pub fn new(bhs: Bhs, data: Bytes) -> Pdu {
         let mut bhs = bhs;
         bhs.set_data_segment_len(data.len() as u32);
