@@ -64,7 +64,9 @@ impl Ctx<'_> {
 }
 
 pub(crate) struct LuState {
-    pub nexuses: HashMap<Nexus, NexusState>,
+    /// Looked up by every command: a fast hash, and at most one entry per
+    /// logged-in session.
+    pub nexuses: HashMap<Nexus, NexusState, foldhash::fast::RandomState>,
     pub pr: PrState,
     /// Holder of a RESERVE(6)/RESERVE(10) reservation.
     pub spc2: Option<Nexus>,
@@ -83,7 +85,8 @@ impl LuState {
         if !self.nexuses.contains_key(n) {
             self.admit_nexus(n);
         }
-        self.nexuses.entry(n.clone()).or_default()
+        // Found without cloning the key (two reference counts) per command.
+        self.nexuses.get_mut(n).expect("admitted above")
     }
 
     /// Starts tracking `n`. The first I_T nexus of each initiator since the
@@ -213,7 +216,7 @@ impl LogicalUnit {
             mode: Mutex::new(default_mode),
             default_mode,
             state: Mutex::new(LuState {
-                nexuses: HashMap::new(),
+                nexuses: HashMap::default(),
                 pr,
                 spc2: None,
                 sanitize: SanitizeState::Idle,
