@@ -212,7 +212,8 @@ pub fn path_on_memory_file_system(path: &std::path::Path) -> bool {
 pub fn pwritev_all(fd: BorrowedFd<'_>, parts: &[&[u8]], mut offset: u64) -> io::Result<()> {
     // At most IOV_MAX (1024 on Linux) vectors per call.
     const MAX_VECTORS: usize = 1024;
-    let mut vectors: Vec<io::IoSlice<'_>> = parts
+    // A write has a few parts: their vectors are held in place.
+    let mut vectors: smallvec::SmallVec<[io::IoSlice<'_>; 8]> = parts
         .iter()
         .filter(|p| !p.is_empty())
         .map(|p| io::IoSlice::new(p))

@@ -40,6 +40,8 @@
 pub mod access;
 #[cfg(test)]
 mod access_property;
+#[cfg(test)]
+mod alloc_count;
 pub mod auth;
 pub mod auth_chap;
 pub mod cmdsn;

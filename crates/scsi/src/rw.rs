@@ -3,6 +3,7 @@
 
 use block::BatchRead;
 use scsi_api::{status, FileRegion, ScsiResponse};
+use smallvec::SmallVec;
 
 use crate::cdb::{be16, be24, be32, be64, u8_at};
 use crate::commands::op;
@@ -114,7 +115,9 @@ impl LogicalUnit {
     /// [`LogicalUnit::write_data`] as parts, whether the Data-Out came in
     /// parts or in one buffer: the last part cut where the written bytes
     /// end.
-    fn write_data_parts<'a>(&self, ctx: &'a Ctx<'_>, e: &Extent) -> Vec<&'a [u8]> {
+    /// The received pieces a write puts on the device (a few per command:
+    /// held in place, not allocated).
+    fn write_data_parts<'a>(&self, ctx: &'a Ctx<'_>, e: &Extent) -> SmallVec<[&'a [u8]; 4]> {
         let one = [ctx.cmd.data_out];
         let received: &[&'a [u8]] = if ctx.cmd.data_out_parts.is_empty() {
             &one
@@ -122,7 +125,7 @@ impl LogicalUnit {
             ctx.cmd.data_out_parts
         };
         let mut left = self.written_len(e, ctx.cmd.data_out_total());
-        let mut parts = Vec::with_capacity(received.len());
+        let mut parts = SmallVec::new();
         for part in received {
             if left == 0 {
                 break;

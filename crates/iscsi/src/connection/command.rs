@@ -11,6 +11,7 @@ use super::placed::Placed;
 use crate::datain;
 use crate::dataout::{Placement, WriteState};
 use crate::negotiation::SessionParams;
+use crate::pdu::initiator::Cdb;
 use crate::pdu::target::{self, DataInStatus, Residual};
 use crate::pdu::Bhs;
 use bytes::Bytes;
@@ -44,7 +45,7 @@ pub(crate) struct Task {
     /// Holds a CmdSN window slot (not immediate).
     pub tracked: bool,
     pub attr: TaskAttr,
-    pub cdb: Vec<u8>,
+    pub cdb: Cdb,
     pub read: bool,
     pub write: bool,
     pub edtl: u32,
@@ -161,16 +162,19 @@ pub(crate) fn residual(shape: &ResponseShape, resp: &ScsiResponse) -> Residual {
     }
 }
 
+/// A command's response PDUs: one for most commands, held in place.
+pub(crate) type ResponsePdus = smallvec::SmallVec<[OutPdu; 1]>;
+
 /// Turn a command's result into PDUs: Data-In segmented by the initiator's
 /// MaxRecvDataSegmentLength and MaxBurstLength, status in the last Data-In
 /// when there is no sense, a separate SCSI Response otherwise.
-pub(crate) fn response_pdus(shape: &ResponseShape, resp: ScsiResponse) -> Vec<OutPdu> {
+pub(crate) fn response_pdus(shape: &ResponseShape, resp: ScsiResponse) -> ResponsePdus {
     let residual = residual(shape, &resp);
-    let data_in = DataIn::of(shape, resp.data_in, resp.data_in_file);
+    let mut data_in = DataIn::of(shape, resp.data_in, resp.data_in_file);
     let collapse = data_in.len() > 0
         && resp.sense.is_empty()
         && matches!(resp.status, status::GOOD | status::CONDITION_MET);
-    let mut out = Vec::new();
+    let mut out = ResponsePdus::new();
     let mut datasn = 0u32;
     for seg in datain::segments(
         data_in.len() as u32,
@@ -240,8 +244,13 @@ impl DataIn {
     }
 
     /// The PDU carrying `len` bytes from `offset`.
-    fn pdu(&self, bhs: Bhs, offset: usize, len: usize, statsn: StatSn) -> OutPdu {
+    fn pdu(&mut self, bhs: Bhs, offset: usize, len: usize, statsn: StatSn) -> OutPdu {
         match self {
+            // All of it in one PDU (every short read) moves: a slice of a
+            // buffer that came from a Vec allocates its shared count.
+            DataIn::Memory(b) if offset == 0 && len == b.len() => {
+                OutPdu::new(bhs, std::mem::take(b), statsn)
+            }
             DataIn::Memory(b) => OutPdu::new(bhs, b.slice(offset..offset + len), statsn),
             DataIn::File(r) => {
                 let mut pdu = OutPdu::new(bhs, Bytes::new(), statsn);
@@ -306,6 +315,10 @@ fn follow_each_other(immediate: &Bytes, segments: &[(usize, Bytes)]) -> bool {
 /// it is. Bytes no segment covered (none should remain once the write is
 /// complete) read as zeros, never as an earlier user's data.
 pub(crate) fn assemble(immediate: Bytes, segments: Vec<(usize, Bytes)>) -> Bytes {
+    // Every READ comes here with no data: no allocation for it.
+    if segments.is_empty() {
+        return immediate;
+    }
     let mut all = Vec::with_capacity(segments.len() + 1);
     if !immediate.is_empty() {
         all.push((0, immediate));
@@ -484,6 +497,25 @@ mod tests {
         assert_eq!(last.bhs.flags(), 0x80 | 0x04 | 0x01, "F, overflow, S");
         assert_eq!(last.bhs.u32_at(44), 2000);
         assert_eq!(last.bhs.u32_at(40), 16384, "buffer offset");
+    }
+
+    #[test]
+    fn a_short_read_allocates_nothing_for_its_response() {
+        use crate::alloc_count::allocations;
+        let data = vec![7u8; 4096];
+        let at = data.as_ptr();
+        let resp = ScsiResponse {
+            data_in: data,
+            ..ScsiResponse::default()
+        };
+        let (pdus, n) = allocations(|| response_pdus(&shape(true, false, 4096), resp));
+        assert_eq!(n, 0, "the PDU is held in place and the data moves into it");
+        assert_eq!(pdus.len(), 1);
+        assert_eq!(pdus[0].data.as_ptr(), at);
+        assert_eq!(pdus[0].data.len(), 4096);
+        // A READ has no data to assemble.
+        let (none, n) = allocations(|| data_out(Bytes::new(), Vec::new(), true));
+        assert_eq!((none.0.len(), none.1.len(), n), (0, 0, 0));
     }
 
     #[test]

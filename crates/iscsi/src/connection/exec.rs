@@ -19,11 +19,12 @@ use tokio::sync::{mpsc, Notify};
 use super::command::ResponseShape;
 use super::ffp::Event;
 use super::pool::{self, Limits, Pool};
+use crate::pdu::initiator::Cdb;
 
 /// Work handed to the SCSI layer.
 pub(super) struct Job {
     pub lun: u64,
-    pub cdb: Vec<u8>,
+    pub cdb: Cdb,
     pub data_out: Bytes,
     /// Data-Out in parts, for commands that take it so (`data_out` is then
     /// empty).

@@ -395,10 +395,10 @@ pub(crate) enum Outgoing {
 const MAX_BATCH_PDUS: usize = 64;
 const MAX_BATCH_BYTES: usize = 4 << 20;
 
-/// A piece of a batch: owned header bytes, shared data, a short trailer,
-/// or file pages.
+/// A piece of a batch: a header, shared data, a short trailer, or file
+/// pages.
 enum Piece {
-    Header(Vec<u8>),
+    Header(pdu::WireHeader),
     Data(Bytes),
     Trailer([u8; 8], usize),
     File(FileRegion),
@@ -407,7 +407,7 @@ enum Piece {
 impl Piece {
     fn as_slice(&self) -> &[u8] {
         match self {
-            Piece::Header(v) => v,
+            Piece::Header(h) => h.as_slice(),
             Piece::Data(b) => b,
             Piece::Trailer(t, n) => &t[..*n],
             Piece::File(_) => &[],
@@ -459,10 +459,9 @@ impl<W: Sink> Writer<W> {
         self.stamp(&mut pdu);
         if let Some(region) = pdu.file.take() {
             if !self.framing.data_digest {
-                let header =
-                    pdu::encode_header(&pdu.bhs, &[], region.len, self.framing.header_digest);
+                let header = pdu::wire_header(&pdu.bhs, region.len, self.framing.header_digest);
                 let padding = pdu::padding_for(region.len);
-                let size = header.len() + region.len + padding;
+                let size = header.as_slice().len() + region.len + padding;
                 pieces.push(Piece::Header(header));
                 pieces.push(Piece::File(region));
                 if padding > 0 {
@@ -475,9 +474,9 @@ impl<W: Sink> Writer<W> {
             // whatever it is handed.
             pdu.data = Bytes::from(region.read()?);
         }
-        let header = pdu::encode_header(&pdu.bhs, &[], pdu.data.len(), self.framing.header_digest);
+        let header = pdu::wire_header(&pdu.bhs, pdu.data.len(), self.framing.header_digest);
         let (trailer, n) = pdu::encode_trailer(&pdu.data, self.framing.data_digest);
-        let size = header.len() + pdu.data.len() + n;
+        let size = header.as_slice().len() + pdu.data.len() + n;
         pieces.push(Piece::Header(header));
         if !pdu.data.is_empty() {
             pieces.push(Piece::Data(pdu.data));

@@ -312,7 +312,7 @@ impl Conn {
         let shape = task.response_shape(&self.ctx.params);
         let pdus = match resp {
             Some(resp) => command::response_pdus(&shape, resp),
-            None => vec![command::failure_pdu(&shape)],
+            None => smallvec::smallvec![command::failure_pdu(&shape)],
         };
         if !self.send_response(pdus).await {
             return Flow::Close("connection lost");
@@ -476,7 +476,7 @@ impl Conn {
     }
 
     /// Queue a command's response; false when the connection is gone.
-    async fn send_response(&mut self, pdus: Vec<OutPdu>) -> bool {
+    async fn send_response(&mut self, pdus: command::ResponsePdus) -> bool {
         self.gate.pages_unconfirmed |= pdus.iter().any(|p| p.file.is_some());
         for pdu in pdus {
             if !self.send(pdu).await {
@@ -576,7 +576,7 @@ impl Conn {
         self.write_budget += reserved;
         let pdus = match job.run(&*target.scsi, &nexus) {
             Some(resp) => command::response_pdus(&shape, resp),
-            None => vec![command::failure_pdu(&shape)],
+            None => smallvec::smallvec![command::failure_pdu(&shape)],
         };
         if !self.send_response(pdus).await {
             return Flow::Close("connection lost");
@@ -620,7 +620,7 @@ impl Conn {
             }
             let pdus = match c.response {
                 Some(resp) => command::response_pdus(&c.shape, resp),
-                None => vec![command::failure_pdu(&c.shape)],
+                None => smallvec::smallvec![command::failure_pdu(&c.shape)],
             };
             if !self.send_response(pdus).await {
                 return Flow::Close("connection lost");

@@ -20,6 +20,10 @@ pub struct NopOut {
     pub data: Bytes,
 }
 
+/// A CDB held in place: 16 bytes or fewer need no allocation per command
+/// (an extended CDB AHS makes it longer).
+pub type Cdb = smallvec::SmallVec<[u8; 16]>;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScsiCommand {
     pub immediate: bool,
@@ -36,7 +40,7 @@ pub struct ScsiCommand {
     pub cmdsn: u32,
     pub exp_statsn: u32,
     /// The whole CDB: 16 bytes from the BHS plus any extended CDB AHS.
-    pub cdb: Vec<u8>,
+    pub cdb: Cdb,
     /// Expected bidirectional read length, when the AHS is present.
     pub bidi_read_len: Option<u32>,
     /// Immediate data.
@@ -218,7 +222,7 @@ impl Request {
 
 fn parse_scsi_command(b: &Bhs, ahs: &[u8], data: Bytes) -> Result<ScsiCommand, PduError> {
     let flags = b.flags();
-    let mut cdb = b.0[32..48].to_vec();
+    let mut cdb = Cdb::from_slice(&b.0[32..48]);
     let mut bidi_read_len = None;
     let mut rest = ahs;
     while !rest.is_empty() {
@@ -284,7 +288,10 @@ mod tests {
         b.set_u32(24, 100);
         b.set_u32(28, 7);
         b.0[32] = 0x2a;
-        let Request::ScsiCommand(c) = Request::parse(pdu(b, vec![], b"abc")).unwrap() else {
+        let received = pdu(b, vec![], b"abc");
+        let (parsed, allocations) = crate::alloc_count::allocations(|| Request::parse(received));
+        assert_eq!(allocations, 0, "a 16-byte CDB is held in place");
+        let Request::ScsiCommand(c) = parsed.unwrap() else {
             panic!()
         };
         assert!(c.final_ && c.write && !c.read);

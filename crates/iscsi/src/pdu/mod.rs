@@ -239,6 +239,35 @@ pub fn encode_header(bhs: &Bhs, ahs: &[u8], data_len: usize, header_digest: bool
     out
 }
 
+/// An outgoing PDU's header as it goes on the wire, held in place: the
+/// BHS and, with header digests, its CRC32C (no AHS: the target sends none).
+pub struct WireHeader {
+    bytes: [u8; BHS_LEN + DIGEST_LEN],
+    len: usize,
+}
+
+impl WireHeader {
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// [`encode_header`] without an AHS and without allocating.
+pub fn wire_header(bhs: &Bhs, data_len: usize, header_digest: bool) -> WireHeader {
+    let mut bhs = *bhs;
+    bhs.set_data_segment_len(data_len as u32);
+    bhs.set_total_ahs_len_bytes(0);
+    let mut bytes = [0; BHS_LEN + DIGEST_LEN];
+    bytes[..BHS_LEN].copy_from_slice(&bhs.0);
+    let len = if header_digest {
+        bytes[BHS_LEN..].copy_from_slice(&crc32c_parts(&[&bhs.0]).to_le_bytes());
+        BHS_LEN + DIGEST_LEN
+    } else {
+        BHS_LEN
+    };
+    WireHeader { bytes, len }
+}
+
 /// The bytes that follow the data segment: padding and data digest.
 /// Returns a small array and how many of its bytes are used.
 pub fn encode_trailer(data: &[u8], data_digest: bool) -> ([u8; 8], usize) {
@@ -278,6 +307,17 @@ mod tests {
         bhs.set_immediate(true);
         bhs.set_itt(42);
         Pdu::new(bhs, Bytes::copy_from_slice(data))
+    }
+
+    #[test]
+    fn wire_header_is_the_encoded_header() {
+        let pdu = sample(b"hello");
+        for digest in [false, true] {
+            assert_eq!(
+                wire_header(&pdu.bhs, 5, digest).as_slice(),
+                &encode_header(&pdu.bhs, &[], 5, digest)[..]
+            );
+        }
     }
 
     #[test]
