@@ -2,7 +2,9 @@
 # Heap allocations the target makes per command: libc's malloc, calloc
 # and realloc counted with uprobes (perf probe) over 100,000 4 KiB reads
 # and then 100,000 4 KiB writes at QD32 (qemu-img bench), per build. Unlike
-# IOPS on a shared machine, the count is the same from run to run.
+# IOPS on a shared machine, the count barely moves from run to run (what
+# the daemon allocates besides commands, such as logins and timers, adds
+# a few hundredths).
 #
 # Usage: bench/allocations.sh BINARY... (e.g. copies of target/release/openarray)
 # Environment: COUNT=100000, PORT=3291
