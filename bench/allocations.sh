@@ -4,7 +4,7 @@
 # and then 100,000 4 KiB writes at QD32 (qemu-img bench), per build. Unlike
 # IOPS on a shared machine, the count barely moves from run to run (what
 # the daemon allocates besides commands, such as logins and timers, adds
-# a few hundredths).
+# up to a few tenths per command).
 #
 # Usage: bench/allocations.sh BINARY... (e.g. copies of target/release/openarray)
 # Environment: COUNT=100000, PORT=3291
