@@ -114,9 +114,7 @@ impl LogicalUnit {
 
     /// [`LogicalUnit::write_data`] as parts, whether the Data-Out came in
     /// parts or in one buffer: the last part cut where the written bytes
-    /// end.
-    /// The received pieces a write puts on the device (a few per command:
-    /// held in place, not allocated).
+    /// end. A command has a few parts, held in place rather than allocated.
     fn write_data_parts<'a>(&self, ctx: &'a Ctx<'_>, e: &Extent) -> SmallVec<[&'a [u8]; 4]> {
         let one = [ctx.cmd.data_out];
         let received: &[&'a [u8]] = if ctx.cmd.data_out_parts.is_empty() {
