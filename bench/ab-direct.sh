@@ -23,11 +23,8 @@ PORT=${PORT:-3291}
 CLK_TCK=$(getconf CLK_TCK)
 IQN=iqn.2024-01.org.openarray:abd
 LUN="iscsi\\://127.0.0.1\\:$PORT/${IQN//:/\\:}/0"
-WORK=$(mktemp -d "${DIR:-/var/tmp}/openarray-abd.XXXXXX")
+ab_workdir "${DIR:-/var/tmp}" abd
 FIO=$(bash "$ROOT/bench/fio-libiscsi.sh")
-PID=""
-cleanup() { [ -z "$PID" ] || kill -9 "$PID" 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
 
 head -c 1G /dev/urandom >"$WORK/lun.img"
 # Written back now, not during the first build's reads.
@@ -53,9 +50,7 @@ fio_run() { # depth, then fio's target arguments
 
 one() {
     local bin=$1 depth c0 c1
-    "$bin" serve -c "$WORK/abd.toml" --log-level warn >"$WORK/openarray.log" 2>&1 &
-    PID=$!
-    wait_for_port "$PORT" "$PID" openarray
+    serve_build "$bin" "$WORK/abd.toml" "$PORT"
     for depth in "${DEPTHS[@]}"; do
         c0=$(cpu_ticks "$PID")
         set -- $(fio_run "$depth" "$FIO" --ioengine=libiscsi --filename="$LUN" --size=1G)

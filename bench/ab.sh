@@ -22,10 +22,7 @@ PORT=${PORT:-3290}
 TCK=$(getconf CLK_TCK)
 IQN=iqn.2024-01.org.openarray:ab
 URL="iscsi://127.0.0.1:$PORT/$IQN/0"
-WORK=$(mktemp -d /dev/shm/openarray-ab.XXXXXX)
-PID=""
-cleanup() { [ -z "$PID" ] || kill -9 "$PID" 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
+ab_workdir /dev/shm ab
 
 truncate -s 1G "$WORK/lun.img"
 one_lun_config "$WORK/ab.toml" "$PORT" "$IQN" "$WORK/lun.img"
@@ -49,9 +46,7 @@ bench_write() { # count depth size -> seconds
 
 one() {
     local bin=$1 c0 c1 r w
-    "$bin" serve -c "$WORK/ab.toml" --log-level warn &
-    PID=$!
-    for _ in $(seq 50); do iscsi-ls "iscsi://127.0.0.1:$PORT" >/dev/null 2>&1 && break; sleep 0.1; done
+    serve_build "$bin" "$WORK/ab.toml" "$PORT"
     c0=$(cpu); r=$(perf_read 32 8 -r); c1=$(cpu)
     set -- $r
     echo "  4K read QD32:  $1 IOPS, $(per $(($1 * SECS)) $((c1 - c0)) 1e6) us CPU/IO"

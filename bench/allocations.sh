@@ -19,23 +19,17 @@ IQN=iqn.2024-01.org.openarray:allocations
 URL="iscsi://127.0.0.1:$PORT/$IQN/0"
 command -v perf >/dev/null || apt_install linux-perf
 command -v qemu-img >/dev/null || apt_install qemu-utils
-command -v iscsi-ls >/dev/null || apt_install libiscsi-bin
 LIBC=$(ldconfig -p | awk '/libc\.so\.6 .*x86-64/ { print $NF; exit }')
 [ -n "$LIBC" ] || die "no 64-bit libc.so.6 found"
 for fn in malloc calloc realloc; do
     perf probe -q -x "$LIBC" -a "oa_$fn=$fn" 2>/dev/null || true
 done
-WORK=$(mktemp -d /dev/shm/openarray-allocations.XXXXXX)
-PID=""
-cleanup() { [ -z "$PID" ] || kill -9 "$PID" 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
+ab_workdir /dev/shm allocations
 truncate -s 1G "$WORK/lun.img"
 one_lun_config "$WORK/allocations.toml" "$PORT" "$IQN" "$WORK/lun.img"
 
 for bin in "$@"; do
-    "$bin" serve -c "$WORK/allocations.toml" --log-level warn &
-    PID=$!
-    for _ in $(seq 50); do iscsi-ls "iscsi://127.0.0.1:$PORT" >/dev/null 2>&1 && break; sleep 0.1; done
+    serve_build "$bin" "$WORK/allocations.toml" "$PORT"
     for mode in read write; do
         flag=""
         [ "$mode" = read ] || flag=-w

@@ -125,3 +125,25 @@ one_lun_config() {
         printf '[[target]]\nname = "%s"\n[[target.lun]]\nlun = 0\ndevice = "d"\n' "$iqn"
     } >"$file"
 }
+
+# The A/B scripts' scratch directory: WORK, made under $1 and named after
+# $2, removed on exit together with the build being served (PID).
+# Usage: ab_workdir DIR NAME
+ab_workdir() {
+    WORK=$(mktemp -d "$1/openarray-$2.XXXXXX")
+    PID=""
+    trap ab_cleanup EXIT
+}
+ab_cleanup() {
+    [ -z "$PID" ] || kill -9 "$PID" 2>/dev/null || true
+    rm -rf "$WORK"
+}
+
+# Serve CONFIG with the build BIN until it listens on 127.0.0.1:PORT; its
+# PID goes in PID, its log in $WORK/openarray.log.
+# Usage: serve_build BIN CONFIG PORT
+serve_build() {
+    "$1" serve -c "$2" --log-level warn >"$WORK/openarray.log" 2>&1 &
+    PID=$!
+    wait_for_port "$3" "$PID" openarray
+}
