@@ -49,6 +49,8 @@ mod connection;
 pub mod datain;
 pub mod dataout;
 pub mod discovery;
+#[cfg(feature = "fault-injection")]
+pub mod faults;
 pub mod login;
 pub mod lun;
 pub mod negotiation;

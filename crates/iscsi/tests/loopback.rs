@@ -890,12 +890,7 @@ async fn writes_beyond_the_write_budget_all_complete() {
 
 #[tokio::test]
 async fn reads_run_on_the_connections_ring() {
-    let ram = RamTarget::new(4096, true);
-    let content = pattern(4096 * BLOCK, 3);
-    ram.data.lock().copy_from_slice(&content);
-    let mut file = tempfile::tempfile().unwrap();
-    std::io::Write::write_all(&mut file, &content).unwrap();
-    ram.read_through_ring(file);
+    let (ram, content) = RamTarget::reading_through_ring(3);
     let (_server, addr) = start(options(), ram.clone()).await;
     let mut c = Client::connect(addr).await;
     c.login_normal("MaxRecvDataSegmentLength=65536").await;

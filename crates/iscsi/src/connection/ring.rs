@@ -16,6 +16,11 @@
 //! batch around; with a second batch ready it works through that
 //! turnaround. A device that answers reads one by one gets the waiting
 //! ones with its next answer (docs/bench/techniques.md, section 20).
+//!
+//! A submit the kernel refuses for now (EAGAIN, EBUSY) leaves its entries
+//! queued. When nothing the ring holds is sure to complete and bring the
+//! next submit, a timer tries again, backing off, so those reads never
+//! wait for the initiator's next command.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -24,6 +29,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
 use parking_lot::Mutex;
@@ -41,6 +47,10 @@ const ENTRIES: u32 = 256;
 /// Reads on the device beyond which the next ones wait for a batch to
 /// come back, as long as fewer than this many wait.
 const WAVE: usize = 16;
+
+/// The first and the longest wait before a refused submit is tried again.
+const RETRY_FIRST: Duration = Duration::from_millis(1);
+const RETRY_MAX: Duration = Duration::from_millis(100);
 
 /// Whether the first waiting read goes to the device now.
 fn admits(on_device: usize, waiting: usize) -> bool {
@@ -108,6 +118,8 @@ struct RingState {
     on_device: usize,
     /// Reads whose slot is taken but which are not submitted yet.
     waiting: VecDeque<squeue::Entry>,
+    /// A task is about to try a refused submit again.
+    retrying: bool,
 }
 
 impl ReadRing {
@@ -153,6 +165,7 @@ impl ReadRing {
                 free: Vec::new(),
                 on_device: 0,
                 waiting: VecDeque::new(),
+                retrying: false,
             }),
             ready,
             reaped: AtomicBool::new(true),
@@ -185,23 +198,39 @@ impl ReadRing {
     }
 
     /// Put every queued read in flight.
-    fn submit(&self) {
-        let st = self.state.lock();
-        loop {
-            match st.ring.submit() {
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                // EAGAIN/EBUSY: the kernel is short of room for now; the
-                // entries stay queued and go with the next submit, which
-                // the next completion or command brings.
-                Err(e) => tracing::debug!(error = %e, "io_uring submit failed"),
-                Ok(_) => {}
-            }
-            return;
+    fn submit(self: &Arc<Self>) {
+        let mut st = self.state.lock();
+        if st.submit_queued().is_err() {
+            self.retry_later(&mut st);
         }
     }
 
+    /// After a refused submit, try again on a timer unless a task already
+    /// does. Completions also submit, but the refused entries may be all
+    /// the ring holds, and then none will come.
+    fn retry_later(self: &Arc<Self>, st: &mut RingState) {
+        if std::mem::replace(&mut st.retrying, true) {
+            return;
+        }
+        let ring = self.clone();
+        tokio::spawn(async move {
+            let mut wait = RETRY_FIRST;
+            loop {
+                tokio::time::sleep(wait).await;
+                let mut st = ring.state.lock();
+                if st.submit_queued().is_ok() {
+                    // Cleared under the lock: a submit refused after this
+                    // finds no task and starts one.
+                    st.retrying = false;
+                    return;
+                }
+                wait = (wait * 2).min(RETRY_MAX);
+            }
+        });
+    }
+
     /// Answer every read that has ended.
-    fn complete(&self) {
+    fn complete(self: &Arc<Self>) {
         let ended: Vec<(InFlight, i32)> = {
             let mut st = self.state.lock();
             let mut ended = Vec::new();
@@ -223,8 +252,8 @@ impl ReadRing {
             // The waiting batch goes before the ended one is answered, and
             // with it entries left queued by a failed submit.
             let unplaced = st.place(!ended.is_empty());
-            if !st.ring.submission().is_empty() {
-                let _ = st.ring.submit();
+            if st.submit_queued().is_err() {
+                self.retry_later(&mut st);
             }
             drop(st);
             finish_unread(unplaced);
@@ -244,6 +273,25 @@ impl ReadRing {
 }
 
 impl RingState {
+    /// Submit what the submission queue holds, if anything. An error means
+    /// the kernel refused it for now and the entries are still queued.
+    fn submit_queued(&mut self) -> io::Result<()> {
+        while !self.ring.submission().is_empty() {
+            let submitted = refused_by_fault().map_or_else(|| self.ring.submit(), Err);
+            match submitted {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                // Nothing taken is a refusal too, not a reason to spin.
+                Ok(0) => return Err(io::Error::from_raw_os_error(libc::EAGAIN)),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "io_uring submit refused; tried again later");
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Move waiting reads to the submission queue: all of them when a
     /// batch has just come back, else those [`admits`] lets through. A
     /// read that finds no room even after a submit, with nothing on the
@@ -258,9 +306,9 @@ impl RingState {
             let mut placed = unsafe { self.ring.submission().push(&entry) }.is_ok();
             if !placed {
                 // The queue is full: put what it holds in flight and retry.
-                if let Err(e) = self.ring.submit() {
-                    tracing::debug!(error = %e, "io_uring submit failed");
-                }
+                // A refusal leaves it full, and the caller's submit, which
+                // follows, starts the timer.
+                let _ = self.submit_queued();
                 // SAFETY: as above.
                 placed = unsafe { self.ring.submission().push(&entry) }.is_ok();
             }
@@ -281,6 +329,17 @@ impl RingState {
         }
         unplaced
     }
+}
+
+/// A refusal a test asked for, in builds with fault injection.
+#[cfg(feature = "fault-injection")]
+fn refused_by_fault() -> Option<io::Error> {
+    crate::faults::take_ring_refusal().then(|| io::Error::from_raw_os_error(libc::EAGAIN))
+}
+
+#[cfg(not(feature = "fault-injection"))]
+fn refused_by_fault() -> Option<io::Error> {
+    None
 }
 
 /// Answer reads the ring could not take: `finish` reads them itself.

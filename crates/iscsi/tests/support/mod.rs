@@ -71,6 +71,19 @@ impl StartedRead for FileRead {
 }
 
 impl RamTarget {
+    /// A target of 4096 blocks of `pattern(_, seed)`, whose READ(10)s run
+    /// on the connection's ring from a file of the same contents; and those
+    /// contents.
+    pub fn reading_through_ring(seed: u8) -> (Arc<RamTarget>, Vec<u8>) {
+        let ram = RamTarget::new(4096, true);
+        let content = pattern(4096 * BLOCK, seed);
+        ram.data.lock().copy_from_slice(&content);
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &content).unwrap();
+        ram.read_through_ring(file);
+        (ram, content)
+    }
+
     /// Serve READ(10)s from `file` through the connection's ring.
     pub fn read_through_ring(&self, file: std::fs::File) {
         *self.ring_file.lock() = Some(Arc::new(file));
