@@ -5,6 +5,7 @@
 # the target's CPU time per I/O or per GB (utime+stime from /proc/PID/stat).
 #
 #   4K random read QD32   iscsi-perf -m 32 -b 8 -r
+#   4K random read QD1    iscsi-perf -m 1 -b 8 -r (mean latency = 1 / IOPS)
 #   4K write QD32         qemu-img bench -w -d 32 -s 4k (200000 writes)
 #   1 MiB read QD8        iscsi-perf -m 8 -b 2048
 #   1 MiB write QD8       qemu-img bench -w -d 8 -s 1M (3000 writes)
@@ -50,6 +51,9 @@ one() {
     c0=$(cpu); r=$(perf_read 32 8 -r); c1=$(cpu)
     set -- $r
     echo "  4K read QD32:  $1 IOPS, $(per $(($1 * SECS)) $((c1 - c0)) 1e6) us CPU/IO"
+    c0=$(cpu); r=$(perf_read 1 8 -r); c1=$(cpu)
+    set -- $r
+    echo "  4K read QD1:   $1 IOPS, $(python3 -c "print(f'{1e6 / max($1, 1):.1f}')") us mean latency, $(per $(($1 * SECS)) $((c1 - c0)) 1e6) us CPU/IO"
     c0=$(cpu); w=$(bench_write 200000 32 4k); c1=$(cpu)
     echo "  4K write QD32: $(python3 -c "print(int(200000 / $w))") IOPS, $(per 200000 $((c1 - c0)) 1e6) us CPU/IO"
     c0=$(cpu); r=$(perf_read 8 2048 ""); c1=$(cpu)

@@ -8,6 +8,7 @@
 
 use std::io::{self, IoSlice};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
@@ -20,6 +21,7 @@ use scsi_api::FileRegion;
 
 use super::placed::{PlacedWrite, PLACED_SEGMENT_MIN};
 use super::sink::{self, Sink};
+use super::spin::SpinPolicy;
 use crate::cmdsn::CmdWindow;
 use crate::pdu::target::stamp_sequence_numbers;
 use crate::pdu::{self, Bhs, Framing, Opcode, Pdu, PduError, BHS_LEN, DIGEST_LEN};
@@ -115,6 +117,8 @@ pub(crate) struct PduReader<R> {
     /// that the data of another PDU to place behind it is not read into
     /// the buffer with it.
     header_alone: bool,
+    /// Whether to poll the socket before sleeping on it.
+    spin: SpinPolicy,
 }
 
 /// A PDU (a Data-Out, or a SCSI Command with immediate data) whose data
@@ -170,6 +174,7 @@ impl<R: Socket> PduReader<R> {
             placing: None,
             declined: false,
             header_alone: false,
+            spin: SpinPolicy::default(),
         }
     }
 
@@ -200,11 +205,23 @@ impl<R: Socket> PduReader<R> {
         if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
             self.buf.reserve(READ_CHUNK);
         }
+        let started = std::time::Instant::now();
+        let budget = self.spin.budget();
+        if let Some(budget) = budget {
+            let caught = self.poll_briefly(budget, limit).await;
+            self.spin.polled(caught.is_some());
+            if let Some(caught) = caught {
+                return caught;
+            }
+        }
         let n = (&mut self.r)
             .take(limit as u64)
             .read_buf(&mut self.buf)
             .await
             .map_err(ReadError::Io)?;
+        if budget.is_none() {
+            self.spin.slept(started.elapsed());
+        }
         if n > 0 {
             return Ok(true);
         }
@@ -212,6 +229,31 @@ impl<R: Socket> PduReader<R> {
             Ok(false)
         } else {
             Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()))
+        }
+    }
+
+    /// Read from the socket without sleeping on it, for up to `budget`,
+    /// yielding to the thread's other tasks between tries: `Some` once
+    /// bytes came (or the socket failed), `None` if none came in time or
+    /// the stream ended (the sleeping read that follows reports that).
+    async fn poll_briefly(
+        &mut self,
+        budget: Duration,
+        limit: usize,
+    ) -> Option<Result<bool, ReadError>> {
+        let until = std::time::Instant::now() + budget;
+        loop {
+            let socket = self.r.tcp()?;
+            match socket.try_read_buf(&mut bytes::BufMut::limit(&mut self.buf, limit)) {
+                Ok(0) => return None,
+                Ok(_) => return Some(Ok(true)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Some(Err(ReadError::Io(e))),
+            }
+            if std::time::Instant::now() >= until {
+                return None;
+            }
+            tokio::task::yield_now().await;
         }
     }
 
@@ -268,6 +310,7 @@ impl<R: Socket> PduReader<R> {
             }
             match place(&bhs, lens.data) {
                 Some((write, at)) => {
+                    self.spin.saw(&bhs);
                     self.buf.advance(header);
                     self.placing = Some(Placing {
                         bhs,
@@ -287,6 +330,7 @@ impl<R: Socket> PduReader<R> {
             return None;
         }
         self.declined = false;
+        self.spin.saw(&bhs);
         let frame = self.buf.split_to(total);
         let mut at = BHS_LEN;
         let ahs = &frame[at..at + lens.ahs];

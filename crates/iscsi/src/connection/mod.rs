@@ -11,6 +11,7 @@ mod pool;
 mod prestart;
 mod ring;
 mod sink;
+mod spin;
 mod tasks;
 mod text;
 mod tmf;
