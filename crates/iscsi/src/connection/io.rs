@@ -232,6 +232,12 @@ impl<R: Socket> PduReader<R> {
         }
     }
 
+    /// Tell the reader whether every command received has been answered
+    /// (see [`SpinPolicy::answered_all`]).
+    pub fn set_answered_all(&mut self, yes: bool) {
+        self.spin.answered_all = yes;
+    }
+
     /// Read from the socket without sleeping on it, for up to `budget`,
     /// yielding to the thread's other tasks between tries: `Some` once
     /// bytes came (or the socket failed), `None` if none came in time or

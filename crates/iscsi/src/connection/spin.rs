@@ -40,6 +40,11 @@ pub(crate) struct SpinPolicy {
     /// The last wait ended soon: a poll caught the data, or a sleep was
     /// shorter than [`QUICK_TURNAROUND`].
     quick: bool,
+    /// Every command received has been answered: the next move is the
+    /// initiator's. Otherwise the thread waits for a command's end (an
+    /// O_DIRECT read on the disk, say), which polling the socket won't
+    /// bring sooner.
+    pub answered_all: bool,
 }
 
 impl SpinPolicy {
@@ -55,7 +60,7 @@ impl SpinPolicy {
 
     /// How long to poll before sleeping; `None`: sleep at once.
     pub fn budget(&self) -> Option<Duration> {
-        (self.lockstep && self.quick).then_some(SPIN)
+        (self.lockstep && self.quick && self.answered_all).then_some(SPIN)
     }
 
     /// A poll ended, with bytes (`caught`) or without.
@@ -81,7 +86,10 @@ mod tests {
 
     #[test]
     fn polls_for_an_initiator_in_lockstep_that_answers_quickly() {
-        let mut p = SpinPolicy::default();
+        let mut p = SpinPolicy {
+            answered_all: true,
+            ..Default::default()
+        };
         p.slept(Duration::from_micros(60));
         p.saw(&command(7));
         assert_eq!(p.budget(), None, "one command tells nothing of the pace");
@@ -94,7 +102,10 @@ mod tests {
 
     #[test]
     fn sleeps_through_a_burst() {
-        let mut p = SpinPolicy::default();
+        let mut p = SpinPolicy {
+            answered_all: true,
+            ..Default::default()
+        };
         p.slept(Duration::ZERO);
         for exp_statsn in [40, 41, 41, 41] {
             p.saw(&command(exp_statsn));
@@ -105,8 +116,22 @@ mod tests {
     }
 
     #[test]
-    fn a_slow_initiator_is_not_polled_for() {
+    fn sleeps_while_a_command_runs() {
         let mut p = SpinPolicy::default();
+        p.slept(Duration::ZERO);
+        p.saw(&command(1));
+        p.saw(&command(2));
+        assert_eq!(p.budget(), None);
+        p.answered_all = true;
+        assert_eq!(p.budget(), Some(SPIN));
+    }
+
+    #[test]
+    fn a_slow_initiator_is_not_polled_for() {
+        let mut p = SpinPolicy {
+            answered_all: true,
+            ..Default::default()
+        };
         p.saw(&command(1));
         p.saw(&command(2));
         p.slept(Duration::from_millis(2));
@@ -119,7 +144,10 @@ mod tests {
 
     #[test]
     fn other_pdus_leave_the_pace_alone() {
-        let mut p = SpinPolicy::default();
+        let mut p = SpinPolicy {
+            answered_all: true,
+            ..Default::default()
+        };
         p.slept(Duration::ZERO);
         p.saw(&command(5));
         p.saw(&command(6));
