@@ -937,3 +937,62 @@ async fn reads_run_on_the_connections_ring() {
         "every read but the declined and the failed one ran on the ring"
     );
 }
+
+#[tokio::test]
+async fn an_initiator_in_lockstep_is_served_while_the_reader_polls() {
+    // Commands run inline, and each one acknowledges the last status
+    // (ExpStatSN), as an initiator at queue depth 1 does: the reader then
+    // polls its socket between commands before it sleeps. WRITEs reach it
+    // in pieces 10 µs apart (header, then their data in two sends), so
+    // polls also end inside a PDU. Whether a given wait is caught by a
+    // poll depends on how fast this thread answers; every answer is
+    // checked either way.
+    let ram = RamTarget::new(4096, false);
+    let (_server, addr) = start(options(), ram.clone()).await;
+    let mut c = Client::connect(addr).await;
+    c.login_normal("ImmediateData=Yes;FirstBurstLength=65536;MaxRecvDataSegmentLength=65536")
+        .await;
+    let mut exp_statsn = 0u32;
+    for i in 0..100u32 {
+        let lba = (i * 23) % 4000;
+        let data = pattern(8 * BLOCK, i as u8);
+        let mut write = c.command(
+            &write10(lba, 8),
+            data.len() as u32,
+            false,
+            true,
+            true,
+            &data,
+        );
+        write.bhs.set_u32(28, exp_statsn);
+        let wire = iscsi::pdu::encode(&write, &c.framing);
+        let (header, rest) = wire.split_at(48);
+        let (first, second) = rest.split_at(rest.len() / 3);
+        for piece in [header, first, second] {
+            c.send_raw(piece).await;
+            // Busy: a sleep this short would last the timer's slack.
+            let t = std::time::Instant::now();
+            while t.elapsed() < Duration::from_micros(10) {
+                std::hint::spin_loop();
+            }
+        }
+        let r = c.recv().await;
+        assert_eq!(r.bhs.opcode(), Some(Opcode::ScsiResponse), "write {i}");
+        assert_eq!(r.bhs.byte(3), 0, "write {i} GOOD");
+        exp_statsn = r.bhs.u32_at(24).wrapping_add(1);
+
+        let mut read = c.command(&read10(lba, 8), data.len() as u32, true, false, true, &[]);
+        read.bhs.set_u32(28, exp_statsn);
+        c.send(&read).await;
+        let r = c.recv().await;
+        assert_eq!(r.bhs.opcode(), Some(Opcode::DataIn), "read {i}");
+        assert_ne!(r.bhs.flags() & 0x01, 0, "read {i}: status with its data");
+        assert_eq!(&r.data[..], &data[..], "read {i}");
+        exp_statsn = r.bhs.u32_at(24).wrapping_add(1);
+    }
+    let at = (99 * 23 % 4000) as usize * BLOCK;
+    assert_eq!(
+        &ram.data.lock()[at..at + 8 * BLOCK],
+        &pattern(8 * BLOCK, 99)[..]
+    );
+}
