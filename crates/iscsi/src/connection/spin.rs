@@ -84,12 +84,26 @@ mod tests {
         bhs
     }
 
-    #[test]
-    fn polls_for_an_initiator_in_lockstep_that_answers_quickly() {
-        let mut p = SpinPolicy {
+    /// Every command answered: the next move is the initiator's.
+    fn waiting_on_initiator() -> SpinPolicy {
+        SpinPolicy {
             answered_all: true,
             ..Default::default()
-        };
+        }
+    }
+
+    /// Two commands in lockstep after a short sleep.
+    fn in_lockstep() -> SpinPolicy {
+        let mut p = waiting_on_initiator();
+        p.slept(Duration::ZERO);
+        p.saw(&command(1));
+        p.saw(&command(2));
+        p
+    }
+
+    #[test]
+    fn polls_for_an_initiator_in_lockstep_that_answers_quickly() {
+        let mut p = waiting_on_initiator();
         p.slept(Duration::from_micros(60));
         p.saw(&command(7));
         assert_eq!(p.budget(), None, "one command tells nothing of the pace");
@@ -102,10 +116,7 @@ mod tests {
 
     #[test]
     fn sleeps_through_a_burst() {
-        let mut p = SpinPolicy {
-            answered_all: true,
-            ..Default::default()
-        };
+        let mut p = waiting_on_initiator();
         p.slept(Duration::ZERO);
         for exp_statsn in [40, 41, 41, 41] {
             p.saw(&command(exp_statsn));
@@ -117,21 +128,15 @@ mod tests {
 
     #[test]
     fn sleeps_while_a_command_runs() {
-        let mut p = SpinPolicy::default();
-        p.slept(Duration::ZERO);
-        p.saw(&command(1));
-        p.saw(&command(2));
-        assert_eq!(p.budget(), None);
-        p.answered_all = true;
+        let mut p = in_lockstep();
         assert_eq!(p.budget(), Some(SPIN));
+        p.answered_all = false;
+        assert_eq!(p.budget(), None);
     }
 
     #[test]
     fn a_slow_initiator_is_not_polled_for() {
-        let mut p = SpinPolicy {
-            answered_all: true,
-            ..Default::default()
-        };
+        let mut p = waiting_on_initiator();
         p.saw(&command(1));
         p.saw(&command(2));
         p.slept(Duration::from_millis(2));
@@ -144,15 +149,9 @@ mod tests {
 
     #[test]
     fn other_pdus_leave_the_pace_alone() {
-        let mut p = SpinPolicy {
-            answered_all: true,
-            ..Default::default()
-        };
-        p.slept(Duration::ZERO);
-        p.saw(&command(5));
-        p.saw(&command(6));
+        let mut p = in_lockstep();
         let mut nop = Bhs::new(Opcode::NopOut, 0x80);
-        nop.set_u32(28, 6);
+        nop.set_u32(28, 2);
         p.saw(&nop);
         assert_eq!(p.budget(), Some(SPIN));
     }
