@@ -990,9 +990,10 @@ async fn an_initiator_in_lockstep_is_served_while_the_reader_polls() {
         assert_eq!(&r.data[..], &data[..], "read {i}");
         exp_statsn = r.bhs.u32_at(24).wrapping_add(1);
     }
-    let at = (99 * 23 % 4000) as usize * BLOCK;
-    assert_eq!(
-        &ram.data.lock()[at..at + 8 * BLOCK],
-        &pattern(8 * BLOCK, 99)[..]
-    );
+    let ram = ram.data.lock();
+    for i in 0..100u32 {
+        let at = ((i * 23) % 4000) as usize * BLOCK;
+        let data = pattern(8 * BLOCK, i as u8);
+        assert_eq!(&ram[at..at + 8 * BLOCK], &data[..], "write {i} in place");
+    }
 }
