@@ -8,7 +8,6 @@
 
 use std::io::{self, IoSlice};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
@@ -208,7 +207,7 @@ impl<R: Socket> PduReader<R> {
         let started = std::time::Instant::now();
         let budget = self.spin.budget();
         if let Some(budget) = budget {
-            let caught = self.poll_briefly(budget, limit).await;
+            let caught = self.poll_briefly(started + budget, limit).await;
             self.spin.polled(caught.is_some());
             if let Some(caught) = caught {
                 return caught;
@@ -238,16 +237,15 @@ impl<R: Socket> PduReader<R> {
         self.spin.answered_all = yes;
     }
 
-    /// Read from the socket without sleeping on it, for up to `budget`,
+    /// Read from the socket without sleeping on it, until `until`,
     /// yielding to the thread's other tasks between tries: `Some` once
     /// bytes came (or the socket failed), `None` if none came in time or
     /// the stream ended (the sleeping read that follows reports that).
     async fn poll_briefly(
         &mut self,
-        budget: Duration,
+        until: std::time::Instant,
         limit: usize,
     ) -> Option<Result<bool, ReadError>> {
-        let until = std::time::Instant::now() + budget;
         loop {
             let socket = self.r.tcp()?;
             match socket.try_read_buf(&mut bytes::BufMut::limit(&mut self.buf, limit)) {

@@ -199,17 +199,14 @@ impl ReadRing {
 
     /// Put every queued read in flight.
     fn submit(self: &Arc<Self>) {
-        let mut st = self.state.lock();
-        if st.submit_queued().is_err() {
-            self.retry_later(&mut st);
-        }
+        self.submit_or_retry(&mut self.state.lock());
     }
 
-    /// After a refused submit, try again on a timer unless a task already
-    /// does. Completions also submit, but the refused entries may be all
-    /// the ring holds, and then none will come.
-    fn retry_later(self: &Arc<Self>, st: &mut RingState) {
-        if std::mem::replace(&mut st.retrying, true) {
+    /// Submit what is queued; if the kernel refuses, try again on a timer
+    /// unless a task already does. Completions also submit, but the
+    /// refused entries may be all the ring holds, and then none will come.
+    fn submit_or_retry(self: &Arc<Self>, st: &mut RingState) {
+        if st.submit_queued().is_ok() || std::mem::replace(&mut st.retrying, true) {
             return;
         }
         let ring = self.clone();
@@ -252,9 +249,7 @@ impl ReadRing {
             // The waiting batch goes before the ended one is answered, and
             // with it entries left queued by a failed submit.
             let unplaced = st.place(!ended.is_empty());
-            if st.submit_queued().is_err() {
-                self.retry_later(&mut st);
-            }
+            self.submit_or_retry(&mut st);
             drop(st);
             finish_unread(unplaced);
             ended
@@ -306,8 +301,8 @@ impl RingState {
             let mut placed = unsafe { self.ring.submission().push(&entry) }.is_ok();
             if !placed {
                 // The queue is full: put what it holds in flight and retry.
-                // A refusal leaves it full, and the caller's submit, which
-                // follows, starts the timer.
+                // A refusal leaves it full, and the caller's
+                // `submit_or_retry`, which follows, starts the timer.
                 let _ = self.submit_queued();
                 // SAFETY: as above.
                 placed = unsafe { self.ring.submission().push(&entry) }.is_ok();
