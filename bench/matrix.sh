@@ -19,7 +19,9 @@
 #      loopback TCP stream measured by iperf3 in the same round.
 #   6. O_DIRECT file LUN on the real disk (a file under /var/tmp): iscsi-perf
 #      at QD1 and QD32 against fio ioengine=io_uring direct=1 on that file.
-#   7. header digests: iscsi-perf QD32 with header_digest=crc32c vs none.
+#   7. header digests: iscsi-perf QD32 with header_digest=crc32c vs none;
+#      data digests, which no client here negotiates: benches/digests.rs, the
+#      project's own initiator against openarray alone (cargo bench).
 #
 # Usage: bench/matrix.sh [--quick]
 #   --quick   shorter runs (2 s) and fewer points, for trying the script out;
@@ -422,6 +424,7 @@ main() {
 
     log "building openarray (release)"
     run_child cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" -p openarray --bin openarray
+    run_child cargo bench --quiet --no-run --manifest-path "$ROOT/Cargo.toml" --bench digests
     OA_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/openarray
     # What was built: the commit, and whether the working tree differed from it.
     local commit dirty
@@ -463,6 +466,12 @@ main() {
         log "direct measurements, round $round of $ROUNDS"
         direct_round "$round"
     done
+
+    log "data digests (benches/digests.rs), $ROUNDS round(s)"
+    if ! run_child cargo bench --quiet --manifest-path "$ROOT/Cargo.toml" --bench digests -- \
+        --seconds "$RUNTIME" --rounds "$ROUNDS" --tsv "$RESULTS" >"$WORK/digests.out" 2>&1; then
+        log "the digest bench failed: $(tail -2 "$WORK/digests.out")"; FAILED=1
+    fi
 
     local cmd="bench/matrix.sh"
     [ "$QUICK" -eq 1 ] && cmd="bench/matrix.sh --quick"

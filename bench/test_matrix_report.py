@@ -192,6 +192,21 @@ class Report(TempFiles):
         # Faster headline reads: 0.67 of them is not enough, whatever fio's reads.
         self.assertTrue(goal(120000).endswith("| **no** |"))
 
+    def test_data_digest_cost_against_no_digests(self):
+        lines = [
+            "digests\topenarray\t64k-randread-none\t32\t30000\t1966.1\t-\t-\t-\t-\t28.0\t10.0\t-",
+            "digests\topenarray\t64k-randread-header+data\t32\t25000\t1638.4\t-\t-\t-\t-\t35.0\t13.0\t-",
+        ]
+        goal = next(line for line in self.goals(lines) if line.startswith("| data digest"))
+        self.assertEqual(goal, "| data digest cost reported | CPU/IO with header and data "
+                               "CRC32C against none: 64k-randread 1.25x | yes |")
+        out = []
+        path = self.write("digests.tsv", "\n".join(lines) + "\n")
+        matrix_report.section_digest(matrix_report.load_results(path), out)
+        both = next(line for line in out if line.startswith("| 64k-randread | header+data"))
+        self.assertIn("| 35.0 | +25 % | 13.0 |", both)
+        self.assertTrue(self.goals([])[-2].endswith("| not measured |"))
+
 
 if __name__ == "__main__":
     unittest.main()
