@@ -132,6 +132,14 @@ fn positive_seconds(value: &str) -> Result<f64, String> {
 
 fn main() {
     let args = Args::parse();
+    // The daemon is dropped (and so killed) before the process exits.
+    if let Err(message) = measure(args) {
+        eprintln!("digests: {message}");
+        std::process::exit(1);
+    }
+}
+
+fn measure(args: Args) -> Result<(), String> {
     let daemon = Daemon::start();
     let target = daemon.first_target();
     let fill = Load {
@@ -140,7 +148,7 @@ fn main() {
         bytes: 65536,
     };
     run(&daemon, &target, SETTINGS[0].1, &fill, Span::EachSlotOnce)
-        .unwrap_or_else(|e| fail(1, format!("writing the LUN before the runs: {e}")));
+        .map_err(|e| format!("writing the LUN before the runs: {e}"))?;
 
     // The settings take turns, round after round, so each sees the same
     // load from the rest of the machine; the best round of each is kept.
@@ -156,7 +164,7 @@ fn main() {
                     load,
                     Span::Seconds(args.seconds),
                 )
-                .unwrap_or_else(|e| fail(1, format!("{} with {setting} digests: {e}", load.name)));
+                .map_err(|e| format!("{} with {setting} digests: {e}", load.name))?;
                 if kept.as_ref().is_none_or(|k| fig.iops() > k.iops()) {
                     *kept = Some(fig);
                 }
@@ -200,13 +208,9 @@ fn main() {
             .append(true)
             .open(&path)
             .and_then(|mut f| rows.iter().try_for_each(|row| writeln!(f, "{row}")))
-            .unwrap_or_else(|e| fail(1, format!("cannot append to {path}: {e}")));
+            .map_err(|e| format!("cannot append to {path}: {e}"))?;
     }
-}
-
-fn fail(code: i32, message: String) -> ! {
-    eprintln!("digests: {message}");
-    std::process::exit(code)
+    Ok(())
 }
 
 /// One session with `digests`, `load` at QD32 for `span`.
@@ -258,7 +262,8 @@ fn run(
         s.cmd_sn = s.cmd_sn.wrapping_add(1);
     };
 
-    let target_before = cpu_ticks(&format!("/proc/{}/stat", daemon.pid()))?;
+    let target_stat = format!("/proc/{}/stat", daemon.pid());
+    let target_before = cpu_ticks(&target_stat)?;
     let initiator_before = cpu_ticks("/proc/self/stat")?;
     let started = Instant::now();
     let more = |issued: u64| match span {
@@ -303,7 +308,7 @@ fn run(
     let figures = Figures {
         ios,
         seconds: elapsed,
-        target_ticks: cpu_ticks(&format!("/proc/{}/stat", daemon.pid()))? - target_before,
+        target_ticks: cpu_ticks(&target_stat)? - target_before,
         initiator_ticks: cpu_ticks("/proc/self/stat")? - initiator_before,
     };
     s.logout()?;
