@@ -60,8 +60,10 @@ impl Direct {
         (start, (end - start) as usize)
     }
 
+    /// A buffer every use of which fills it whole before reading it (a
+    /// read that ends short fails, or is done again elsewhere).
     fn bounce(&self, len: usize) -> io::Result<AlignedBuf> {
-        AlignedBuf::zeroed(len, self.mem_align)
+        AlignedBuf::reused(len, self.mem_align)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad O_DIRECT alignment"))
     }
 }

@@ -119,6 +119,9 @@ pub struct ScsiResponse {
     /// Data-In that is a region of a file instead (`data_in` is then
     /// empty): only for commands that allowed it ([`ScsiCommand::zero_copy`]).
     pub data_in_file: Option<FileRegion>,
+    /// Data-In left in the buffer the device read it into (`data_in` is
+    /// then empty), sent from there rather than from a copy.
+    pub data_in_held: Option<HeldData>,
     /// For commands with Data-Out: how many bytes the CDB asked for, so the
     /// transport can report residual over/underflow. `None` when the
     /// command carries no Data-Out.
@@ -135,6 +138,24 @@ pub struct FileRegion {
     pub file: Arc<File>,
     pub offset: u64,
     pub len: usize,
+}
+
+/// The buffer of an O_DIRECT read, whose bytes a response hands to the
+/// transport as they are: copying them out first cost the target about a
+/// sixth of its time per 4K read, the device having just written them
+/// behind the CPU's caches.
+pub struct HeldData(pub Box<dyn AsRef<[u8]> + Send + Sync>);
+
+impl AsRef<[u8]> for HeldData {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_ref().as_ref()
+    }
+}
+
+impl std::fmt::Debug for HeldData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeldData({} bytes)", self.as_ref().len())
+    }
 }
 
 impl FileRegion {
@@ -163,9 +184,19 @@ impl FileRegion {
 impl ScsiResponse {
     /// How many bytes of Data-In the command produced.
     pub fn data_in_len(&self) -> usize {
-        match &self.data_in_file {
-            Some(region) => region.len,
-            None => self.data_in.len(),
+        match (&self.data_in_file, &self.data_in_held) {
+            (Some(region), _) => region.len,
+            (None, Some(held)) => held.as_ref().len(),
+            (None, None) => self.data_in.len(),
+        }
+    }
+
+    /// The Data-In bytes held in memory, in `data_in` or in a device's
+    /// buffer; empty for a region of a file.
+    pub fn data_in_bytes(&self) -> &[u8] {
+        match &self.data_in_held {
+            Some(held) => held.as_ref(),
+            None => &self.data_in,
         }
     }
 
@@ -176,6 +207,13 @@ impl ScsiResponse {
     pub fn with_data(data_in: Vec<u8>) -> Self {
         ScsiResponse {
             data_in,
+            ..Default::default()
+        }
+    }
+
+    pub fn with_held(held: HeldData) -> Self {
+        ScsiResponse {
+            data_in_held: Some(held),
             ..Default::default()
         }
     }

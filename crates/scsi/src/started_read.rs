@@ -7,7 +7,7 @@ use std::io;
 use std::sync::Arc;
 
 use block::DirectRead;
-use scsi_api::{ReadStart, ScsiResponse, StartedRead};
+use scsi_api::{HeldData, ReadStart, ScsiResponse, StartedRead};
 
 use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome};
 use crate::rw::extent;
@@ -42,8 +42,10 @@ impl LogicalUnit {
             }
         };
         ReadStart::Started(Box::new(LuRead {
-            lu: self.clone(),
-            hold: Some(hold.detach()),
+            hold: Hold {
+                lu: self.clone(),
+                id: hold.detach(),
+            },
             read,
         }))
     }
@@ -51,10 +53,29 @@ impl LogicalUnit {
 
 /// A started READ: the range it holds and the window its bytes land in.
 struct LuRead {
-    lu: Arc<LogicalUnit>,
-    /// The shared hold on the READ's range, ended on drop.
-    hold: Option<u64>,
+    hold: Hold,
     read: DirectRead,
+}
+
+/// The shared hold on a READ's range, ended on drop.
+struct Hold {
+    lu: Arc<LogicalUnit>,
+    id: u64,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.lu.locks.release(self.id);
+    }
+}
+
+/// A finished read's window, answered from as it is.
+struct Window(DirectRead);
+
+impl AsRef<[u8]> for Window {
+    fn as_ref(&self) -> &[u8] {
+        self.0.data()
+    }
 }
 
 impl StartedRead for LuRead {
@@ -71,34 +92,24 @@ impl StartedRead for LuRead {
     }
 
     fn finish(self: Box<Self>, got: io::Result<usize>) -> ScsiResponse {
-        let wanted = self.read.data().len();
+        let LuRead { hold, read } = *self;
+        let lu = &hold.lu;
         let outcome: Outcome = match got {
-            Ok(n) if n == self.read.window.len() => {
-                let mut data = scsi_api::buffers::take(wanted);
-                data.copy_from_slice(self.read.data());
-                Ok(ScsiResponse::with_data(data))
+            Ok(n) if n == read.window.len() => {
+                Ok(ScsiResponse::with_held(HeldData(Box::new(Window(read)))))
             }
             // A short read (the kernel may stop early) is done again whole.
             Ok(_) => {
-                let mut data = scsi_api::buffers::take(wanted);
-                self.lu
-                    .device
-                    .read_at(&mut data, self.read.offset())
+                let mut data = scsi_api::buffers::take(read.data().len());
+                lu.device
+                    .read_at(&mut data, read.offset())
                     .map(|()| ScsiResponse::with_data(data))
                     .map_err(|err| io_sense(&err, false).into())
             }
             Err(err) => Err(io_sense(&err, false).into()),
         };
         // A READ has no Data-Out, so no residual of it to report.
-        self.lu.respond_wanting(outcome, None)
-    }
-}
-
-impl Drop for LuRead {
-    fn drop(&mut self) {
-        if let Some(id) = self.hold.take() {
-            self.lu.locks.release(id);
-        }
+        lu.respond_wanting(outcome, None)
     }
 }
 
@@ -169,8 +180,10 @@ mod tests {
         assert_eq!(read.offset() % 512, 0);
         let r = run_started(read);
         assert_eq!(r.status, 0);
-        assert_eq!(r.data_in, run(&lu, &n, &read10(5, 9), &[]).data_in);
-        assert_eq!(r.data_in, data[1024..1024 + 9 * 512]);
+        assert!(r.data_in_held.is_some(), "answered from the window");
+        assert_eq!(r.data_in_bytes(), run(&lu, &n, &read10(5, 9), &[]).data_in);
+        assert_eq!(r.data_in_bytes(), &data[1024..1024 + 9 * 512]);
+        assert_eq!(r.data_in_len(), 9 * 512);
 
         // A short read is finished by reading again.
         let ReadStart::Started(read) = start(&lu, &n, &read10(3, 8)) else {

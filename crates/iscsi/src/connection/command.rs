@@ -15,7 +15,7 @@ use crate::pdu::initiator::Cdb;
 use crate::pdu::target::{self, DataInStatus, Residual};
 use crate::pdu::Bhs;
 use bytes::Bytes;
-use scsi_api::{status, FileRegion, ScsiResponse, TaskAttr};
+use scsi_api::{status, FileRegion, HeldData, ScsiResponse, TaskAttr};
 
 /// iSCSI Response codes of the SCSI Response PDU.
 pub(crate) const RESPONSE_COMPLETED: u8 = 0x00;
@@ -155,8 +155,8 @@ pub(crate) fn residual(shape: &ResponseShape, resp: &ScsiResponse) -> Residual {
     } else if shape.write {
         // Data was sent but the command used none of it.
         Residual::between(shape.edtl, 0)
-    } else if !resp.data_in.is_empty() {
-        Residual::between(0, resp.data_in.len() as u64)
+    } else if resp.data_in_len() > 0 {
+        Residual::between(0, resp.data_in_len() as u64)
     } else {
         Residual::None
     }
@@ -170,7 +170,7 @@ pub(crate) type ResponsePdus = smallvec::SmallVec<[OutPdu; 1]>;
 /// when there is no sense, a separate SCSI Response otherwise.
 pub(crate) fn response_pdus(shape: &ResponseShape, resp: ScsiResponse) -> ResponsePdus {
     let residual = residual(shape, &resp);
-    let mut data_in = DataIn::of(shape, resp.data_in, resp.data_in_file);
+    let mut data_in = DataIn::of(shape, resp.data_in, resp.data_in_file, resp.data_in_held);
     let collapse = data_in.len() > 0
         && resp.sense.is_empty()
         && matches!(resp.status, status::GOOD | status::CONDITION_MET);
@@ -221,13 +221,20 @@ enum DataIn {
 }
 
 impl DataIn {
-    fn of(shape: &ResponseShape, memory: Vec<u8>, file: Option<FileRegion>) -> DataIn {
+    fn of(
+        shape: &ResponseShape,
+        memory: Vec<u8>,
+        file: Option<FileRegion>,
+        held: Option<HeldData>,
+    ) -> DataIn {
         let limit = if shape.read { shape.edtl as usize } else { 0 };
         if let Some(mut region) = file {
             region.len = region.len.min(limit);
             return DataIn::File(region);
         }
-        let mut bytes = if memory.capacity() >= 64 << 10 {
+        let mut bytes = if let Some(held) = held {
+            Bytes::from_owner(held)
+        } else if memory.capacity() >= 64 << 10 {
             Bytes::from_owner(scsi_api::buffers::Recycled(memory))
         } else {
             Bytes::from(memory)
