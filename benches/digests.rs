@@ -27,7 +27,7 @@ use std::io::{self, BufReader, Write};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::iscsi::{op, read_pdu, rw10_cdb, Digests, LoginParams, Pdu, Session};
+use common::iscsi::{final_status, op, read_pdu, rw10_cdb, Digests, LoginParams, Session};
 use common::rng::Rng;
 use common::Daemon;
 
@@ -313,22 +313,6 @@ fn run(
     };
     s.logout()?;
     Ok(figures)
-}
-
-/// The status of a PDU that ends a command, `None` for one that does not.
-fn final_status(pdu: &Pdu) -> io::Result<Option<u8>> {
-    match pdu.opcode() {
-        op::DATA_IN if pdu.flags() & 0x01 != 0 => Ok(Some(pdu.bhs[3])),
-        op::DATA_IN => Ok(None),
-        op::SCSI_RSP if pdu.bhs[2] != 0 => Err(io::Error::other(format!(
-            "iSCSI response {:#x}",
-            pdu.bhs[2]
-        ))),
-        op::SCSI_RSP => Ok(Some(pdu.bhs[3])),
-        other => Err(io::Error::other(format!(
-            "unexpected PDU with opcode {other:#x}"
-        ))),
-    }
 }
 
 /// utime + stime of a process (all its threads) from its stat file.

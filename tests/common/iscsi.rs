@@ -122,6 +122,22 @@ impl Pdu {
     }
 }
 
+/// How a PDU answering a command ends it: `Some(status)` for a SCSI
+/// Response or a Data-In with the S bit, `None` for a Data-In without it.
+/// A SCSI Response reporting a target failure, and any PDU of another
+/// kind, are errors.
+pub fn final_status(pdu: &Pdu) -> io::Result<Option<u8>> {
+    match pdu.opcode() {
+        op::DATA_IN => Ok((pdu.flags() & 0x01 != 0).then_some(pdu.bhs[3])),
+        op::SCSI_RSP if pdu.bhs[2] != 0 => Err(invalid(format!(
+            "iSCSI response {:#x} (target failure)",
+            pdu.bhs[2]
+        ))),
+        op::SCSI_RSP => Ok(Some(pdu.bhs[3])),
+        other => Err(invalid(format!("unexpected PDU with opcode {other:#x}"))),
+    }
+}
+
 fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
 }
@@ -487,11 +503,11 @@ impl Session {
                     }
                     data[offset..end].copy_from_slice(&rsp.data);
                     received += rsp.data.len();
-                    if rsp.flags() & 0x01 != 0 {
+                    if let Some(status) = final_status(&rsp)? {
                         self.exp_stat_sn = rsp.u32_at(24).wrapping_add(1);
                         data.truncate(received);
                         return Ok(Completion {
-                            status: rsp.bhs[3],
+                            status,
                             sense: Vec::new(),
                             data,
                         });
@@ -502,12 +518,7 @@ impl Session {
                 }
                 op::SCSI_RSP if rsp.itt() == itt => {
                     self.exp_stat_sn = rsp.u32_at(24).wrapping_add(1);
-                    if rsp.bhs[2] != 0 {
-                        return Err(invalid(format!(
-                            "iSCSI response {:#x} (target failure)",
-                            rsp.bhs[2]
-                        )));
-                    }
+                    let status = final_status(&rsp)?.unwrap_or(rsp.bhs[3]);
                     let sense = match rsp.data.get(..2) {
                         Some(len) => {
                             let len = u16::from_be_bytes([len[0], len[1]]) as usize;
@@ -517,7 +528,7 @@ impl Session {
                     };
                     data.truncate(received);
                     return Ok(Completion {
-                        status: rsp.bhs[3],
+                        status,
                         sense,
                         data,
                     });

@@ -227,9 +227,7 @@ pub fn decode(buf: &[u8], framing: &Framing) -> Result<Decoded, PduError> {
 /// The bytes that precede the data segment (BHS, AHS, header digest).
 /// DataSegmentLength and TotalAHSLength are set from the PDU's contents.
 pub fn encode_header(bhs: &Bhs, ahs: &[u8], data_len: usize, header_digest: bool) -> Vec<u8> {
-    let mut bhs = *bhs;
-    bhs.set_data_segment_len(data_len as u32);
-    bhs.set_total_ahs_len_bytes(ahs.len());
+    let bhs = with_lengths(bhs, ahs.len(), data_len);
     let mut out = Vec::with_capacity(BHS_LEN + ahs.len() + DIGEST_LEN);
     out.extend_from_slice(&bhs.0);
     out.extend_from_slice(ahs);
@@ -254,9 +252,7 @@ impl WireHeader {
 
 /// [`encode_header`] without an AHS and without allocating.
 pub fn wire_header(bhs: &Bhs, data_len: usize, header_digest: bool) -> WireHeader {
-    let mut bhs = *bhs;
-    bhs.set_data_segment_len(data_len as u32);
-    bhs.set_total_ahs_len_bytes(0);
+    let bhs = with_lengths(bhs, 0, data_len);
     let mut bytes = [0; BHS_LEN + DIGEST_LEN];
     bytes[..BHS_LEN].copy_from_slice(&bhs.0);
     let len = if header_digest {
@@ -266,6 +262,14 @@ pub fn wire_header(bhs: &Bhs, data_len: usize, header_digest: bool) -> WireHeade
         BHS_LEN
     };
     WireHeader { bytes, len }
+}
+
+/// `bhs` with TotalAHSLength and DataSegmentLength set to these lengths.
+fn with_lengths(bhs: &Bhs, ahs_len: usize, data_len: usize) -> Bhs {
+    let mut bhs = *bhs;
+    bhs.set_data_segment_len(data_len as u32);
+    bhs.set_total_ahs_len_bytes(ahs_len);
+    bhs
 }
 
 /// The bytes that follow the data segment: padding and data digest.
