@@ -12,8 +12,9 @@ use std::ptr::NonNull;
 
 /// Buffers up to this size are kept for reuse when dropped.
 const KEEP_MAX_LEN: usize = 64 << 10;
-/// How many dropped buffers each thread keeps.
-const KEEP_PER_THREAD: usize = 64;
+/// How many bytes of dropped buffers each thread keeps: a QD32 load of
+/// 4K reads needs about 64 buffers, of 64K reads 16 (more get allocated).
+const KEEP_PER_THREAD: usize = 1 << 20;
 
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
@@ -46,8 +47,9 @@ impl AlignedBuf {
         let kept = KEPT
             .try_with(|kept| {
                 let mut kept = kept.borrow_mut();
-                let at = kept.0.iter().rposition(|b| b.layout == layout)?;
-                Some(kept.0.swap_remove(at))
+                let at = kept.list.iter().rposition(|b| b.layout == layout)?;
+                kept.bytes -= layout.size();
+                Some(kept.list.swap_remove(at))
             })
             .ok()
             .flatten();
@@ -65,11 +67,14 @@ struct Kept {
 }
 
 /// This thread's kept allocations, freed with the thread.
-struct KeptList(Vec<Kept>);
+struct KeptList {
+    list: Vec<Kept>,
+    bytes: usize,
+}
 
 impl Drop for KeptList {
     fn drop(&mut self) {
-        for b in self.0.drain(..) {
+        for b in self.list.drain(..) {
             // SAFETY: allocated in `AlignedBuf::zeroed` with this layout,
             // and owned by nobody else since its buffer was dropped.
             unsafe { alloc::dealloc(b.ptr.as_ptr(), b.layout) }
@@ -78,7 +83,12 @@ impl Drop for KeptList {
 }
 
 thread_local! {
-    static KEPT: RefCell<KeptList> = const { RefCell::new(KeptList(Vec::new())) };
+    static KEPT: RefCell<KeptList> = const {
+        RefCell::new(KeptList {
+            list: Vec::new(),
+            bytes: 0,
+        })
+    };
 }
 
 impl Deref for AlignedBuf {
@@ -103,9 +113,10 @@ impl Drop for AlignedBuf {
             && KEPT
                 .try_with(|kept| {
                     let mut kept = kept.borrow_mut();
-                    let room = kept.0.len() < KEEP_PER_THREAD;
+                    let room = kept.bytes + layout.size() <= KEEP_PER_THREAD;
                     if room {
-                        kept.0.push(Kept { ptr, layout });
+                        kept.bytes += layout.size();
+                        kept.list.push(Kept { ptr, layout });
                     }
                     room
                 })
@@ -148,7 +159,7 @@ mod tests {
         drop(big);
         let kept_big = KEPT.with(|k| {
             k.borrow()
-                .0
+                .list
                 .iter()
                 .any(|b| std::ptr::eq(b.ptr.as_ptr(), big_at))
         });
@@ -156,11 +167,16 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_keeps_a_bounded_number() {
-        let bufs: Vec<_> = (0..KEEP_PER_THREAD + 10)
-            .map(|_| AlignedBuf::reused(512, 512).unwrap())
+    fn a_thread_keeps_a_bounded_number_of_bytes() {
+        let count = KEEP_PER_THREAD / 4096;
+        let bufs: Vec<_> = (0..count + 10)
+            .map(|_| AlignedBuf::reused(4096, 4096).unwrap())
             .collect();
         drop(bufs);
-        assert_eq!(KEPT.with(|k| k.borrow().0.len()), KEEP_PER_THREAD);
+        let kept = KEPT.with(|k| (k.borrow().list.len(), k.borrow().bytes));
+        assert_eq!(kept, (count, KEEP_PER_THREAD));
+        let taken = AlignedBuf::reused(4096, 4096).unwrap();
+        assert_eq!(KEPT.with(|k| k.borrow().bytes), KEEP_PER_THREAD - 4096);
+        drop(taken);
     }
 }
