@@ -507,6 +507,21 @@ mod tests {
     }
 
     #[test]
+    fn read_held_in_a_device_buffer_is_sent_from_it() {
+        let window: Vec<u8> = (0..20000u32).map(|i| i as u8).collect();
+        let (at, expect) = (window.as_ptr() as usize, window.clone());
+        let resp = ScsiResponse::with_held(HeldData(Box::new(window)));
+        let pdus = response_pdus(&shape(true, false, 18000), resp);
+        assert_eq!(pdus.len(), 3);
+        let sent: Vec<u8> = pdus.iter().flat_map(|p| p.data.to_vec()).collect();
+        assert_eq!(sent, expect[..18000], "cut to the expected length");
+        assert_eq!(pdus[0].data.as_ptr() as usize, at, "not copied");
+        let last = &pdus[2];
+        assert_eq!(last.bhs.flags(), 0x80 | 0x04 | 0x01, "F, overflow, S");
+        assert_eq!(last.bhs.u32_at(44), 2000);
+    }
+
+    #[test]
     fn a_short_read_allocates_nothing_for_its_response() {
         use crate::alloc_count::allocations;
         let data = vec![7u8; 4096];
