@@ -80,16 +80,31 @@ fn reads_from_file_pages_return_what_was_written() {
 /// into the pages the READ's data still sits in.
 #[test]
 fn an_ordered_write_waits_until_the_initiator_has_read_earlier_pages() {
+    ordered_write_after_read(512);
+}
+
+/// The same with a READ short enough to be sent through the file's
+/// mapping rather than with `sendfile`.
+#[test]
+fn an_ordered_write_waits_for_mapped_pages_too() {
+    ordered_write_after_read(8);
+}
+
+fn ordered_write_after_read(read_blocks: u16) {
     let (daemon, _dir) = daemon_on_tmpfs();
     let mut s = session(&daemon, Digests::default());
-    let old = pattern(256 << 10, 1);
-    let new = pattern(8 << 10, 2);
+    let old = pattern(usize::from(read_blocks) * 512, 1);
+    let written = read_blocks.min(16);
+    let new = pattern(usize::from(written) * 512, 2);
+    // A first write of 64 KiB is received into the file's pages, which
+    // maps the file: from then on written pages are read through it.
+    s.write10(0, 0, &pattern(64 << 10, 3), 512).unwrap();
     s.write10(0, 0, &old, 512).unwrap();
 
-    let read = s.command_pdu(0, &rw10_cdb(READ10, 0, 512), 0, old.len());
+    let read = s.command_pdu(0, &rw10_cdb(READ10, 0, read_blocks), 0, old.len());
     s.send(&read).unwrap();
     s.cmd_sn = s.cmd_sn.wrapping_add(1);
-    let mut write = s.command_pdu(0, &rw10_cdb(WRITE10, 0, 16), new.len(), 0);
+    let mut write = s.command_pdu(0, &rw10_cdb(WRITE10, 0, written), new.len(), 0);
     write.bhs[1] = FINAL | 0x20 | 2; // ORDERED
     write.data = new.clone();
     s.send(&write).unwrap();
@@ -126,6 +141,6 @@ fn an_ordered_write_waits_until_the_initiator_has_read_earlier_pages() {
     assert!(pinged, "the write waited for a ping's answer");
     let mut after = old.clone();
     after[..new.len()].copy_from_slice(&new);
-    assert!(s.read10(0, 0, 512, 512).unwrap() == after);
+    assert!(s.read10(0, 0, read_blocks, 512).unwrap() == after);
     s.logout().unwrap();
 }

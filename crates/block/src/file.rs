@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use crate::aligned::AlignedBuf;
 use crate::{
     check_range, read_each, read_only_error, sys, uring, Allocation, BatchRead, BlockDevice,
-    Capabilities, DirectRead, MemoryMap,
+    Capabilities, DirectRead, MappedBytes, MemoryMap,
 };
 
 /// How to open a [`FileDevice`].
@@ -84,7 +84,7 @@ pub struct FileDevice {
     in_memory: bool,
     /// The file mapped for writes received straight into its pages; made
     /// at the first such write, `None` inside if mapping failed.
-    map: OnceLock<Option<MemoryMap>>,
+    map: OnceLock<Option<Arc<MemoryMap>>>,
 }
 
 /// Prefixes an error with the path it concerns, so configuration errors
@@ -191,6 +191,30 @@ impl FileDevice {
             read_only: opts.read_only,
             map: OnceLock::new(),
         })
+    }
+
+    /// The mapping of a file in memory, made on first use.
+    fn mapping(&self) -> Option<&Arc<MemoryMap>> {
+        if !self.in_memory || self.read_only {
+            return None;
+        }
+        self.map
+            .get_or_init(|| MemoryMap::of(&self.file, self.size).ok().map(Arc::new))
+            .as_ref()
+    }
+
+    /// Written pages may be read through the mapping, if there is one.
+    fn mark_written(&self, offset: u64, len: u64) {
+        if let Some(Some(map)) = self.map.get() {
+            map.mark_allocated(offset, len);
+        }
+    }
+
+    /// Pages about to become holes must not be read through the mapping.
+    fn forget_written(&self, offset: u64, len: u64) {
+        if let Some(Some(map)) = self.map.get() {
+            map.forget_allocated(offset, len);
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -361,7 +385,9 @@ impl BlockDevice for FileDevice {
         }
         match &self.direct {
             Some(d) => self.direct_write(d, out, buf, offset),
-            None => out.write_all_at(buf, offset),
+            None => out
+                .write_all_at(buf, offset)
+                .map(|()| self.mark_written(offset, buf.len() as u64)),
         }
     }
 
@@ -373,6 +399,7 @@ impl BlockDevice for FileDevice {
         let len = parts.iter().map(|p| p.len() as u64).sum();
         check_range(self.size, offset, len)?;
         sys::pwritev_all(self.writer(fua)?.as_fd(), parts, offset)
+            .map(|()| self.mark_written(offset, len))
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -390,6 +417,7 @@ impl BlockDevice for FileDevice {
         if len == 0 {
             return Ok(());
         }
+        self.forget_written(offset, len);
         match self.media {
             Media::Regular => match sys::punch_hole(self.file.as_fd(), offset, len) {
                 // We promise zeros after discard; keep it without holes.
@@ -412,6 +440,7 @@ impl BlockDevice for FileDevice {
         if len == 0 {
             return Ok(());
         }
+        self.forget_written(offset, len);
         let fd = self.file.as_fd();
         let fast = match self.media {
             Media::Regular => match sys::punch_hole(fd, offset, len) {
@@ -450,12 +479,12 @@ impl BlockDevice for FileDevice {
     }
 
     fn memory_map(&self) -> Option<&MemoryMap> {
-        if !self.in_memory || self.read_only {
-            return None;
-        }
-        self.map
-            .get_or_init(|| MemoryMap::of(&self.file, self.size).ok())
-            .as_ref()
+        self.mapping().map(|map| &**map)
+    }
+
+    fn mapped_bytes(&self, offset: u64, len: usize) -> Option<MappedBytes> {
+        check_range(self.size, offset, len as u64).ok()?;
+        self.mapping()?.bytes(offset, len)
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -563,6 +592,49 @@ mod tests {
             .max()
             .unwrap()
             .1
+    }
+
+    #[test]
+    fn writes_and_discards_decide_which_pages_are_read_through_the_mapping() {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+            return;
+        };
+        let dev = create(&dir, "m.img", 1 << 20, false);
+        assert!(dev.memory_map().is_some(), "/dev/shm is tmpfs");
+        assert!(dev.mapped_bytes(0, 4096).is_none(), "a hole");
+        dev.write_at(&[7; 4096], 8192, false).unwrap();
+        dev.write_parts_at(&[&[8; 100], &[9; 3996]], 12288, false)
+            .unwrap();
+        let bytes = dev.mapped_bytes(8192, 8192).expect("written pages");
+        assert_eq!(bytes.as_ref()[..4096], [7; 4096]);
+        assert_eq!(bytes.as_ref()[4096..4196], [8; 100]);
+        assert!(dev.mapped_bytes(8192, 8193).is_none(), "into a hole");
+        assert!(dev.mapped_bytes(1 << 20, 1).is_none(), "outside");
+        dev.discard(12288, 4096).unwrap();
+        assert!(dev.mapped_bytes(12288, 10).is_none(), "discarded");
+        dev.write_zeroes(8192, 512).unwrap();
+        assert!(dev.mapped_bytes(8192, 10).is_none(), "zeroed by a punch");
+        let blocks = std::fs::metadata(dir.path().join("m.img"))
+            .unwrap()
+            .blocks();
+        for offset in (0..1 << 20).step_by(4096) {
+            let _ = dev.mapped_bytes(offset, 4096);
+        }
+        let after = std::fs::metadata(dir.path().join("m.img"))
+            .unwrap()
+            .blocks();
+        assert_eq!(after, blocks, "looking allocates nothing");
+
+        let read_only = FileDevice::open(
+            &dir.path().join("m.img"),
+            FileOptions {
+                read_only: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(read_only.mapped_bytes(8192, 10).is_none());
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub use aligned::AlignedBuf;
 pub use faulty::FaultyDevice;
 pub use file::{FileDevice, FileOptions};
 pub use mem::MemDevice;
-pub use memory_map::MemoryMap;
+pub use memory_map::{MappedBytes, MemoryMap};
 pub use null::NullDevice;
 pub use sys::path_on_memory_file_system as on_memory_file_system;
 
@@ -223,6 +223,15 @@ pub trait BlockDevice: Send + Sync {
     /// `None` where there is no such file, the device is read-only, or the
     /// mapping failed.
     fn memory_map(&self) -> Option<&MemoryMap> {
+        None
+    }
+
+    /// `len` bytes at `offset` of [`BlockDevice::memory_map`]'s file, for a
+    /// transport to hand to the socket as they are when it sends them,
+    /// when every page they touch is known to exist. `None` otherwise, and
+    /// for every other device.
+    fn mapped_bytes(&self, offset: u64, len: usize) -> Option<MappedBytes> {
+        let _ = (offset, len);
         None
     }
 

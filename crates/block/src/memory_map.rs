@@ -18,13 +18,25 @@
 //! alone (populating one would allocate it); their first write faults as
 //! before. The mapped entries count in the daemon's resident memory as
 //! shared memory, as they would after one write pass.
+//!
+//! Short READs are sent from the mapping too ([`MemoryMap::bytes`]): the
+//! transport hands those addresses to `writev`, so the kernel copies the
+//! pages into the socket once, where `pread` into a buffer first copied
+//! them and looked each one up. Reading a hole through the mapping would
+//! allocate it, so only pages known to exist are read that way: the
+//! populating thread marks those it finds, writes through the device
+//! mark theirs, and discards unmark theirs before the hole is made
+//! ([`PageBits`]). A mark may be missing (the read then uses `pread`); a
+//! stale one, from a race with a discard, at worst allocates one page of
+//! zeros, which is what the hole reads as anyway.
 
 use crate::sys;
 use std::fs::File;
 use std::io;
+use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -32,6 +44,78 @@ pub struct MemoryMap {
     base: NonNull<u8>,
     len: usize,
     populating: Option<Populating>,
+    allocated: Arc<PageBits>,
+}
+
+/// One bit per page of the file: set when the page is known to exist.
+pub(crate) struct PageBits {
+    words: Box<[AtomicU64]>,
+    page: u64,
+    len: u64,
+}
+
+impl PageBits {
+    pub(crate) fn new(len: u64, page: u64) -> PageBits {
+        let pages = len.div_ceil(page);
+        PageBits {
+            words: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            page,
+            len,
+        }
+    }
+
+    /// The pages `[offset, offset + len)` touches, if it is inside.
+    fn pages(&self, offset: u64, len: u64) -> Option<Range<u64>> {
+        let end = offset.checked_add(len).filter(|&end| end <= self.len)?;
+        (len > 0).then(|| offset / self.page..end.div_ceil(self.page))
+    }
+
+    /// Each word of `pages` with the mask of its bits among them.
+    fn masks(pages: Range<u64>) -> impl Iterator<Item = (usize, u64)> {
+        let (first, last) = (pages.start / 64, (pages.end - 1) / 64);
+        (first..=last).map(move |w| {
+            let lo = if w == first { pages.start % 64 } else { 0 };
+            let hi = if w == last { (pages.end - 1) % 64 } else { 63 };
+            let mask = (u64::MAX >> (63 - hi)) & (u64::MAX << lo);
+            (w as usize, mask)
+        })
+    }
+
+    pub(crate) fn mark(&self, offset: u64, len: u64) {
+        for (w, mask) in self.pages(offset, len).into_iter().flat_map(Self::masks) {
+            self.words[w].fetch_or(mask, Ordering::Release);
+        }
+    }
+
+    pub(crate) fn unmark(&self, offset: u64, len: u64) {
+        for (w, mask) in self.pages(offset, len).into_iter().flat_map(Self::masks) {
+            self.words[w].fetch_and(!mask, Ordering::Release);
+        }
+    }
+
+    pub(crate) fn all_marked(&self, offset: u64, len: u64) -> bool {
+        self.pages(offset, len).is_some_and(|pages| {
+            Self::masks(pages).all(|(w, mask)| self.words[w].load(Ordering::Acquire) & mask == mask)
+        })
+    }
+}
+
+/// Bytes of a file in memory, read through its mapping when the kernel
+/// copies them: hand them to a system call (`writev`) only. A read from
+/// user space of a page the file no longer has (truncated behind our
+/// back) raises SIGBUS, where the system call fails with EFAULT.
+pub struct MappedBytes {
+    map: Arc<MemoryMap>,
+    offset: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for MappedBytes {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `bytes` checked the range against the mapping, which the
+        // Arc keeps alive; the memory is plain shared file memory.
+        unsafe { std::slice::from_raw_parts(self.map.base.as_ptr().add(self.offset), self.len) }
+    }
 }
 
 /// The thread mapping the file's allocated pages; stopped and joined
@@ -77,6 +161,7 @@ impl MemoryMap {
             base,
             len,
             populating: None,
+            allocated: Arc::new(PageBits::new(len as u64, page_size())),
         };
         map.populating = map.start_populating(file);
         Ok(map)
@@ -84,15 +169,16 @@ impl MemoryMap {
 
     fn start_populating(&self, file: &Arc<File>) -> Option<Populating> {
         let stop = Arc::new(AtomicBool::new(false));
-        let (file, flag, base, len) = (
+        let (file, flag, base, len, allocated) = (
             file.clone(),
             stop.clone(),
             self.base.as_ptr() as usize,
             self.len,
+            self.allocated.clone(),
         );
         let thread = std::thread::Builder::new()
             .name("oa-map-populate".into())
-            .spawn(move || populate_allocated(&file, base, len, &flag))
+            .spawn(move || populate_allocated(&file, base, len, &flag, &allocated))
             // Without the thread the mapping still works, only its first
             // writes fault page by page.
             .ok()?;
@@ -129,7 +215,33 @@ impl MemoryMap {
         if n > len {
             return Err(io::Error::other("more bytes claimed than were given"));
         }
+        self.allocated.mark(offset, n as u64);
         Ok(n)
+    }
+
+    /// `len` bytes at `offset` for a transport to send from the file's
+    /// pages, when every page they touch is known to exist; `None`
+    /// otherwise (the caller reads them with `pread`).
+    pub fn bytes(self: &Arc<Self>, offset: u64, len: usize) -> Option<MappedBytes> {
+        if !self.allocated.all_marked(offset, len as u64) {
+            return None;
+        }
+        Some(MappedBytes {
+            map: self.clone(),
+            offset: usize::try_from(offset).ok()?,
+            len,
+        })
+    }
+
+    /// The file's pages in `[offset, offset + len)` were written.
+    pub fn mark_allocated(&self, offset: u64, len: u64) {
+        self.allocated.mark(offset, len);
+    }
+
+    /// The file's pages in `[offset, offset + len)` are about to become
+    /// holes: reads of them no longer go through the mapping.
+    pub fn forget_allocated(&self, offset: u64, len: u64) {
+        self.allocated.unmark(offset, len);
     }
 }
 
@@ -146,13 +258,15 @@ impl MemoryMap {
 /// the mapping at `base`, until done, stopped, or refused (a kernel before
 /// 5.14 knows no `MADV_POPULATE_READ`; a failure only leaves faults to do
 /// the work).
-fn populate_allocated(file: &File, base: usize, len: usize, stop: &AtomicBool) {
+fn populate_allocated(
+    file: &File,
+    base: usize,
+    len: usize,
+    stop: &AtomicBool,
+    allocated: &PageBits,
+) {
     let fd = file.as_fd();
-    // SAFETY: sysconf only reads a system constant.
-    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-        n if n > 0 => n as u64,
-        _ => 4096,
-    };
+    let page = page_size();
     let end = len as u64;
     let mut at = 0;
     while at < end && !stop.load(Ordering::Relaxed) {
@@ -178,7 +292,16 @@ fn populate_allocated(file: &File, base: usize, len: usize, stop: &AtomicBool) {
         if ret != 0 {
             return;
         }
+        allocated.mark(start, stop_at - start);
         at = stop_at.max(at + 1);
+    }
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as u64,
+        _ => 4096,
     }
 }
 
@@ -314,5 +437,60 @@ mod tests {
         let mut back = [0; 4];
         file.read_exact_at(&mut back, 9 << 20).unwrap();
         assert_eq!(&back, b"abcd");
+
+        // Found pages may be read through the mapping, holes not.
+        let map = Arc::new(map);
+        let bytes = map.bytes((9 << 20) - 4096 + 10, 8192);
+        assert!(bytes.is_none(), "it starts in a hole");
+        let bytes = map.bytes(9 << 20, 8192).expect("written pages");
+        assert_eq!(&bytes.as_ref()[..6], b"abcd\x07\x07");
+        assert!(map.bytes(0, 1 << 20).is_some());
+        map.forget_allocated(4096, 1);
+        assert!(map.bytes(0, 8192).is_none(), "forgotten before a discard");
+        assert!(map.bytes(8192, 4096).is_some());
+        assert!(map.bytes(16 << 20, 1).is_none(), "outside");
+        assert_eq!(file.metadata().unwrap().blocks(), allocated);
+    }
+
+    #[test]
+    fn filled_pages_are_marked() {
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        file.set_len(64 << 10).unwrap();
+        let map = Arc::new(MemoryMap::of(&file, 64 << 10).unwrap());
+        assert!(map.bytes(8192, 100).is_none());
+        map.fill(8192 + 100, 200, &mut kernel_copy(&[9; 200]))
+            .unwrap();
+        assert_eq!(map.bytes(8192, 4096).unwrap().as_ref()[100..300], [9; 200]);
+        assert!(map.bytes(8192, 4097).is_none());
+        map.mark_allocated(12288, 1);
+        assert!(map.bytes(8192, 8192).is_some());
+    }
+
+    #[test]
+    fn page_bits_across_words() {
+        let bits = PageBits::new(200 * 4096 + 1, 4096);
+        assert_eq!(bits.words.len(), 4, "201 pages");
+        bits.mark(60 * 4096, 10 * 4096);
+        assert!(bits.all_marked(60 * 4096, 10 * 4096));
+        assert!(!bits.all_marked(59 * 4096, 2 * 4096));
+        assert!(!bits.all_marked(69 * 4096, 4097));
+        bits.unmark(64 * 4096 + 5, 1);
+        assert!(!bits.all_marked(60 * 4096, 10 * 4096));
+        assert!(bits.all_marked(65 * 4096, 5 * 4096));
+        assert!(bits.all_marked(60 * 4096 + 7, 4 * 4096 - 7));
+        // Partial pages count whole; the last page is a partial one.
+        bits.mark(200 * 4096, 1);
+        assert!(bits.all_marked(200 * 4096, 1));
+        assert!(!bits.all_marked(200 * 4096, 2), "past the end");
+        assert!(!bits.all_marked(60 * 4096, 0), "nothing is not a read");
+        bits.mark(0, 200 * 4096 + 1);
+        assert!(bits
+            .words
+            .iter()
+            .take(3)
+            .all(|w| w.load(Ordering::Relaxed) == u64::MAX));
+        assert_eq!(bits.words[3].load(Ordering::Relaxed), 0b1_1111_1111);
+        bits.unmark(1, 200 * 4096);
+        assert!(bits.words.iter().all(|w| w.load(Ordering::Relaxed) == 0));
     }
 }

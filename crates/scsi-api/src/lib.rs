@@ -140,21 +140,53 @@ pub struct FileRegion {
     pub len: usize,
 }
 
-/// The buffer of an O_DIRECT read, whose bytes a response hands to the
-/// transport as they are: copying them out first cost the target about a
-/// sixth of its time per 4K read, the device having just written them
-/// behind the CPU's caches.
-pub struct HeldData(pub Box<dyn AsRef<[u8]> + Send + Sync>);
+/// Data-In a response hands to the transport where it already is, rather
+/// than copied into a buffer of its own:
+/// - the buffer of an O_DIRECT read: copying it out first cost the
+///   target about a sixth of its time per 4K read, the device having just
+///   written it behind the CPU's caches;
+/// - a file's pages through a mapping (`file_pages`): the bytes are then
+///   those of the file when the transport sends them, as with
+///   [`FileRegion`], and only for commands that allowed that
+///   ([`ScsiCommand::zero_copy`]). The transport must hand them to the
+///   kernel only, never read them itself (block::MappedBytes says why).
+pub struct HeldData {
+    pub bytes: Box<dyn AsRef<[u8]> + Send + Sync>,
+    pub file_pages: bool,
+}
+
+impl HeldData {
+    /// Bytes no one else changes (an O_DIRECT read's own buffer).
+    pub fn owned(bytes: Box<dyn AsRef<[u8]> + Send + Sync>) -> HeldData {
+        HeldData {
+            bytes,
+            file_pages: false,
+        }
+    }
+
+    /// A file's pages, which later writes change.
+    pub fn file_pages(bytes: Box<dyn AsRef<[u8]> + Send + Sync>) -> HeldData {
+        HeldData {
+            bytes,
+            file_pages: true,
+        }
+    }
+}
 
 impl AsRef<[u8]> for HeldData {
     fn as_ref(&self) -> &[u8] {
-        self.0.as_ref().as_ref()
+        self.bytes.as_ref().as_ref()
     }
 }
 
 impl std::fmt::Debug for HeldData {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HeldData({} bytes)", self.as_ref().len())
+        write!(
+            f,
+            "HeldData({} bytes, file pages: {})",
+            self.as_ref().len(),
+            self.file_pages
+        )
     }
 }
 

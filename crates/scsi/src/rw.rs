@@ -2,7 +2,7 @@
 //! COMPARE AND WRITE, WRITE ATOMIC, PRE-FETCH, SYNCHRONIZE CACHE.
 
 use block::BatchRead;
-use scsi_api::{status, FileRegion, ScsiResponse};
+use scsi_api::{status, FileRegion, HeldData, ScsiResponse};
 use smallvec::SmallVec;
 
 use crate::cdb::{be16, be24, be32, be64, u8_at};
@@ -10,8 +10,9 @@ use crate::commands::op;
 use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome, MAX_COMPARE_AND_WRITE_BLOCKS};
 use crate::sense::{asc, Sense};
 
-/// READs from this size on are sent from a memory file's pages when the
-/// transport can (`memory_region`).
+/// READs from this size on are sent from a memory file's pages with
+/// `sendfile` when the transport can, shorter ones through its mapping
+/// (`read_from_pages`).
 const ZERO_COPY_READ: usize = 32 << 10;
 
 /// The addressing fields of a medium access CDB.
@@ -150,33 +151,43 @@ impl LogicalUnit {
         if e.blocks == 0 {
             return Ok(ScsiResponse::good());
         }
-        if let Some(region) = self.memory_region(ctx, e.lba, e.blocks)? {
-            return Ok(ScsiResponse {
-                data_in_file: Some(region),
-                ..ScsiResponse::default()
-            });
+        if let Some(response) = self.read_from_pages(ctx, e.lba, e.blocks)? {
+            return Ok(response);
         }
         Ok(ScsiResponse::with_data(self.read_blocks(e.lba, e.blocks)?))
     }
 
-    /// A READ's data as a region of the device's file, for the transport
-    /// to send from the file's pages: when the transport can, the device
-    /// is a file in memory, and the read is long enough that the copy it
-    /// saves outweighs the extra system call.
-    fn memory_region(
+    /// A READ answered with the pages of the device's file in memory, when
+    /// the transport allows data read at send time (`zero_copy`):
+    /// - from [`ZERO_COPY_READ`] on, a region of the file, which the
+    ///   transport sends with `sendfile`;
+    /// - shorter, the pages through the file's mapping, which it sends
+    ///   with its other answers in one `writev`: no `pread` to copy and
+    ///   look up each page first. Only pages known to exist qualify
+    ///   (block::MemoryMap says why); the rest is read as usual.
+    fn read_from_pages(
         &self,
         ctx: &Ctx<'_>,
         lba: u64,
         blocks: u64,
-    ) -> Result<Option<FileRegion>, Sense> {
-        let len = self.byte_len(blocks)?;
-        if !ctx.cmd.zero_copy || len < ZERO_COPY_READ {
+    ) -> Result<Option<ScsiResponse>, Sense> {
+        if !ctx.cmd.zero_copy {
             return Ok(None);
         }
-        Ok(self.device.memory_file().map(|file| FileRegion {
-            file: file.clone(),
-            offset: self.offset(lba),
-            len,
+        let (offset, len) = (self.offset(lba), self.byte_len(blocks)?);
+        if len < ZERO_COPY_READ {
+            return Ok(self
+                .device
+                .mapped_bytes(offset, len)
+                .map(|bytes| ScsiResponse::with_held(HeldData::file_pages(Box::new(bytes)))));
+        }
+        Ok(self.device.memory_file().map(|file| ScsiResponse {
+            data_in_file: Some(FileRegion {
+                file: file.clone(),
+                offset,
+                len,
+            }),
+            ..ScsiResponse::default()
         }))
     }
 
@@ -494,6 +505,8 @@ mod tests {
             block::BlockDevice::memory_file(&device).is_some(),
             "/dev/shm is tmpfs"
         );
+        // Mapped now, so that the writes below mark their pages.
+        assert!(block::BlockDevice::memory_map(&device).is_some());
         let lu = LogicalUnit::new(
             std::sync::Arc::new(device),
             crate::config::LuConfig::default(),
@@ -515,8 +528,21 @@ mod tests {
         assert_eq!(region.read().unwrap(), data);
 
         let short = run_zero_copy(&lu, &n, &rw10(op::READ_10, 0, 3, 8));
-        assert!(short.data_in_file.is_none(), "short reads are copied");
-        assert_eq!(short.data_in, data[..4096]);
+        assert!(short.data_in_file.is_none(), "short reads are mapped pages");
+        let pages = short.data_in_held.as_ref().expect("pages of the file");
+        assert!(pages.file_pages);
+        assert_eq!(short.data_in_bytes(), &data[..4096]);
+        let blocks = || std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&path).unwrap());
+        let before = blocks();
+        let hole = run_zero_copy(&lu, &n, &rw10(op::READ_10, 0, 1000, 8));
+        assert!(hole.data_in_held.is_none(), "holes are read, not mapped");
+        assert_eq!(hole.data_in, vec![0; 4096]);
+        assert_eq!(blocks(), before, "reading a hole allocates nothing");
+        let copied = run(&lu, &n, &rw10(op::READ_10, 0, 3, 8), &[]);
+        assert!(
+            copied.data_in_held.is_none(),
+            "only where the transport can"
+        );
         let unasked = run(&lu, &n, &rw10(op::READ_10, 0, 3, 128), &[]);
         assert!(
             unasked.data_in_file.is_none(),

@@ -95,9 +95,9 @@ impl StartedRead for LuRead {
         let LuRead { hold, read } = *self;
         let lu = &hold.lu;
         let outcome: Outcome = match got {
-            Ok(n) if n == read.window.len() => {
-                Ok(ScsiResponse::with_held(HeldData(Box::new(Window(read)))))
-            }
+            Ok(n) if n == read.window.len() => Ok(ScsiResponse::with_held(HeldData::owned(
+                Box::new(Window(read)),
+            ))),
             // A short read (the kernel may stop early) is done again whole.
             Ok(_) => {
                 let mut data = scsi_api::buffers::take(read.data().len());

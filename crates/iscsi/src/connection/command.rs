@@ -216,7 +216,12 @@ pub(crate) fn response_pdus(shape: &ResponseShape, resp: ScsiResponse) -> Respon
 /// A command's Data-In, cut to the expected length: in memory, or a
 /// region of a file that the writer sends from the file's pages.
 enum DataIn {
-    Memory(Bytes),
+    /// Bytes in memory; `pages` when they are a mapped file's, read only
+    /// when sent.
+    Memory {
+        bytes: Bytes,
+        pages: bool,
+    },
     File(FileRegion),
 }
 
@@ -232,6 +237,7 @@ impl DataIn {
             region.len = region.len.min(limit);
             return DataIn::File(region);
         }
+        let pages = held.as_ref().is_some_and(|h| h.file_pages);
         let mut bytes = if let Some(held) = held {
             Bytes::from_owner(held)
         } else if memory.capacity() >= 64 << 10 {
@@ -240,12 +246,12 @@ impl DataIn {
             Bytes::from(memory)
         };
         bytes.truncate(limit);
-        DataIn::Memory(bytes)
+        DataIn::Memory { bytes, pages }
     }
 
     fn len(&self) -> usize {
         match self {
-            DataIn::Memory(b) => b.len(),
+            DataIn::Memory { bytes, .. } => bytes.len(),
             DataIn::File(r) => r.len,
         }
     }
@@ -255,10 +261,16 @@ impl DataIn {
         match self {
             // All of it in one PDU (every short read) moves: a slice of a
             // buffer that came from a Vec allocates its shared count.
-            DataIn::Memory(b) if offset == 0 && len == b.len() => {
-                OutPdu::new(bhs, std::mem::take(b), statsn)
+            DataIn::Memory { bytes, pages } => {
+                let data = if offset == 0 && len == bytes.len() {
+                    std::mem::take(bytes)
+                } else {
+                    bytes.slice(offset..offset + len)
+                };
+                let mut pdu = OutPdu::new(bhs, data, statsn);
+                pdu.file_pages = *pages;
+                pdu
             }
-            DataIn::Memory(b) => OutPdu::new(bhs, b.slice(offset..offset + len), statsn),
             DataIn::File(r) => {
                 let mut pdu = OutPdu::new(bhs, Bytes::new(), statsn);
                 pdu.file = Some(FileRegion {
@@ -510,7 +522,7 @@ mod tests {
     fn read_held_in_a_device_buffer_is_sent_from_it() {
         let window: Vec<u8> = (0..20000u32).map(|i| i as u8).collect();
         let (at, expect) = (window.as_ptr() as usize, window.clone());
-        let resp = ScsiResponse::with_held(HeldData(Box::new(window)));
+        let resp = ScsiResponse::with_held(HeldData::owned(Box::new(window)));
         let pdus = response_pdus(&shape(true, false, 18000), resp);
         assert_eq!(pdus.len(), 3);
         let sent: Vec<u8> = pdus.iter().flat_map(|p| p.data.to_vec()).collect();
@@ -519,6 +531,14 @@ mod tests {
         let last = &pdus[2];
         assert_eq!(last.bhs.flags(), 0x80 | 0x04 | 0x01, "F, overflow, S");
         assert_eq!(last.bhs.u32_at(44), 2000);
+        assert!(pdus.iter().all(|p| !p.sends_file_pages()), "its own buffer");
+
+        // A file's mapped pages count as pages for ORDERED tasks.
+        let resp = ScsiResponse::with_held(HeldData::file_pages(Box::new(vec![5u8; 4096])));
+        let pdus = response_pdus(&shape(true, false, 4096), resp);
+        assert_eq!(pdus.len(), 1);
+        assert!(pdus[0].sends_file_pages());
+        assert_eq!(pdus[0].data[..], [5; 4096]);
     }
 
     #[test]

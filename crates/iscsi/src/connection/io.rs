@@ -417,6 +417,8 @@ pub(crate) struct OutPdu {
     pub frees_window_slot: bool,
     /// Data sent from a file's pages instead of `data` (then empty).
     pub file: Option<FileRegion>,
+    /// `data` is a file's pages through a mapping, copied only when sent.
+    pub file_pages: bool,
 }
 
 impl OutPdu {
@@ -427,7 +429,14 @@ impl OutPdu {
             statsn,
             frees_window_slot: false,
             file: None,
+            file_pages: false,
         }
+    }
+
+    /// Whether a write started after this PDU was queued could still
+    /// change what the initiator gets (see connection/gate.rs).
+    pub fn sends_file_pages(&self) -> bool {
+        self.file.is_some() || self.file_pages
     }
 }
 

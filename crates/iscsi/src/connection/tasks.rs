@@ -477,7 +477,7 @@ impl Conn {
 
     /// Queue a command's response; false when the connection is gone.
     async fn send_response(&mut self, pdus: command::ResponsePdus) -> bool {
-        self.gate.pages_unconfirmed |= pdus.iter().any(|p| p.file.is_some());
+        self.gate.pages_unconfirmed |= pdus.iter().any(OutPdu::sends_file_pages);
         for pdu in pdus {
             if !self.send(pdu).await {
                 return false;
