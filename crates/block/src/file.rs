@@ -82,8 +82,9 @@ pub struct FileDevice {
     /// On tmpfs or ramfs without O_DIRECT: calls copy memory and never
     /// wait, so transports may run them inline like a RAM LUN's.
     in_memory: bool,
-    /// The file mapped for writes received straight into its pages; made
-    /// at the first such write, `None` inside if mapping failed.
+    /// The file mapped for writes received straight into its pages and
+    /// for short reads sent from them; made at the first such write or
+    /// read, `None` inside if mapping failed.
     map: OnceLock<Option<Arc<MemoryMap>>>,
 }
 
