@@ -223,15 +223,6 @@ impl ScsiResponse {
         }
     }
 
-    /// The Data-In bytes held in memory, in `data_in` or in a device's
-    /// buffer; empty for a region of a file.
-    pub fn data_in_bytes(&self) -> &[u8] {
-        match &self.data_in_held {
-            Some(held) => held.as_ref(),
-            None => &self.data_in,
-        }
-    }
-
     pub fn good() -> Self {
         ScsiResponse::default()
     }

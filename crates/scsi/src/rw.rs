@@ -531,7 +531,7 @@ mod tests {
         assert!(short.data_in_file.is_none(), "short reads are mapped pages");
         let pages = short.data_in_held.as_ref().expect("pages of the file");
         assert!(pages.file_pages);
-        assert_eq!(short.data_in_bytes(), &data[..4096]);
+        assert_eq!(pages.as_ref(), &data[..4096]);
         let blocks = || std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&path).unwrap());
         let before = blocks();
         let hole = run_zero_copy(&lu, &n, &rw10(op::READ_10, 0, 1000, 8));

@@ -237,13 +237,16 @@ impl DataIn {
             region.len = region.len.min(limit);
             return DataIn::File(region);
         }
-        let pages = held.as_ref().is_some_and(|h| h.file_pages);
-        let mut bytes = if let Some(held) = held {
-            Bytes::from_owner(held)
-        } else if memory.capacity() >= 64 << 10 {
-            Bytes::from_owner(scsi_api::buffers::Recycled(memory))
-        } else {
-            Bytes::from(memory)
+        let (mut bytes, pages) = match held {
+            Some(held) => {
+                let pages = held.file_pages;
+                (Bytes::from_owner(held), pages)
+            }
+            None if memory.capacity() >= 64 << 10 => (
+                Bytes::from_owner(scsi_api::buffers::Recycled(memory)),
+                false,
+            ),
+            None => (Bytes::from(memory), false),
         };
         bytes.truncate(limit);
         DataIn::Memory { bytes, pages }
