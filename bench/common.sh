@@ -111,6 +111,30 @@ all_of() {
 # $1 / $2 with two decimals, or n/a unless both are positive.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
+# A file device of a benchmark config, on stdout; further arguments are
+# extra lines of it (e.g. "direct = true").
+# Usage: file_device_toml NAME PATH [DEVICE_LINE...]
+file_device_toml() {
+    local name=$1 path=$2
+    shift 2
+    printf '[[device]]\nname = "%s"\nkind = "file"\npath = "%s"\n' "$name" "$path"
+    [ $# -eq 0 ] || printf '%s\n' "$@"
+    printf '\n'
+}
+
+# A target of a benchmark config, on stdout, with LUN 0, 1, ... on the
+# devices named, in that order.
+# Usage: target_toml IQN DEVICE...
+target_toml() {
+    local iqn=$1 lun=0 device
+    shift
+    printf '[[target]]\nname = "%s"\n' "$iqn"
+    for device in "$@"; do
+        printf '\n[[target.lun]]\nlun = %d\ndevice = "%s"\n' "$lun" "$device"
+        lun=$((lun + 1))
+    done
+}
+
 # The A/B scripts' daemon config: one portal on 127.0.0.1:$2, target $3
 # with LUN 0 on a file device at $4; further arguments are extra lines of
 # that device (e.g. "direct = true").
@@ -119,10 +143,9 @@ one_lun_config() {
     local file=$1 port=$2 iqn=$3 path=$4
     shift 4
     {
-        printf '[[portal]]\nlisten = "127.0.0.1:%s"\n' "$port"
-        printf '[[device]]\nname = "d"\nkind = "file"\npath = "%s"\n' "$path"
-        [ $# -eq 0 ] || printf '%s\n' "$@"
-        printf '[[target]]\nname = "%s"\n[[target.lun]]\nlun = 0\ndevice = "d"\n' "$iqn"
+        printf '[[portal]]\nlisten = "127.0.0.1:%s"\n\n' "$port"
+        file_device_toml d "$path" "$@"
+        target_toml "$iqn" d
     } >"$file"
 }
 

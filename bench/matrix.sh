@@ -124,45 +124,14 @@ make_random_file() {
 }
 
 start_openarray() {
-    cat >"$WORK/openarray.toml" <<EOF
-[[device]]
-name = "tmpfs"
-kind = "file"
-path = "$WORK/openarray.img"
-size = "${LUN_MIB}M"
-block_size = 512
-# tgt's file backing store also reports a volatile write cache.
-write_cache = true
-
-[[device]]
-name = "ram"
-kind = "mem"
-size = "${LUN_MIB}M"
-block_size = 512
-
-[[device]]
-name = "disk"
-kind = "file"
-path = "$DISK_FILE"
-size = "${LUN_MIB}M"
-block_size = 512
-direct = true
-
-[[target]]
-name = "$OA_IQN"
-
-[[target.lun]]
-lun = 0
-device = "tmpfs"
-
-[[target.lun]]
-lun = 1
-device = "ram"
-
-[[target.lun]]
-lun = 2
-device = "disk"
-EOF
+    {
+        # tgt's file backing store also reports a volatile write cache.
+        file_device_toml tmpfs "$WORK/openarray.img" "size = \"${LUN_MIB}M\"" \
+            "block_size = 512" "write_cache = true"
+        printf '[[device]]\nname = "ram"\nkind = "mem"\nsize = "%sM"\nblock_size = 512\n\n' "$LUN_MIB"
+        file_device_toml disk "$DISK_FILE" "size = \"${LUN_MIB}M\"" "block_size = 512" "direct = true"
+        target_toml "$OA_IQN" tmpfs ram disk
+    } >"$WORK/openarray.toml"
     "$OA_BIN" serve --config "$WORK/openarray.toml" --listen "127.0.0.1:$OA_PORT" >"$WORK/openarray.log" 2>&1 &
     OA_PID=$!
     PIDS+=("$OA_PID")

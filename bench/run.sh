@@ -88,23 +88,12 @@ start_tgt() {
 
 start_openarray() {
     make_backing_file "$WORK/openarray.img"
-    cat >"$WORK/openarray.toml" <<EOF
-[[device]]
-name = "bench"
-kind = "file"
-path = "$WORK/openarray.img"
-size = "$LUN_SIZE"
-block_size = 512
-# tgt's file backing store also reports a volatile write cache.
-write_cache = true
-
-[[target]]
-name = "$OA_IQN"
-
-[[target.lun]]
-lun = 0
-device = "bench"
-EOF
+    {
+        # tgt's file backing store also reports a volatile write cache.
+        file_device_toml bench "$WORK/openarray.img" "size = \"$LUN_SIZE\"" \
+            "block_size = 512" "write_cache = true"
+        target_toml "$OA_IQN" bench
+    } >"$WORK/openarray.toml"
     "$OA_BIN" serve --config "$WORK/openarray.toml" --listen "127.0.0.1:$OA_PORT" >"$WORK/openarray.log" 2>&1 &
     OA_PID=$!
     wait_for_port "$OA_PORT" "$OA_PID" openarray

@@ -55,36 +55,13 @@ trap 'exit 130' INT TERM
 start_openarray() {
     fallocate -l "$LUN_BYTES" "$WORK/raw.img" 2>/dev/null ||
         dd if=/dev/zero of="$WORK/raw.img" bs=1M count=1024 status=none
-    cat >"$WORK/openarray.toml" <<EOF
-[[pool]]
-name = "bench"
-devices = ["$WORK/pool.img"]
-device_size = "1200M"
-unit_size = "64K"
-
-[[device]]
-name = "raw"
-kind = "file"
-path = "$WORK/raw.img"
-write_cache = true
-
-[[device]]
-name = "thin"
-kind = "volume"
-pool = "bench"
-size = "1G"
-
-[[target]]
-name = "$IQN"
-
-[[target.lun]]
-lun = 0
-device = "raw"
-
-[[target.lun]]
-lun = 1
-device = "thin"
-EOF
+    {
+        printf '[[pool]]\nname = "bench"\ndevices = ["%s"]\ndevice_size = "1200M"\nunit_size = "64K"\n\n' \
+            "$WORK/pool.img"
+        file_device_toml raw "$WORK/raw.img" "write_cache = true"
+        printf '[[device]]\nname = "thin"\nkind = "volume"\npool = "bench"\nsize = "1G"\n\n'
+        target_toml "$IQN" raw thin
+    } >"$WORK/openarray.toml"
     "$OA_BIN" serve --config "$WORK/openarray.toml" --listen "127.0.0.1:$OA_PORT" \
         --admin-socket "$WORK/admin.sock" >"$WORK/openarray.log" 2>&1 &
     OA_PID=$!
