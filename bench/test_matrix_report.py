@@ -188,6 +188,8 @@ class Report(TempFiles):
         self.assertIn("2.00 of fio's random reads", met)
         self.assertIn("0.80 of iscsi-perf's", met)
         self.assertIn("2.22x tgt", met)
+        # fio's 11.0 µs per write: one thread does at most 1e6 / 11.0 a second.
+        self.assertIn("fio's own 11.0 µs of CPU per write caps its one thread at 90 909", met)
         self.assertTrue(met.endswith("| yes |"))
         # Faster headline reads: 0.67 of them is not enough, whatever fio's reads.
         self.assertTrue(goal(120000).endswith("| **no** |"))
