@@ -144,3 +144,78 @@ fn ordered_write_after_read(read_blocks: u16) {
     assert!(s.read10(0, 0, read_blocks, 512).unwrap() == after);
     s.logout().unwrap();
 }
+
+/// A daemon serving two 4 MiB thin volumes (LUNs 0 and 1) of a pool on
+/// /dev/shm whose one data file holds exactly 64 units of 64 KiB: once
+/// LUN 0 is written whole, LUN 1 can only write into units LUN 0 gave up.
+fn thin_daemon_on_tmpfs() -> (Daemon, tempfile::TempDir) {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir on /dev/shm");
+    let config = format!(
+        "[[pool]]\nname = \"p\"\ndevices = [\"{}\"]\ndevice_size = \"4160K\"\nunit_size = \"64K\"\n\n\
+         [[device]]\nname = \"a\"\nkind = \"volume\"\npool = \"p\"\nsize = \"4M\"\n\n\
+         [[device]]\nname = \"b\"\nkind = \"volume\"\npool = \"p\"\nsize = \"4M\"\n\n\
+         [[target]]\nname = \"{TARGET}\"\n[[target.lun]]\nlun = 0\ndevice = \"a\"\n\
+         [[target.lun]]\nlun = 1\ndevice = \"b\"\n",
+        dir.path().join("pool.img").display()
+    );
+    (Daemon::start_with_config(&config), dir)
+}
+
+/// READs of a thin volume on tmpfs within one unit leave from the pool
+/// file's pages: they return what was written, and a unit given up
+/// (UNMAP) and then taken by another volume reads as zeros in the first.
+#[test]
+fn thin_volume_reads_from_pool_pages_return_what_was_written() {
+    let (daemon, _dir) = thin_daemon_on_tmpfs();
+    let data = pattern(4 << 20, 9);
+    let mut s = session(&daemon, Digests::default());
+    // The pool file's mapping is made by the first READ of a mapped unit;
+    // pages written after that are read through it at once.
+    s.write10(0, 0, &[1; 512], 512).unwrap();
+    s.read10(0, 0, 1, 512).unwrap();
+    for (i, chunk) in data.chunks(1 << 20).enumerate() {
+        s.write10(0, (i as u32) * 2048, chunk, 512).unwrap();
+    }
+    // Within a unit (128 blocks), ending at its end, across two, and long.
+    for (lba, blocks) in [
+        (0u32, 8u16),
+        (300, 1),
+        (120, 8),
+        (127, 2),
+        (130, 64),
+        (0, 8192),
+    ] {
+        let start = lba as usize * 512;
+        let want = &data[start..start + blocks as usize * 512];
+        assert!(
+            s.read10(0, lba, blocks, 512).unwrap() == want,
+            "LBA {lba} x {blocks}"
+        );
+    }
+
+    // UNMAP the first unit of LUN 0 and commit it.
+    let mut unmap = vec![0u8, 22, 0, 16, 0, 0, 0, 0];
+    unmap.extend_from_slice(&0u64.to_be_bytes());
+    unmap.extend_from_slice(&128u32.to_be_bytes());
+    unmap.extend_from_slice(&[0; 4]);
+    s.command_good(0, &[0x42, 0, 0, 0, 0, 0, 0, 0, 24, 0], &unmap, 0)
+        .unwrap();
+    s.command_good(0, &[0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[], 0)
+        .unwrap();
+    // The pool's one free unit is the one LUN 0 gave up.
+    let other = pattern(64 << 10, 10);
+    s.write10(1, 0, &other, 512).unwrap();
+    assert!(
+        s.read10(0, 0, 8, 512).unwrap() == vec![0; 4096],
+        "the unmapped unit"
+    );
+    assert!(
+        s.read10(0, 128, 8, 512).unwrap() == data[65536..69632],
+        "the next unit"
+    );
+    assert!(
+        s.read10(1, 0, 8, 512).unwrap() == other[..4096],
+        "LUN 1's unit"
+    );
+    s.logout().unwrap();
+}

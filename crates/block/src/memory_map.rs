@@ -108,6 +108,18 @@ pub struct MappedBytes {
     map: Arc<MemoryMap>,
     offset: usize,
     len: usize,
+    /// Kept until the bytes are dropped, i.e. sent: what a device stacked
+    /// on the file needs held meanwhile (a pool's unit, which must not be
+    /// reused while its pages wait to go out).
+    _hold: Option<Box<dyn Send + Sync>>,
+}
+
+impl MappedBytes {
+    /// The same bytes, keeping `hold` alive as long as they are.
+    pub fn holding(mut self, hold: Box<dyn Send + Sync>) -> MappedBytes {
+        self._hold = Some(hold);
+        self
+    }
 }
 
 impl AsRef<[u8]> for MappedBytes {
@@ -230,6 +242,7 @@ impl MemoryMap {
             map: self.clone(),
             offset: usize::try_from(offset).ok()?,
             len,
+            _hold: None,
         })
     }
 

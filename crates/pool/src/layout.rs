@@ -4,7 +4,7 @@
 use std::io;
 use std::sync::Arc;
 
-use block::BlockDevice;
+use block::{BlockDevice, MappedBytes};
 
 const MAGIC: &[u8; 8] = b"OAPOOLv1";
 /// Bytes of the superblock actually used; the rest of unit 0 is zeros.
@@ -124,6 +124,13 @@ impl Layout {
             })?;
         let local = unit - slot.first_unit + 1;
         Ok((&*slot.device, local * self.unit_size + offset))
+    }
+
+    /// `len` bytes at `offset` of `unit`, for a transport to send from
+    /// the device's pages (`BlockDevice::mapped_bytes`), where it can.
+    pub fn mapped_bytes(&self, unit: u64, offset: u64, len: usize) -> Option<MappedBytes> {
+        let (device, at) = self.locate(unit, offset).ok()?;
+        device.mapped_bytes(at, len)
     }
 
     pub fn read(&self, unit: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {

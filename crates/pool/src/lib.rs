@@ -18,6 +18,7 @@ mod check;
 mod layout;
 mod pool;
 mod record;
+mod sending;
 mod space;
 mod steps;
 mod store;

@@ -12,6 +12,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::layout::{Layout, Superblock};
 use crate::record::{VolumeInfo, VolumeKind, VolumeRecord};
+use crate::sending::SendHolds;
 use crate::space::Space;
 use crate::store::{Delta, PoolMeta, Store};
 use crate::volume::VolumeDevice;
@@ -39,7 +40,8 @@ pub struct PoolSpace {
     pub unit_size: u64,
     pub total_units: u64,
     pub used_units: u64,
-    /// Units freed since the last commit, reusable after it.
+    /// Units freed since the last commit, reusable after it, and freed
+    /// units whose pages still wait to be sent (sending.rs).
     pub held_units: u64,
     pub free_units: u64,
 }
@@ -235,6 +237,8 @@ pub struct Pool {
     /// store does. A pool wholly in memory runs its volumes' commands on
     /// the caller's thread, like a file on tmpfs.
     may_block: bool,
+    /// Units whose pages wait to be sent, kept from reuse meanwhile.
+    pub(crate) send_holds: SendHolds,
 }
 
 /// Whether the metadata store may wait on storage: a file on a file
@@ -417,6 +421,7 @@ impl Pool {
             commit_lock: Mutex::new(()),
             volatile_cache,
             may_block,
+            send_holds: SendHolds::default(),
         }))
     }
 
@@ -500,14 +505,28 @@ impl Pool {
     }
 
     fn finish_commit(&self, delta: &Delta) {
-        for &unit in &delta.freed {
+        let freed = self.release_freed(&delta.freed);
+        self.state.write().space.committed(&delta.refs, &freed);
+    }
+
+    /// The units a commit freed that are free now, released to their
+    /// devices; those whose pages wait to be sent stay held until then.
+    fn release_freed(&self, freed: &[u64]) -> Vec<u64> {
+        let now = self.send_holds.free_now(freed);
+        for &unit in &now {
             // Only a hint to thin data devices; the unit is free either way.
             let _ = self.layout.release(unit);
         }
+        now
+    }
+
+    /// A unit a commit freed while its pages waited to be sent: sent now.
+    pub(crate) fn free_kept_back(&self, unit: u64) {
+        let _ = self.layout.release(unit);
         self.state
             .write()
             .space
-            .committed(&delta.refs, &delta.freed);
+            .committed(&BTreeMap::new(), &[unit]);
     }
 
     /// Runs a volume operation and commits it before any I/O sees its
@@ -521,10 +540,8 @@ impl Pool {
             st.restore_delta(delta);
             return Err(e);
         }
-        for &unit in &delta.freed {
-            let _ = self.layout.release(unit);
-        }
-        st.space.committed(&delta.refs, &delta.freed);
+        let freed = self.release_freed(&delta.freed);
+        st.space.committed(&delta.refs, &freed);
         Ok(out)
     }
 

@@ -349,3 +349,58 @@ fn a_simulated_volatile_cache_holds_writes_until_a_flush() {
     drop((v, pool));
     assert!(!Pool::open("p", vec![data], &meta).unwrap().volatile_cache());
 }
+
+#[test]
+fn a_unit_whose_pages_wait_to_be_sent_is_not_reused_until_sent() {
+    let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+        return;
+    };
+    // One data unit: a second volume can only write into the first's.
+    let opts = block::FileOptions {
+        create_size: Some(2 * UNIT),
+        ..Default::default()
+    };
+    let data: Arc<dyn BlockDevice> =
+        Arc::new(block::FileDevice::open(&dir.path().join("data"), opts).unwrap());
+    let meta = MetadataLocation::File(dir.path().join("meta"));
+    let pool = Pool::create("p", vec![data], &meta, UNIT).unwrap();
+    pool.create_volume("a", UNIT).unwrap();
+    pool.create_volume("b", UNIT).unwrap();
+    let (a, b) = (pool.volume("a").unwrap(), pool.volume("b").unwrap());
+    assert!(
+        a.mapped_bytes(0, 512).is_none(),
+        "an unmapped unit reads as zeros"
+    );
+    a.write_at(&[0xA1; UNIT as usize], 0, false).unwrap();
+    // The data file's mapping is made on first use; pages written after
+    // that are known to exist at once.
+    drop(a.mapped_bytes(0, 512));
+    a.write_at(&[0xA1; UNIT as usize], 0, false).unwrap();
+    pool.flush().unwrap();
+
+    let held = a
+        .mapped_bytes(512, 1024)
+        .expect("a unit of a file in memory");
+    assert!(
+        a.mapped_bytes(UNIT - 512, 1024).is_none(),
+        "beyond the volume"
+    );
+    a.discard(0, UNIT).unwrap();
+    pool.flush().unwrap();
+    assert_eq!(read(&a, 0, 512), vec![0; 512]);
+    assert_eq!(pool.space().free_units, 0, "freed but held for sending");
+    let full = b.write_at(&[0xB2; 512], 0, false).unwrap_err();
+    assert_eq!(full.kind(), std::io::ErrorKind::StorageFull);
+    assert_eq!(held.as_ref(), &[0xA1; 1024][..], "still the discarded data");
+
+    drop(held);
+    assert_eq!(pool.space().free_units, 1, "free once sent");
+    b.write_at(&[0xB2; 512], 0, false).unwrap();
+    assert_eq!(read(&b, 0, 512), vec![0xB2; 512]);
+    assert_eq!(pool.send_holds.kept_back(), 0);
+
+    // Pages held across no commit are simply let go.
+    let again = b.mapped_bytes(0, 512).unwrap();
+    drop(again);
+    assert_eq!(pool.space().free_units, 0);
+}

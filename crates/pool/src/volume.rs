@@ -6,10 +6,11 @@
 use std::io;
 use std::sync::Arc;
 
-use block::{Allocation, BlockDevice, Capabilities};
+use block::{Allocation, BlockDevice, Capabilities, MappedBytes};
 
 use crate::pool::Pool;
 use crate::record::VolumeKind;
+use crate::sending::SendHold;
 
 /// One volume of a pool. Snapshots are read-only.
 pub struct VolumeDevice {
@@ -251,6 +252,24 @@ impl BlockDevice for VolumeDevice {
             }
         }
         Ok(())
+    }
+
+    /// A READ within one mapped unit, sent from its pages where the data
+    /// device can (a file in memory): the unit is held until they are
+    /// sent, so it cannot be freed and reused under them (sending.rs).
+    fn mapped_bytes(&self, offset: u64, len: usize) -> Option<MappedBytes> {
+        let unit_size = self.pool.layout.unit_size();
+        let within = offset % unit_size;
+        if within + len as u64 > unit_size {
+            return None;
+        }
+        let st = self.pool.state.read();
+        let unit = *st.volumes.get(&self.id)?.map.get(&(offset / unit_size))?;
+        let bytes = self.pool.layout.mapped_bytes(unit, within, len)?;
+        // Taken while the state lock keeps the unit mapped.
+        let hold = SendHold::new(self.pool.clone(), unit);
+        drop(st);
+        Some(bytes.holding(Box::new(hold)))
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
