@@ -84,10 +84,16 @@ impl Pool {
             report.total_units = total;
             report.used_units = st.space.used();
             report.volumes = st.volumes.len() as u64;
+            // In unit order, as the store keeps them, so both read alike.
+            let maps: BTreeMap<u64, BTreeMap<u64, u64>> = st
+                .volumes
+                .iter()
+                .map(|(&id, v)| (id, v.map.iter().map(|(&vu, &u)| (vu, u)).collect()))
+                .collect();
             let vols = st
                 .volumes
                 .iter()
-                .map(|(&id, v)| (id, (v.record.name.clone(), v.record.size, &v.map)))
+                .map(|(&id, v)| (id, (v.record.name.clone(), v.record.size, &maps[&id])))
                 .collect();
             let counted: Vec<u64> = (0..total).filter(|&u| st.space.count(u) > 0).collect();
             report.mappings = compare(

@@ -2,7 +2,7 @@
 //! (create, snapshot, clone, rollback, promote, delete, resize). Every such
 //! operation is committed before it returns.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -60,9 +60,14 @@ impl PoolSpace {
 
 pub(crate) struct VolumeState {
     pub record: VolumeRecord,
-    /// Virtual unit -> physical unit.
-    pub map: BTreeMap<u64, u64>,
+    pub map: UnitMap,
 }
+
+/// Virtual unit -> physical unit of one volume. Every READ and WRITE looks
+/// its unit up here, and a B-tree's walk over a large volume's map missed
+/// the cache at each level (docs/bench/techniques.md section 33); nothing
+/// needs the units in order but a shrink and `pool check`.
+pub(crate) type UnitMap = HashMap<u64, u64, foldhash::fast::RandomState>;
 
 /// Changes not yet committed.
 #[derive(Default)]
@@ -115,7 +120,7 @@ impl State {
                     id,
                     VolumeState {
                         record,
-                        map: BTreeMap::new(),
+                        map: UnitMap::default(),
                     },
                 );
             }
@@ -406,7 +411,10 @@ impl Pool {
         let volumes = loaded
             .volumes
             .into_iter()
-            .map(|(id, (record, map))| (id, VolumeState { record, map }))
+            .map(|(id, (record, map))| {
+                let map = map.into_iter().collect();
+                (id, VolumeState { record, map })
+            })
             .collect();
         Ok(Arc::new(Pool {
             name: name.to_string(),
@@ -744,10 +752,12 @@ impl Pool {
                         "a volume shrinks to a multiple of the pool's {unit_size}-byte unit"
                     )));
                 }
+                let first_beyond = size / unit_size;
                 let beyond: Vec<u64> = st.volumes[&id]
                     .map
-                    .range(size / unit_size..)
-                    .map(|(&v, _)| v)
+                    .keys()
+                    .copied()
+                    .filter(|&v| v >= first_beyond)
                     .collect();
                 for vunit in beyond {
                     st.set_mapping(id, vunit, None);
