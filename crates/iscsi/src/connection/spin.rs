@@ -23,8 +23,11 @@ use std::time::Duration;
 
 use crate::pdu::{Bhs, Opcode};
 
-/// How long the reader polls before it sleeps.
-pub(crate) const SPIN: Duration = Duration::from_micros(50);
+/// How long the reader polls before it sleeps: long enough for an
+/// initiator that does work of its own between commands. At 50 µs one
+/// QD1 read of qemu-io in ten still paid the wake-up (a p90 of 64–86 µs
+/// against a median of 27–30; docs/bench/techniques.md section 34).
+pub(crate) const SPIN: Duration = Duration::from_micros(200);
 
 /// A sleep shorter than this one suggests that polling would have caught
 /// the next command: the initiator turns answers around quickly.
