@@ -14,8 +14,6 @@ use parking_lot::Mutex;
 
 use crate::pool::Pool;
 
-type UnitMap<V> = HashMap<u64, V, foldhash::fast::RandomState>;
-
 #[derive(Default)]
 pub(crate) struct SendHolds {
     inner: Mutex<Holds>,
@@ -24,7 +22,7 @@ pub(crate) struct SendHolds {
 #[derive(Default)]
 struct Holds {
     /// Pages held per unit.
-    count: UnitMap<u32>,
+    count: HashMap<u64, u32, foldhash::fast::RandomState>,
     /// Freed by a commit while held: free once the last hold goes.
     freed: HashSet<u64>,
 }
