@@ -6,8 +6,8 @@
 # and the same real clients run against both, 32 I/Os in flight:
 #   - allocating write: 4 KiB writes, one per 64 KiB allocation unit, on a
 #     volume that holds nothing (qemu-img bench -w -s 4k -S 64k); each write
-#     allocates a unit and writes it whole (zeros around the 4 KiB). On the
-#     raw file the same writes land in place.
+#     allocates a unit, zeroes it (a hole punched in the pool file) and
+#     writes its 4 KiB. On the raw file the same writes land in place.
 #   - overwrite: 4 KiB sequential writes over the whole LUN once every unit
 #     is allocated (qemu-img bench -w -s 4k), in place on both.
 #   - random read: iscsi-perf -m 32 -b 8 -r (4 KiB at random LBAs) of the
@@ -157,7 +157,8 @@ write_report() {
         echo
         echo "Thin overhead = raw IOPS / thin IOPS - 1 (time per I/O added by the volume)."
         echo "Pool space after the allocating writes of the last round: $ALLOC_USED bytes"
-        echo "($ALLOC_COUNT writes of 4 KiB, one 64 KiB unit each)."
+        echo "($ALLOC_COUNT writes of 4 KiB, one 64 KiB unit each); the pool file then held"
+        echo "$ALLOC_STORED bytes of tmpfs (its superblock and each unit's written 4 KiB)."
         echo
         echo "Setup: one daemon, both LUNs 1 GiB with 512-byte blocks on tmpfs (/dev/shm):"
         echo "LUN 0 a file device with write_cache = true, LUN 1 a thin volume of a pool"
@@ -177,6 +178,7 @@ main() {
     OA_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/openarray
     start_openarray
     ALLOC_USED=0
+    ALLOC_STORED=0
 
     local round lun
     for round in $(seq 1 "$ROUNDS"); do
@@ -187,6 +189,7 @@ main() {
         done
         run_child qemu-io -f raw -c flush "$(url 1)" >/dev/null
         ALLOC_USED=$(pool_used)
+        ALLOC_STORED=$(stat -c '%b %B' "$WORK/pool.img" | awk '{ print $1 * $2 }')
         for lun in 0 1; do fill "$lun"; done
         for lun in 0 1; do
             measure_write "4K overwrite QD32" "$lun" "$OVERWRITE_COUNT" 0

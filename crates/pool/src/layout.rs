@@ -143,6 +143,26 @@ impl Layout {
         device.write_at(buf, at, fua)
     }
 
+    /// Writes `data` at `offset` of a unit just taken from the free ones,
+    /// so that the rest of the unit reads as zeros.
+    pub fn fill_fresh(&self, unit: u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        let (device, at) = self.locate(unit, 0)?;
+        if data.len() as u64 == self.unit_size {
+            return device.write_at(data, at, false);
+        }
+        if device.capabilities().discard_zeroes {
+            // Zeroing by deallocation (a hole punched in a file) costs one
+            // call instead of a unit's worth of writes, and the unwritten
+            // rest of the unit takes no space. The next flush, which comes
+            // before the mapping commits, makes the hole durable too.
+            device.write_zeroes(at, self.unit_size)?;
+            return device.write_at(data, at + offset, false);
+        }
+        let mut whole = vec![0u8; self.unit_size as usize];
+        whole[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+        device.write_at(&whole, at, false)
+    }
+
     /// Tell the devices a unit's content is no longer needed.
     pub fn release(&self, unit: u64) -> io::Result<()> {
         let (device, at) = self.locate(unit, 0)?;
@@ -163,7 +183,7 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use block::MemDevice;
+    use block::{Allocation, MemDevice};
 
     #[test]
     fn superblock_round_trip() {
@@ -192,5 +212,60 @@ mod tests {
         a.read_at(&mut got[..1], 3 * 4096).unwrap();
         assert_eq!(got[0], b'z');
         assert!(layout.write(5, 0, b"z", false).is_err());
+    }
+
+    /// A disk that cannot zero a range by deallocating it.
+    struct NoCheapZeros(MemDevice);
+
+    impl BlockDevice for NoCheapZeros {
+        fn size(&self) -> u64 {
+            self.0.size()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            self.0.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+            self.0.write_at(buf, offset, fua)
+        }
+        fn flush(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn write_zeroes(&self, _: u64, _: u64) -> io::Result<()> {
+            panic!("a unit's fill writes its zeros along with the data");
+        }
+        fn capabilities(&self) -> block::Capabilities {
+            block::Capabilities {
+                discard_zeroes: false,
+                ..self.0.capabilities()
+            }
+        }
+        fn describe(&self) -> String {
+            "no-cheap-zeros".into()
+        }
+    }
+
+    #[test]
+    fn a_fresh_unit_reads_zeros_around_its_first_write() {
+        // Four of the RAM device's allocation chunks per unit.
+        const UNIT: u64 = 1 << 18;
+        let mem = Arc::new(MemDevice::new(3 * UNIT));
+        let devices: [Arc<dyn BlockDevice>; 2] =
+            [mem.clone(), Arc::new(NoCheapZeros(MemDevice::new(3 * UNIT)))];
+        for device in devices {
+            let layout = Layout::new(UNIT, vec![(device.clone(), 2)]);
+            // What a unit's last owner left behind.
+            layout.write(1, 0, &[0xAB; UNIT as usize], false).unwrap();
+            layout.fill_fresh(1, 8192, &[7; 4096]).unwrap();
+            let mut unit = vec![0xEE; UNIT as usize];
+            layout.read(1, 0, &mut unit).unwrap();
+            let mut expect = vec![0u8; UNIT as usize];
+            expect[8192..12288].fill(7);
+            assert!(unit == expect, "{}", device.describe());
+        }
+        // Where zeros come from deallocation, the rest takes no space.
+        assert_eq!(
+            mem.allocation(2 * UNIT + UNIT / 4, UNIT * 3 / 4).unwrap(),
+            (Allocation::Deallocated, UNIT * 3 / 4)
+        );
     }
 }

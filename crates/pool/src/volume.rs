@@ -108,7 +108,6 @@ impl VolumeDevice {
     /// unit became exclusive meanwhile.
     fn write_allocating(&self, p: &Piece, data: &[u8]) -> io::Result<()> {
         let layout = &self.pool.layout;
-        let unit_size = layout.unit_size();
         loop {
             let old = {
                 let st = self.pool.state.read();
@@ -122,13 +121,7 @@ impl VolumeDevice {
             // holding the pool's lock, then map it unless another write
             // mapped this unit meanwhile (then go through the map again).
             let new = self.pool.state.write().space.reserve()?;
-            let filled = if data.len() as u64 == unit_size {
-                layout.write(new, 0, data, false)
-            } else {
-                let mut whole = vec![0u8; unit_size as usize];
-                whole[p.within as usize..p.within as usize + data.len()].copy_from_slice(data);
-                layout.write(new, 0, &whole, false)
-            };
+            let filled = layout.fill_fresh(new, p.within, data);
             let mut st = self.pool.state.write();
             st.space.unreserve(new);
             filled?;
@@ -160,15 +153,13 @@ impl VolumeDevice {
             }
         }
         let new = st.space.find_free()?;
-        if old.is_none() && data.len() as u64 == unit_size {
-            layout.write(new, 0, data, false)?;
-        } else {
+        if let Some(unit) = old {
             let mut whole = vec![0u8; unit_size as usize];
-            if let Some(unit) = old {
-                layout.read(unit, 0, &mut whole)?;
-            }
+            layout.read(unit, 0, &mut whole)?;
             whole[p.within as usize..p.within as usize + data.len()].copy_from_slice(data);
             layout.write(new, 0, &whole, false)?;
+        } else {
+            layout.fill_fresh(new, p.within, data)?;
         }
         st.set_mapping(self.id, p.vunit, Some(new));
         Ok(())
