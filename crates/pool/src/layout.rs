@@ -249,8 +249,10 @@ mod tests {
         // Four of the RAM device's allocation chunks per unit.
         const UNIT: u64 = 1 << 18;
         let mem = Arc::new(MemDevice::new(3 * UNIT));
-        let devices: [Arc<dyn BlockDevice>; 2] =
-            [mem.clone(), Arc::new(NoCheapZeros(MemDevice::new(3 * UNIT)))];
+        let devices: [Arc<dyn BlockDevice>; 2] = [
+            mem.clone(),
+            Arc::new(NoCheapZeros(MemDevice::new(3 * UNIT))),
+        ];
         for device in devices {
             let layout = Layout::new(UNIT, vec![(device.clone(), 2)]);
             // What a unit's last owner left behind.
