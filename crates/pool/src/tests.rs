@@ -155,6 +155,10 @@ fn resize_grows_with_zeros_and_shrinks_to_whole_units() {
     pool.resize("v", 8 * UNIT).unwrap();
     assert_eq!(read(&v, 3 * UNIT, 512), vec![0; 512]);
     assert!(pool.check().unwrap().is_clean());
+    // A device of a deleted volume is empty and serves nothing.
+    pool.delete("v").unwrap();
+    assert_eq!(v.size(), 0);
+    assert!(v.read_at(&mut [0; 512], 0).is_err());
 }
 
 #[test]
