@@ -475,6 +475,62 @@ impl BlockDevice for FileDevice {
         }
     }
 
+    /// Between two regular files opened without O_DIRECT: copied inside
+    /// the kernel, through the page cache (shared extents where the file
+    /// system reflinks), so the bytes never pass through this process.
+    fn copy_from(
+        &self,
+        src: &dyn BlockDevice,
+        src_offset: u64,
+        dst_offset: u64,
+        len: u64,
+    ) -> Option<io::Result<()>> {
+        let src = src.as_any()?.downcast_ref::<FileDevice>()?;
+        let plain = |d: &FileDevice| d.media == Media::Regular && d.direct.is_none();
+        if self.read_only || !plain(self) || !plain(src) {
+            return None;
+        }
+        if let Err(e) = check_range(src.size, src_offset, len)
+            .and_then(|()| check_range(self.size, dst_offset, len))
+        {
+            return Some(Err(e));
+        }
+        let mut done = 0;
+        while done < len {
+            let (from, to) = (src.file.as_fd(), self.file.as_fd());
+            match sys::copy_file_range(from, src_offset + done, to, dst_offset + done, len - done) {
+                Ok(0) => {
+                    self.mark_written(dst_offset, done);
+                    return Some(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("{} ended before its size", src.path.display()),
+                    )));
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Not between these two (other file systems, ranges of one
+                // file that overlap): nothing is copied yet, the caller does.
+                Err(e)
+                    if done == 0
+                        && (unsupported(&e)
+                            || matches!(e.raw_os_error(), Some(libc::EXDEV | libc::EINVAL))) =>
+                {
+                    return None;
+                }
+                Err(e) => {
+                    self.mark_written(dst_offset, done);
+                    return Some(Err(e));
+                }
+            }
+        }
+        self.mark_written(dst_offset, len);
+        Some(Ok(()))
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn memory_file(&self) -> Option<&Arc<File>> {
         self.in_memory.then_some(&self.file)
     }
@@ -537,6 +593,32 @@ mod tests {
         let mut buf = vec![1u8; 4096];
         dev.read_at(&mut buf, 12345).unwrap();
         assert!(buf.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn copies_between_files_in_the_kernel() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = create(&dir, "a.img", 1 << 20, false);
+        let b = create(&dir, "b.img", 1 << 20, false);
+        let data: Vec<u8> = (0..65536).map(|i| (i % 251) as u8).collect();
+        a.write_at(&data, 4096, false).unwrap();
+        b.copy_from(&a, 4096 + 512, 8192, 60000).unwrap().unwrap();
+        let mut back = vec![0u8; 60000];
+        b.read_at(&mut back, 8192).unwrap();
+        assert!(back[..] == data[512..60512]);
+        // Within one file, apart.
+        a.copy_from(&a, 4096, 512 << 10, 65536).unwrap().unwrap();
+        let mut back = vec![0u8; 65536];
+        a.read_at(&mut back, 512 << 10).unwrap();
+        assert!(back == data);
+        // Overlapping ranges of one file are the caller's to copy.
+        assert!(a.copy_from(&a, 4096, 8192, 65536).is_none());
+        assert!(b.copy_from(&a, 1 << 20, 0, 1).unwrap().is_err());
+        let direct = create(&dir, "d.img", 1 << 20, true);
+        assert!(direct.copy_from(&a, 0, 0, 4096).is_none());
+        assert!(b
+            .copy_from(&crate::MemDevice::new(1 << 20), 0, 0, 4096)
+            .is_none());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! superblock unit that names the pool and the device's place in it.
 
 use std::io;
+use std::ops::Range;
 use std::sync::Arc;
 
 use block::{BlockDevice, MappedBytes};
@@ -161,6 +162,32 @@ impl Layout {
         let mut whole = vec![0u8; self.unit_size as usize];
         whole[offset as usize..offset as usize + data.len()].copy_from_slice(data);
         device.write_at(&whole, at, false)
+    }
+
+    /// Fills unit `to` with the bytes of unit `from` outside `keep`, where
+    /// the caller writes its own, when the devices copy between themselves
+    /// (files: inside the kernel). False: they cannot, nothing was done.
+    pub fn copy_unit_around(&self, from: u64, to: u64, keep: Range<u64>) -> io::Result<bool> {
+        let (src, src_at) = self.locate(from, 0)?;
+        let (dst, dst_at) = self.locate(to, 0)?;
+        let mut copied_any = false;
+        for part in [0..keep.start, keep.end..self.unit_size] {
+            if part.is_empty() {
+                continue;
+            }
+            let (at, len) = (part.start, part.end - part.start);
+            match dst.copy_from(src, src_at + at, dst_at + at, len) {
+                Some(done) => done?,
+                None if !copied_any => return Ok(false),
+                None => {
+                    let mut buf = vec![0u8; len as usize];
+                    src.read_at(&mut buf, src_at + at)?;
+                    dst.write_at(&buf, dst_at + at, false)?;
+                }
+            }
+            copied_any = true;
+        }
+        Ok(copied_any)
     }
 
     /// Tell the devices a unit's content is no longer needed.

@@ -408,3 +408,37 @@ fn a_unit_whose_pages_wait_to_be_sent_is_not_reused_until_sent() {
     drop(again);
     assert_eq!(pool.space().free_units, 0);
 }
+
+#[test]
+fn a_snapshot_shared_unit_of_a_file_pool_is_copied_in_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = block::FileOptions {
+        create_size: Some(6 * UNIT),
+        ..Default::default()
+    };
+    let data: Arc<dyn BlockDevice> =
+        Arc::new(block::FileDevice::open(&dir.path().join("data"), opts).unwrap());
+    let meta = MetadataLocation::File(dir.path().join("meta"));
+    let pool = Pool::create("p", vec![data], &meta, UNIT).unwrap();
+    pool.create_volume("v", UNIT).unwrap();
+    let old: Vec<u8> = (0..UNIT).map(|i| (i % 253) as u8).collect();
+    pool.volume("v").unwrap().write_at(&old, 0, false).unwrap();
+    pool.snapshot("v", "s").unwrap();
+    let s = pool.volume("s").unwrap();
+    // Each end of the unit, then its middle: the copy goes around each.
+    for (at, len) in [(0, 512), (UNIT - 512, 512), (1024, 1024)] {
+        let name = format!("c{at}");
+        pool.clone_snapshot("s", &name).unwrap();
+        let c = pool.volume(&name).unwrap();
+        c.write_at(&vec![0xC3; len], at, false).unwrap();
+        let mut expect = old.clone();
+        expect[at as usize..at as usize + len].fill(0xC3);
+        assert!(read(&c, 0, UNIT as usize) == expect, "write at {at}");
+        assert!(
+            read(&s, 0, UNIT as usize) == old,
+            "the snapshot keeps its unit"
+        );
+    }
+    assert_eq!(pool.space().used_units, 4);
+    assert!(pool.check().unwrap().is_clean());
+}

@@ -153,13 +153,18 @@ impl VolumeDevice {
             }
         }
         let new = st.space.find_free()?;
-        if let Some(unit) = old {
-            let mut whole = vec![0u8; unit_size as usize];
-            layout.read(unit, 0, &mut whole)?;
-            whole[p.within as usize..p.within as usize + data.len()].copy_from_slice(data);
-            layout.write(new, 0, &whole, false)?;
-        } else {
-            layout.fill_fresh(new, p.within, data)?;
+        let keep = p.within..p.within + data.len() as u64;
+        match old {
+            Some(unit) if layout.copy_unit_around(unit, new, keep)? => {
+                layout.write(new, p.within, data, false)?;
+            }
+            Some(unit) => {
+                let mut whole = vec![0u8; unit_size as usize];
+                layout.read(unit, 0, &mut whole)?;
+                whole[p.within as usize..p.within as usize + data.len()].copy_from_slice(data);
+                layout.write(new, 0, &whole, false)?;
+            }
+            None => layout.fill_fresh(new, p.within, data)?,
         }
         st.set_mapping(self.id, p.vunit, Some(new));
         Ok(())
