@@ -354,20 +354,25 @@ fn a_simulated_volatile_cache_holds_writes_until_a_flush() {
     assert!(!Pool::open("p", vec![data], &meta).unwrap().volatile_cache());
 }
 
+/// A pool of `units` on one data file in `dir`, its metadata beside it.
+fn file_pool(dir: &tempfile::TempDir, units: u64) -> Arc<Pool> {
+    let opts = block::FileOptions {
+        create_size: Some((units + 1) * UNIT),
+        ..Default::default()
+    };
+    let data: Arc<dyn BlockDevice> =
+        Arc::new(block::FileDevice::open(&dir.path().join("data"), opts).unwrap());
+    let meta = MetadataLocation::File(dir.path().join("meta"));
+    Pool::create("p", vec![data], &meta, UNIT).unwrap()
+}
+
 #[test]
 fn a_unit_whose_pages_wait_to_be_sent_is_not_reused_until_sent() {
     let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
         return;
     };
     // One data unit: a second volume can only write into the first's.
-    let opts = block::FileOptions {
-        create_size: Some(2 * UNIT),
-        ..Default::default()
-    };
-    let data: Arc<dyn BlockDevice> =
-        Arc::new(block::FileDevice::open(&dir.path().join("data"), opts).unwrap());
-    let meta = MetadataLocation::File(dir.path().join("meta"));
-    let pool = Pool::create("p", vec![data], &meta, UNIT).unwrap();
+    let pool = file_pool(&dir, 1);
     pool.create_volume("a", UNIT).unwrap();
     pool.create_volume("b", UNIT).unwrap();
     let (a, b) = (pool.volume("a").unwrap(), pool.volume("b").unwrap());
@@ -412,14 +417,7 @@ fn a_unit_whose_pages_wait_to_be_sent_is_not_reused_until_sent() {
 #[test]
 fn a_snapshot_shared_unit_of_a_file_pool_is_copied_in_the_kernel() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = block::FileOptions {
-        create_size: Some(6 * UNIT),
-        ..Default::default()
-    };
-    let data: Arc<dyn BlockDevice> =
-        Arc::new(block::FileDevice::open(&dir.path().join("data"), opts).unwrap());
-    let meta = MetadataLocation::File(dir.path().join("meta"));
-    let pool = Pool::create("p", vec![data], &meta, UNIT).unwrap();
+    let pool = file_pool(&dir, 5);
     pool.create_volume("v", UNIT).unwrap();
     let old: Vec<u8> = (0..UNIT).map(|i| (i % 253) as u8).collect();
     pool.volume("v").unwrap().write_at(&old, 0, false).unwrap();
