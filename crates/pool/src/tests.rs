@@ -417,15 +417,22 @@ fn a_unit_whose_pages_wait_to_be_sent_is_not_reused_until_sent() {
 #[test]
 fn a_snapshot_shared_unit_of_a_file_pool_is_copied_in_the_kernel() {
     let dir = tempfile::tempdir().unwrap();
-    let pool = file_pool(&dir, 5);
+    let pool = file_pool(&dir, 6);
     pool.create_volume("v", UNIT).unwrap();
     let old: Vec<u8> = (0..UNIT).map(|i| (i % 253) as u8).collect();
     pool.volume("v").unwrap().write_at(&old, 0, false).unwrap();
     pool.snapshot("v", "s").unwrap();
     let s = pool.volume("s").unwrap();
-    // Each end of the unit, then its middle: the copy goes around each.
-    for (at, len) in [(0, 512), (UNIT - 512, 512), (1024, 1024)] {
-        let name = format!("c{at}");
+    // Each end of the unit, its middle, all of it: the copy goes around
+    // each write (and is not needed for the last).
+    let writes = [
+        (0, 512),
+        (UNIT - 512, 512),
+        (1024, 1024),
+        (0, UNIT as usize),
+    ];
+    for (i, (at, len)) in writes.into_iter().enumerate() {
+        let name = format!("c{i}");
         pool.clone_snapshot("s", &name).unwrap();
         let c = pool.volume(&name).unwrap();
         c.write_at(&vec![0xC3; len], at, false).unwrap();
@@ -437,6 +444,6 @@ fn a_snapshot_shared_unit_of_a_file_pool_is_copied_in_the_kernel() {
             "the snapshot keeps its unit"
         );
     }
-    assert_eq!(pool.space().used_units, 4);
+    assert_eq!(pool.space().used_units, 5);
     assert!(pool.check().unwrap().is_clean());
 }

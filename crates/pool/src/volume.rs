@@ -155,16 +155,18 @@ impl VolumeDevice {
         let new = st.space.find_free()?;
         let keep = p.within..p.within + data.len() as u64;
         match old {
-            Some(unit) if layout.copy_unit_around(unit, new, keep)? => {
-                layout.write(new, p.within, data, false)?;
+            // Only the bytes around the write come from the shared unit.
+            Some(unit) if keep != (0..unit_size) => {
+                if layout.copy_unit_around(unit, new, keep)? {
+                    layout.write(new, p.within, data, false)?;
+                } else {
+                    let mut whole = vec![0u8; unit_size as usize];
+                    layout.read(unit, 0, &mut whole)?;
+                    whole[p.within as usize..p.within as usize + data.len()].copy_from_slice(data);
+                    layout.write(new, 0, &whole, false)?;
+                }
             }
-            Some(unit) => {
-                let mut whole = vec![0u8; unit_size as usize];
-                layout.read(unit, 0, &mut whole)?;
-                whole[p.within as usize..p.within as usize + data.len()].copy_from_slice(data);
-                layout.write(new, 0, &whole, false)?;
-            }
-            None => layout.fill_fresh(new, p.within, data)?,
+            _ => layout.fill_fresh(new, p.within, data)?,
         }
         st.set_mapping(self.id, p.vunit, Some(new));
         Ok(())
