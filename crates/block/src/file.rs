@@ -456,6 +456,27 @@ impl BlockDevice for FileDevice {
         }
     }
 
+    /// Extents allocated as unwritten (`FALLOC_FL_ZERO_RANGE`) where the
+    /// file system has them, so that nothing is written; zeros written
+    /// where it has not (tmpfs).
+    fn allocate_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        check_range(self.size, offset, len)?;
+        if self.read_only {
+            return Err(read_only_error());
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let fast = match self.media {
+            Media::Regular => sys::zero_range(self.file.as_fd(), offset, len),
+            Media::Block => sys::block_zero_out(self.file.as_fd(), offset, len),
+        };
+        match fast {
+            Err(e) if unsupported(&e) => self.write_zeroes_by_writing(offset, len),
+            r => r,
+        }
+    }
+
     fn allocation(&self, offset: u64, len: u64) -> io::Result<(Allocation, u64)> {
         check_range(self.size, offset, len)?;
         if self.media == Media::Block || len == 0 {
@@ -593,6 +614,20 @@ mod tests {
         let mut buf = vec![1u8; 4096];
         dev.read_at(&mut buf, 12345).unwrap();
         assert!(buf.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn allocated_zeroes_read_as_zeros_and_keep_their_space() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = create(&dir, "z.img", 1 << 20, false);
+        dev.write_at(&[7; 8192], 4096, false).unwrap();
+        dev.allocate_zeroes(0, 65536).unwrap();
+        let mut back = vec![1u8; 65536];
+        dev.read_at(&mut back, 0).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+        // The file system holds the whole range's blocks, no more.
+        let meta = std::fs::metadata(dir.path().join("z.img")).unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::blocks(&meta) * 512, 65536);
     }
 
     #[test]

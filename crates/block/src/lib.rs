@@ -107,6 +107,23 @@ impl BatchRead {
     }
 }
 
+/// Zeros written over a range, a MiB at a time.
+fn write_zeros_by_writing<D: BlockDevice + ?Sized>(
+    device: &D,
+    offset: u64,
+    len: u64,
+) -> io::Result<()> {
+    const CHUNK: u64 = 1 << 20;
+    let zeros = vec![0u8; CHUNK.min(len) as usize];
+    let mut done = 0;
+    while done < len {
+        let n = CHUNK.min(len - done);
+        device.write_at(&zeros[..n as usize], offset + done, false)?;
+        done += n;
+    }
+    Ok(())
+}
+
 pub trait BlockDevice: Send + Sync {
     /// Size in bytes.
     fn size(&self) -> u64;
@@ -161,15 +178,13 @@ pub trait BlockDevice: Send + Sync {
 
     /// Make a range read as zeros.
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        const CHUNK: u64 = 1 << 20;
-        let zeros = vec![0u8; CHUNK.min(len) as usize];
-        let mut done = 0;
-        while done < len {
-            let n = CHUNK.min(len - done);
-            self.write_at(&zeros[..n as usize], offset + done, false)?;
-            done += n;
-        }
-        Ok(())
+        write_zeros_by_writing(self, offset, len)
+    }
+
+    /// Make a range read as zeros with its space set aside, as a thick
+    /// volume wants it: unlike `write_zeroes`, never by deallocating.
+    fn allocate_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        write_zeros_by_writing(self, offset, len)
     }
 
     /// Allocation state of the extent starting at `offset`, and its length

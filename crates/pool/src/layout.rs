@@ -164,6 +164,13 @@ impl Layout {
         device.write_at(&whole, at, false)
     }
 
+    /// Makes a unit read as zeros with its space set aside (a thick
+    /// volume's), without writing them where the device can.
+    pub fn allocate_zeroes(&self, unit: u64) -> io::Result<()> {
+        let (device, at) = self.locate(unit, 0)?;
+        device.allocate_zeroes(at, self.unit_size)
+    }
+
     /// Fills unit `to` with the bytes of unit `from` outside `keep`, where
     /// the caller writes its own, when the devices copy between themselves
     /// (files: inside the kernel). False: they cannot, nothing was done.

@@ -110,7 +110,6 @@ impl Pool {
             ));
         }
         let total = missing.len() as u64;
-        let zeros = vec![0u8; unit_size as usize];
         let mut done = 0;
         progress(done, total);
         for step in missing.chunks(STEP_UNITS) {
@@ -118,7 +117,7 @@ impl Pool {
                 // Fill a reserved unit outside the lock, then map it unless
                 // a write mapped this virtual unit meanwhile.
                 let unit = self.state.write().space.reserve()?;
-                let written = self.layout.write(unit, 0, &zeros, false);
+                let written = self.layout.allocate_zeroes(unit);
                 let mut st = self.state.write();
                 st.space.unreserve(unit);
                 written?;
