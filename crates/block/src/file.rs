@@ -211,6 +211,16 @@ impl FileDevice {
         }
     }
 
+    /// Whether zeroing or discarding `[offset, offset + len)` has anything
+    /// to do; an error for a range beyond the file or a read-only file.
+    fn changes(&self, offset: u64, len: u64) -> io::Result<bool> {
+        check_range(self.size, offset, len)?;
+        if self.read_only {
+            return Err(read_only_error());
+        }
+        Ok(len > 0)
+    }
+
     /// Pages about to become holes must not be read through the mapping.
     fn forget_written(&self, offset: u64, len: u64) {
         if let Some(Some(map)) = self.map.get() {
@@ -260,22 +270,6 @@ impl FileDevice {
         let skip = (offset - start) as usize;
         bounce[skip..skip + buf.len()].copy_from_slice(buf);
         out.write_all_at(&bounce, start)
-    }
-
-    /// Zeros a range by writing zeros, for when the kernel offers no
-    /// cheaper way.
-    fn write_zeroes_by_writing(&self, offset: u64, len: u64) -> io::Result<()> {
-        const STEP: u64 = 1 << 20;
-        let Some(zeros) = AlignedBuf::zeroed(STEP.min(len) as usize, 4096) else {
-            return Ok(());
-        };
-        let mut done = 0;
-        while done < len {
-            let n = STEP.min(len - done);
-            self.write_at(&zeros[..n as usize], offset + done, false)?;
-            done += n;
-        }
-        Ok(())
     }
 }
 
@@ -411,18 +405,14 @@ impl BlockDevice for FileDevice {
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(self.size, offset, len)?;
-        if self.read_only {
-            return Err(read_only_error());
-        }
-        if len == 0 {
+        if !self.changes(offset, len)? {
             return Ok(());
         }
         self.forget_written(offset, len);
         match self.media {
             Media::Regular => match sys::punch_hole(self.file.as_fd(), offset, len) {
                 // We promise zeros after discard; keep it without holes.
-                Err(e) if unsupported(&e) => self.write_zeroes_by_writing(offset, len),
+                Err(e) if unsupported(&e) => crate::write_zeros_by_writing(self, offset, len),
                 r => r,
             },
             // Discard is advisory on devices that don't do it.
@@ -434,11 +424,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(self.size, offset, len)?;
-        if self.read_only {
-            return Err(read_only_error());
-        }
-        if len == 0 {
+        if !self.changes(offset, len)? {
             return Ok(());
         }
         self.forget_written(offset, len);
@@ -451,7 +437,7 @@ impl BlockDevice for FileDevice {
             Media::Block => sys::block_zero_out(fd, offset, len),
         };
         match fast {
-            Err(e) if unsupported(&e) => self.write_zeroes_by_writing(offset, len),
+            Err(e) if unsupported(&e) => crate::write_zeros_by_writing(self, offset, len),
             r => r,
         }
     }
@@ -460,11 +446,7 @@ impl BlockDevice for FileDevice {
     /// file system has them, so that nothing is written; zeros written
     /// where it has not (tmpfs).
     fn allocate_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(self.size, offset, len)?;
-        if self.read_only {
-            return Err(read_only_error());
-        }
-        if len == 0 {
+        if !self.changes(offset, len)? {
             return Ok(());
         }
         let fast = match self.media {
@@ -472,7 +454,7 @@ impl BlockDevice for FileDevice {
             Media::Block => sys::block_zero_out(self.file.as_fd(), offset, len),
         };
         match fast {
-            Err(e) if unsupported(&e) => self.write_zeroes_by_writing(offset, len),
+            Err(e) if unsupported(&e) => crate::write_zeros_by_writing(self, offset, len),
             r => r,
         }
     }

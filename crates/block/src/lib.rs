@@ -107,14 +107,17 @@ impl BatchRead {
     }
 }
 
-/// Zeros written over a range, a MiB at a time.
-fn write_zeros_by_writing<D: BlockDevice + ?Sized>(
+/// Zeros written over a range, a MiB at a time, from memory aligned for
+/// O_DIRECT.
+pub(crate) fn write_zeros_by_writing<D: BlockDevice + ?Sized>(
     device: &D,
     offset: u64,
     len: u64,
 ) -> io::Result<()> {
     const CHUNK: u64 = 1 << 20;
-    let zeros = vec![0u8; CHUNK.min(len) as usize];
+    let Some(zeros) = aligned::AlignedBuf::zeroed(CHUNK.min(len) as usize, 4096) else {
+        return Ok(()); // nothing to write
+    };
     let mut done = 0;
     while done < len {
         let n = CHUNK.min(len - done);
