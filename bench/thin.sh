@@ -126,6 +126,11 @@ empty_thin() {
     run_child qemu-io -f raw -c "discard 0 1G" -c "flush" "$(url 1)" >/dev/null
 }
 
+# SYNCHRONIZE CACHE on the thin volume: commits its new mappings.
+flush_thin() {
+    run_child qemu-io -f raw -c flush "$(url 1)" >/dev/null
+}
+
 volume() {
     "$OA_BIN" volume "$@" --socket "$WORK/admin.sock" --pool bench >/dev/null
 }
@@ -134,7 +139,7 @@ volume() {
 copy_on_write_pass() {
     volume snapshot thin "$1"
     run_child qemu-img bench -f raw -w -t none -c "$ALLOC_COUNT" -d 32 -s 4k -S 64k -o 8192 "$(url 1)" >/dev/null
-    run_child qemu-io -f raw -c flush "$(url 1)" >/dev/null
+    flush_thin
     volume delete "$1"
 }
 
@@ -210,7 +215,7 @@ main() {
         for lun in 0 1; do
             measure_write "4K allocating write QD32" "$lun" "$ALLOC_COUNT" 64k
         done
-        run_child qemu-io -f raw -c flush "$(url 1)" >/dev/null
+        flush_thin
         ALLOC_USED=$(pool_used)
         ALLOC_STORED=$(stat -c '%b %B' "$WORK/pool.img" | awk '{ print $1 * $2 }')
         for lun in 0 1; do fill "$lun"; done
@@ -223,7 +228,7 @@ main() {
         for lun in 0 1; do
             measure_write "4K write after a snapshot QD32" "$lun" "$ALLOC_COUNT" 64k
         done
-        run_child qemu-io -f raw -c flush "$(url 1)" >/dev/null
+        flush_thin
         volume delete before
     done
 

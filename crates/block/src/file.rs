@@ -499,15 +499,17 @@ impl BlockDevice for FileDevice {
             return Some(Err(e));
         }
         let mut done = 0;
-        while done < len {
+        let copied = loop {
+            if done == len {
+                break Ok(());
+            }
             let (from, to) = (src.file.as_fd(), self.file.as_fd());
             match sys::copy_file_range(from, src_offset + done, to, dst_offset + done, len - done) {
                 Ok(0) => {
-                    self.mark_written(dst_offset, done);
-                    return Some(Err(io::Error::new(
+                    break Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         format!("{} ended before its size", src.path.display()),
-                    )));
+                    ))
                 }
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -520,14 +522,11 @@ impl BlockDevice for FileDevice {
                 {
                     return None;
                 }
-                Err(e) => {
-                    self.mark_written(dst_offset, done);
-                    return Some(Err(e));
-                }
+                Err(e) => break Err(e),
             }
-        }
-        self.mark_written(dst_offset, len);
-        Some(Ok(()))
+        };
+        self.mark_written(dst_offset, done);
+        Some(copied)
     }
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {

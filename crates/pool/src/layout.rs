@@ -159,9 +159,25 @@ impl Layout {
             device.write_zeroes(at, self.unit_size)?;
             return device.write_at(data, at + offset, false);
         }
-        let mut whole = vec![0u8; self.unit_size as usize];
-        whole[offset as usize..offset as usize + data.len()].copy_from_slice(data);
-        device.write_at(&whole, at, false)
+        let zeros = vec![0u8; self.unit_size as usize];
+        write_over(device, at, zeros, offset, data)
+    }
+
+    /// Writes `data` at `offset` of unit `to`, just taken from the free
+    /// ones, and the rest of the unit as unit `from` (which a snapshot
+    /// shares) has it: copied inside the devices where they can, through
+    /// a buffer otherwise.
+    pub fn fill_copy(&self, from: u64, to: u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        if data.len() as u64 == self.unit_size {
+            return self.fill_fresh(to, offset, data);
+        }
+        let (dst, dst_at) = self.locate(to, 0)?;
+        if self.copy_unit_around(from, to, offset..offset + data.len() as u64)? {
+            return dst.write_at(data, dst_at + offset, false);
+        }
+        let mut shared = vec![0u8; self.unit_size as usize];
+        self.read(from, 0, &mut shared)?;
+        write_over(dst, dst_at, shared, offset, data)
     }
 
     /// Makes a unit read as zeros with its space set aside (a thick
@@ -174,7 +190,7 @@ impl Layout {
     /// Fills unit `to` with the bytes of unit `from` outside `keep`, where
     /// the caller writes its own, when the devices copy between themselves
     /// (files: inside the kernel). False: they cannot, nothing was done.
-    pub fn copy_unit_around(&self, from: u64, to: u64, keep: Range<u64>) -> io::Result<bool> {
+    fn copy_unit_around(&self, from: u64, to: u64, keep: Range<u64>) -> io::Result<bool> {
         let (src, src_at) = self.locate(from, 0)?;
         let (dst, dst_at) = self.locate(to, 0)?;
         let mut copied_any = false;
@@ -212,6 +228,19 @@ impl Layout {
         }
         Ok(())
     }
+}
+
+/// Writes a whole unit at `at` of `device`: `unit`'s bytes with `data`
+/// laid over them at `offset`.
+fn write_over(
+    device: &dyn BlockDevice,
+    at: u64,
+    mut unit: Vec<u8>,
+    offset: u64,
+    data: &[u8],
+) -> io::Result<()> {
+    unit[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+    device.write_at(&unit, at, false)
 }
 
 #[cfg(test)]

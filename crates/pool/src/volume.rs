@@ -143,7 +143,6 @@ impl VolumeDevice {
     /// shared unit while it is read.
     fn copy_on_write(&self, p: &Piece, data: &[u8]) -> io::Result<()> {
         let layout = &self.pool.layout;
-        let unit_size = layout.unit_size();
         let mut st = self.pool.state.write();
         let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
         let old = vol.map.get(&p.vunit).copied();
@@ -153,20 +152,9 @@ impl VolumeDevice {
             }
         }
         let new = st.space.find_free()?;
-        let keep = p.within..p.within + data.len() as u64;
         match old {
-            // Only the bytes around the write come from the shared unit.
-            Some(unit) if keep != (0..unit_size) => {
-                if layout.copy_unit_around(unit, new, keep)? {
-                    layout.write(new, p.within, data, false)?;
-                } else {
-                    let mut whole = vec![0u8; unit_size as usize];
-                    layout.read(unit, 0, &mut whole)?;
-                    whole[p.within as usize..p.within as usize + data.len()].copy_from_slice(data);
-                    layout.write(new, 0, &whole, false)?;
-                }
-            }
-            _ => layout.fill_fresh(new, p.within, data)?,
+            Some(unit) => layout.fill_copy(unit, new, p.within, data)?,
+            None => layout.fill_fresh(new, p.within, data)?,
         }
         st.set_mapping(self.id, p.vunit, Some(new));
         Ok(())
