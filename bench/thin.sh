@@ -20,6 +20,10 @@
 #     virtual machine that reports free memory to its host, the first
 #     touch of memory freed long ago costs a host page fault per page,
 #     which made these copies several times slower.
+#   - reads beside the copies: iscsi-perf's random reads of a second thin
+#     volume (LUN 2, fully written), first alone, then while the first
+#     volume's writes after a snapshot run pass after pass, to show how
+#     much the copies hold up other I/O of the pool.
 # Between rounds the thin volume is emptied again with a discard of the
 # whole LUN (UNMAP), so every round's allocating write allocates.
 #
@@ -64,11 +68,12 @@ start_openarray() {
     fallocate -l "$LUN_BYTES" "$WORK/raw.img" 2>/dev/null ||
         dd if=/dev/zero of="$WORK/raw.img" bs=1M count=1024 status=none
     {
-        printf '[[pool]]\nname = "bench"\ndevices = ["%s"]\ndevice_size = "2200M"\nunit_size = "64K"\n\n' \
+        printf '[[pool]]\nname = "bench"\ndevices = ["%s"]\ndevice_size = "3300M"\nunit_size = "64K"\n\n' \
             "$WORK/pool.img"
         file_device_toml raw "$WORK/raw.img" "write_cache = true"
         printf '[[device]]\nname = "thin"\nkind = "volume"\npool = "bench"\nsize = "1G"\n\n'
-        target_toml "$IQN" raw thin
+        printf '[[device]]\nname = "other"\nkind = "volume"\npool = "bench"\nsize = "1G"\n\n'
+        target_toml "$IQN" raw thin other
     } >"$WORK/openarray.toml"
     "$OA_BIN" serve --config "$WORK/openarray.toml" --listen "127.0.0.1:$OA_PORT" \
         --admin-socket "$WORK/admin.sock" >"$WORK/openarray.log" 2>&1 &
@@ -84,7 +89,9 @@ RESULTS=()
 FAILED=0
 record() { RESULTS+=("$1|$2|$3|$4"); log "$1 on $2: $3 IOPS, $4 us/IO"; }
 
-name_of() { if [ "$1" = 0 ]; then echo "raw file"; else echo "thin volume"; fi; }
+name_of() {
+    case $1 in 0) echo "raw file" ;; 1) echo "thin volume" ;; *) echo "second thin volume" ;; esac
+}
 
 # qemu-img bench: workload name, LUN, count, step (0 = the buffer size).
 measure_write() {
@@ -102,17 +109,17 @@ measure_write() {
     record "$workload" "$(name_of "$lun")" "$iops" "$(us_per_io $((after - before)) "$count")"
 }
 
-measure_read() {
-    local lun=$1 out="$WORK/read.out" before after iops
+measure_read() { # lun [workload]
+    local lun=$1 workload=${2:-4K random read QD32} out="$WORK/read.out" before after iops
     before=$(cpu_ticks "$OA_PID")
     if ! run_child timeout $((READ_SECONDS + 20)) iscsi-perf -m 32 -b 8 -r -t "$READ_SECONDS" "$(url "$lun")" >"$out" 2>&1; then
         log "iscsi-perf (LUN $lun) failed:"; tr '\r' '\n' <"$out" | tail -5 >&2
-        record "4K random read QD32" "$(name_of "$lun")" failed n/a; FAILED=1; return
+        record "$workload" "$(name_of "$lun")" failed n/a; FAILED=1; return
     fi
     after=$(cpu_ticks "$OA_PID")
     iops=$(tr '\r' '\n' <"$out" | sed -n 's/^iops average \([0-9]*\) .*/\1/p' | tail -1)
     [ -n "$iops" ] || iops=failed
-    record "4K random read QD32" "$(name_of "$lun")" "$iops" "$(us_per_io $((after - before)) $((${iops//failed/0} * READ_SECONDS)))"
+    record "$workload" "$(name_of "$lun")" "$iops" "$(us_per_io $((after - before)) $((${iops//failed/0} * READ_SECONDS)))"
 }
 
 # Writes every byte of a LUN (1 MiB sequential writes): allocates the thin
@@ -135,12 +142,38 @@ volume() {
     "$OA_BIN" volume "$@" --socket "$WORK/admin.sock" --pool bench >/dev/null
 }
 
-# One unmeasured copy-on-write pass over the thin volume.
+# One copy-on-write pass over the thin volume; qemu-img's report on stdout.
 copy_on_write_pass() {
     volume snapshot thin "$1"
-    run_child qemu-img bench -f raw -w -t none -c "$ALLOC_COUNT" -d 32 -s 4k -S 64k -o 8192 "$(url 1)" >/dev/null
+    run_child qemu-img bench -f raw -w -t none -c "$ALLOC_COUNT" -d 32 -s 4k -S 64k -o 8192 "$(url 1)"
     flush_thin
     volume delete "$1"
+}
+
+# The second volume's reads while copy-on-write passes run back to back on
+# the first; records the reads, and the writes of the passes (their own
+# run times summed, so the snapshots and flushes between them not counted).
+measure_reads_beside_copies() {
+    local passes="$WORK/passes" n=0 seconds
+    : >"$passes"
+    rm -f "$WORK/stop"
+    (
+        while [ ! -e "$WORK/stop" ]; do
+            copy_on_write_pass "beside-$n" >>"$passes"
+            n=$((n + 1))
+        done
+    ) &
+    local loop=$!
+    CHILDREN=$loop
+    sleep 1
+    measure_read 2 "4K random read QD32 beside copies"
+    touch "$WORK/stop"
+    wait "$loop"
+    CHILDREN=""
+    seconds=$(sed -n 's/^Run completed in \([0-9.]*\) seconds.*/\1/p' "$passes" | awk '{ s += $1 } END { print s + 0 }')
+    n=$(grep -c '^Run completed' "$passes" || true)
+    record "4K write after a snapshot QD32 beside reads" "thin volume" \
+        "$(awk -v n="$n" -v c="$ALLOC_COUNT" -v s="$seconds" 'BEGIN { if (s > 0) printf "%d", n * c / s; else print "failed" }')" n/a
 }
 
 pool_used() {
@@ -159,6 +192,20 @@ report_table() {
         overhead=$(awk -v a="${thin%%|*}" -v b="${raw%%|*}" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.1f%%", (b / a - 1) * 100; else print "n/a" }')
         echo "| $w | ${raw%%|*} | ${thin%%|*} | $(ratio "${thin%%|*}" "${raw%%|*}") | $overhead | ${raw#*|} | ${thin#*|} | $(all_of "$w" "raw file"); $(all_of "$w" "thin volume") |"
     done
+}
+
+report_beside() {
+    local alone beside writes
+    alone=$(best_of "4K random read QD32 alone" "second thin volume")
+    beside=$(best_of "4K random read QD32 beside copies" "second thin volume")
+    writes=$(best_of "4K write after a snapshot QD32 beside reads" "thin volume")
+    echo "| second volume's 4K random reads QD32 | IOPS | CPU µs/IO | IOPS of every round |"
+    echo "|---|---:|---:|---|"
+    echo "| alone | ${alone%%|*} | ${alone#*|} | $(all_of "4K random read QD32 alone" "second thin volume") |"
+    echo "| while the first volume's writes copy units | ${beside%%|*} | ${beside#*|} | $(all_of "4K random read QD32 beside copies" "second thin volume") |"
+    echo
+    echo "Reads beside copies / reads alone: $(ratio "${beside%%|*}" "${alone%%|*}"). The copying writes"
+    echo "meanwhile: ${writes%%|*} IOPS (best round; every round: $(all_of "4K write after a snapshot QD32 beside reads" "thin volume"))."
 }
 
 write_report() {
@@ -180,12 +227,14 @@ write_report() {
         echo
         report_table
         echo
+        report_beside
+        echo
         echo "Thin overhead = raw IOPS / thin IOPS - 1 (time per I/O added by the volume)."
         echo "Pool space after the allocating writes of the last round: $ALLOC_USED bytes"
         echo "($ALLOC_COUNT writes of 4 KiB, one 64 KiB unit each); the pool file then held"
         echo "$ALLOC_STORED bytes of tmpfs (its superblock and each unit's written 4 KiB)."
         echo
-        echo "Setup: one daemon, both LUNs 1 GiB with 512-byte blocks on tmpfs (/dev/shm):"
+        echo "Setup: one daemon, every LUN 1 GiB with 512-byte blocks on tmpfs (/dev/shm):"
         echo "LUN 0 a file device with write_cache = true, LUN 1 a thin volume of a pool"
         echo "on one sparse file with 64 KiB units. Allocating write: \`qemu-img bench -f raw -w -t none"
         echo "-c $ALLOC_COUNT -d 32 -s 4k -S 64k\` on the emptied volume. Overwrite: \`qemu-img bench -f raw"
@@ -193,7 +242,11 @@ write_report() {
         echo "-b 8 -r -t $READ_SECONDS\`. Write after a snapshot: the allocating write's command on the"
         echo "fully written LUNs, right after a snapshot of the volume (deleted after the run), so"
         echo "that every write copies its unit; an unmeasured pass with its own snapshot goes first"
-        echo "(see bench/thin.sh for why). CPU per I/O counts the daemon only (utime+stime)."
+        echo "(see bench/thin.sh for why). Reads beside copies: LUN 2, a second fully written thin"
+        echo "volume of the same pool, read with the same command, alone and then while the write after"
+        echo "a snapshot runs on LUN 1 pass after pass (each with its own snapshot, deleted after it); the"
+        echo "copying writes' IOPS count their passes' own run times. CPU per I/O counts the daemon"
+        echo "only (utime+stime), over every LUN's I/O in the same seconds."
     } >"$BENCH_OUT"
 }
 
@@ -218,22 +271,26 @@ main() {
         flush_thin
         ALLOC_USED=$(pool_used)
         ALLOC_STORED=$(stat -c '%b %B' "$WORK/pool.img" | awk '{ print $1 * $2 }')
-        for lun in 0 1; do fill "$lun"; done
+        for lun in 0 1 2; do fill "$lun"; done
         for lun in 0 1; do
             measure_write "4K overwrite QD32" "$lun" "$OVERWRITE_COUNT" 0
         done
         for lun in 0 1; do measure_read "$lun"; done
-        copy_on_write_pass warm-up
+        copy_on_write_pass warm-up >/dev/null
         volume snapshot thin before
         for lun in 0 1; do
             measure_write "4K write after a snapshot QD32" "$lun" "$ALLOC_COUNT" 64k
         done
         flush_thin
         volume delete before
+        measure_read 2 "4K random read QD32 alone"
+        measure_reads_beside_copies
     done
 
     echo
     report_table
+    echo
+    report_beside
     write_report
     log "report written to $BENCH_OUT"
     return "$FAILED"

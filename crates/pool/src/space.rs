@@ -1,6 +1,6 @@
 //! Reference counts of physical units and the choice of free ones.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
 
 /// Per-unit reference counts, both as they are now and as the metadata
@@ -17,6 +17,10 @@ pub struct Space {
     /// Units being filled by a write that will map them once its data is
     /// written; nobody else may take them meanwhile.
     reserved: HashSet<u64>,
+    /// Shared units being copied by copy-on-writes outside the pool's
+    /// lock, with how many copies are under way: not written in place
+    /// until the copies end, even if they become exclusive meanwhile.
+    copying: HashMap<u64, u32>,
     used: u64,
     /// Where the search for a free unit resumes.
     cursor: u64,
@@ -43,6 +47,7 @@ impl Space {
             refs: counts,
             held: HashSet::new(),
             reserved: HashSet::new(),
+            copying: HashMap::new(),
             used,
             cursor: 0,
         })
@@ -73,11 +78,29 @@ impl Space {
     }
 
     /// Whether the unit may be written in place: one mapping refers to it,
-    /// and the committed state has no other (it may still share a unit that
-    /// a not yet committed copy-on-write or discard stopped sharing).
+    /// the committed state has no other (it may still share a unit that
+    /// a not yet committed copy-on-write or discard stopped sharing), and
+    /// no copy-on-write is copying it.
     pub fn exclusive(&self, unit: u64) -> bool {
         let i = unit as usize;
-        self.refs.get(i) == Some(&1) && self.committed.get(i).is_some_and(|&c| c <= 1)
+        self.refs.get(i) == Some(&1)
+            && self.committed.get(i).is_some_and(|&c| c <= 1)
+            && !self.copying.contains_key(&unit)
+    }
+
+    /// A copy-on-write starts copying `unit`: until [`Space::end_copy`],
+    /// nothing writes it in place and it is not reused if freed.
+    pub fn start_copy(&mut self, unit: u64) {
+        *self.copying.entry(unit).or_insert(0) += 1;
+    }
+
+    pub fn end_copy(&mut self, unit: u64) {
+        if let Some(n) = self.copying.get_mut(&unit) {
+            *n -= 1;
+            if *n == 0 {
+                self.copying.remove(&unit);
+            }
+        }
     }
 
     /// Whether the committed state maps the unit at all.
@@ -96,6 +119,7 @@ impl Space {
             if self.refs[unit as usize] == 0
                 && !self.held.contains(&unit)
                 && !self.reserved.contains(&unit)
+                && !self.copying.contains_key(&unit)
             {
                 self.cursor = (unit + 1) % total;
                 return Ok(unit);
@@ -182,5 +206,28 @@ mod tests {
         s.committed(&BTreeMap::from([(1, 1)]), &[]);
         assert!(s.exclusive(1));
         assert!(Space::new(1, [(5, 1)]).is_err());
+    }
+
+    #[test]
+    fn a_unit_being_copied_is_neither_written_in_place_nor_reused() {
+        let mut s = Space::new(2, [(0, 1)]).unwrap();
+        assert!(s.exclusive(0));
+        s.start_copy(0);
+        s.start_copy(0);
+        assert!(!s.exclusive(0));
+        s.end_copy(0);
+        assert!(!s.exclusive(0), "one copy still under way");
+        s.end_copy(0);
+        assert!(s.exclusive(0));
+
+        // Freed and committed while copied: not handed out again.
+        s.start_copy(0);
+        assert!(s.decrement(0));
+        s.committed(&BTreeMap::from([(0, 0)]), &[0]);
+        assert_eq!(s.find_free().unwrap(), 1);
+        s.increment(1);
+        assert!(s.find_free().is_err());
+        s.end_copy(0);
+        assert_eq!(s.find_free().unwrap(), 0);
     }
 }

@@ -447,3 +447,86 @@ fn a_snapshot_shared_unit_of_a_file_pool_is_copied_in_the_kernel() {
     assert_eq!(pool.space().used_units, 5);
     assert!(pool.check().unwrap().is_clean());
 }
+
+/// A RAM device whose next read, once armed, stops after reading: it says
+/// so and waits to be let go, so a test can act while a copy-on-write
+/// holds the bytes it copied.
+struct PausingReads {
+    inner: MemDevice,
+    pause: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
+}
+
+use std::sync::mpsc;
+
+impl BlockDevice for PausingReads {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)?;
+        let pause = self.pause.lock().unwrap().take();
+        if let Some((paused, resume)) = pause {
+            paused.send(()).unwrap();
+            resume.recv().unwrap();
+        }
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset, fua)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.discard(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+    fn capabilities(&self) -> block::Capabilities {
+        self.inner.capabilities()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+#[test]
+fn a_unit_being_copied_takes_no_write_in_place_even_once_exclusive() {
+    let data = Arc::new(PausingReads {
+        inner: MemDevice::new(17 * UNIT),
+        pause: std::sync::Mutex::new(None),
+    });
+    let meta = MetadataLocation::Device(Arc::new(MemDevice::new(8 << 20)));
+    let pool = Pool::create("p", vec![data.clone() as Arc<dyn BlockDevice>], &meta, UNIT).unwrap();
+    pool.create_volume("v", 4 * UNIT).unwrap();
+    let v = Arc::new(pool.volume("v").unwrap());
+    v.write_at(&vec![0x11; UNIT as usize], 0, false).unwrap();
+    pool.snapshot("v", "s").unwrap();
+
+    // A write to the shared unit copies it, and stops once it has read it.
+    let (paused_tx, paused) = mpsc::channel();
+    let (resume, resume_rx) = mpsc::channel();
+    *data.pause.lock().unwrap() = Some((paused_tx, resume_rx));
+    let first = {
+        let v = v.clone();
+        std::thread::spawn(move || v.write_at(&[0xA0; 512], 0, false))
+    };
+    paused.recv().unwrap();
+
+    // Meanwhile the snapshot goes, so the unit becomes the volume's alone,
+    // and a second write lands in the same unit. Written in place, it
+    // would be lost when the first write maps its copy.
+    pool.delete("s").unwrap();
+    v.write_at(&[0xB0; 512], 512, false).unwrap();
+    resume.send(()).unwrap();
+    first.join().unwrap().unwrap();
+
+    let unit = read(v.as_ref(), 0, UNIT as usize);
+    assert_eq!(&unit[..512], &[0xA0; 512][..]);
+    assert_eq!(&unit[512..1024], &[0xB0; 512][..]);
+    assert!(unit[1024..].iter().all(|&b| b == 0x11));
+    pool.flush().unwrap();
+    assert_eq!(pool.space().used_units, 1);
+    assert!(pool.check().unwrap().is_clean());
+}

@@ -104,60 +104,51 @@ impl VolumeDevice {
         }
     }
 
-    /// Writes one piece into a newly allocated unit, or in place if the
-    /// unit became exclusive meanwhile.
+    /// Writes one piece into a newly allocated unit: zeros around it for an
+    /// unmapped unit, the shared unit's bytes around it otherwise (a
+    /// copy-on-write). The unit is filled without the pool's lock, so
+    /// other I/O goes on during the copy; meanwhile the shared unit is
+    /// marked as being copied (`Space::start_copy`), so that nothing
+    /// writes it in place. The new unit is mapped only if the piece's
+    /// mapping is still the one copied; if another write or a discard
+    /// changed it meanwhile, the write goes through the map again.
     fn write_allocating(&self, p: &Piece, data: &[u8]) -> io::Result<()> {
         let layout = &self.pool.layout;
         loop {
-            let old = {
-                let st = self.pool.state.read();
+            let (source, new) = {
+                let mut st = self.pool.state.write();
                 let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
-                vol.map.get(&p.vunit).copied()
+                let source = vol.map.get(&p.vunit).copied();
+                if source.is_some_and(|unit| st.space.exclusive(unit)) {
+                    drop(st);
+                    match self.write_in_place(p, data, false)? {
+                        InPlace::Shared => continue,
+                        InPlace::Done | InPlace::DoneUncommitted => return Ok(()),
+                    }
+                }
+                let new = st.space.reserve()?;
+                if let Some(unit) = source {
+                    st.space.start_copy(unit);
+                }
+                (source, new)
             };
-            if old.is_some() {
-                return self.copy_on_write(p, data);
-            }
-            // A first write to this unit: fill a reserved unit without
-            // holding the pool's lock, then map it unless another write
-            // mapped this unit meanwhile (then go through the map again).
-            let new = self.pool.state.write().space.reserve()?;
-            let filled = layout.fill_fresh(new, p.within, data);
+            let filled = match source {
+                Some(unit) => layout.fill_copy(unit, new, p.within, data),
+                None => layout.fill_fresh(new, p.within, data),
+            };
             let mut st = self.pool.state.write();
             st.space.unreserve(new);
+            if let Some(unit) = source {
+                st.space.end_copy(unit);
+            }
             filled?;
             let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
-            if vol.map.contains_key(&p.vunit) {
-                drop(st);
-                match self.write_in_place(p, data, false)? {
-                    InPlace::Shared => continue,
-                    InPlace::Done | InPlace::DoneUncommitted => return Ok(()),
-                }
+            if vol.map.get(&p.vunit).copied() != source {
+                continue;
             }
             st.set_mapping(self.id, p.vunit, Some(new));
             return Ok(());
         }
-    }
-
-    /// Writes one piece of a shared unit into a copy of it. The copy is
-    /// made under the pool's write lock: no in-place write may change the
-    /// shared unit while it is read.
-    fn copy_on_write(&self, p: &Piece, data: &[u8]) -> io::Result<()> {
-        let layout = &self.pool.layout;
-        let mut st = self.pool.state.write();
-        let vol = st.volumes.get(&self.id).ok_or_else(gone)?;
-        let old = vol.map.get(&p.vunit).copied();
-        if let Some(unit) = old {
-            if st.space.exclusive(unit) {
-                return layout.write(unit, p.within, data, false);
-            }
-        }
-        let new = st.space.find_free()?;
-        match old {
-            Some(unit) => layout.fill_copy(unit, new, p.within, data)?,
-            None => layout.fill_fresh(new, p.within, data)?,
-        }
-        st.set_mapping(self.id, p.vunit, Some(new));
-        Ok(())
     }
 
     /// Drops the mapping of a whole unit.
