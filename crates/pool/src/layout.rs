@@ -127,6 +127,15 @@ impl Layout {
         Ok((&*slot.device, local * self.unit_size + offset))
     }
 
+    /// Whether unit `next` starts where `unit` ends, on the same device.
+    pub fn follows(&self, unit: u64, next: u64) -> bool {
+        next == unit + 1
+            && self
+                .slots
+                .iter()
+                .any(|s| unit >= s.first_unit && next < s.first_unit + s.units)
+    }
+
     /// `len` bytes at `offset` of `unit`, for a transport to send from
     /// the device's pages (`BlockDevice::mapped_bytes`), where it can.
     pub fn mapped_bytes(&self, unit: u64, offset: u64, len: usize) -> Option<MappedBytes> {

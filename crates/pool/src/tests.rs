@@ -530,3 +530,43 @@ fn a_unit_being_copied_takes_no_write_in_place_even_once_exclusive() {
     assert_eq!(pool.space().used_units, 1);
     assert!(pool.check().unwrap().is_clean());
 }
+
+#[test]
+fn a_read_across_units_that_follow_on_the_device_is_sent_from_their_pages() {
+    let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+        return;
+    };
+    let pool = file_pool(&dir, 5);
+    pool.create_volume("v", 4 * UNIT).unwrap();
+    let v = pool.volume("v").unwrap();
+    v.write_at(&[1; 512], 0, false).unwrap();
+    // The data file's mapping is made on first use; pages written after
+    // that are known to exist at once.
+    drop(v.mapped_bytes(0, 512));
+    // Virtual units 0, 1, 3, 2 written in that order: units 0, 1, 2, 3.
+    for (vunit, byte) in [(0, 0xA0), (1, 0xA1), (3, 0xA3), (2, 0xA2)] {
+        v.write_at(&[byte; UNIT as usize], vunit * UNIT, false)
+            .unwrap();
+    }
+    pool.flush().unwrap();
+
+    let across = v
+        .mapped_bytes(UNIT - 512, 1024)
+        .expect("units 0 and 1 follow");
+    let mut want = vec![0xA0; 512];
+    want.extend([0xA1; 512]);
+    assert_eq!(across.as_ref(), &want[..]);
+    assert!(
+        v.mapped_bytes(2 * UNIT - 512, 1024).is_none(),
+        "virtual units 1 and 2 are units 1 and 3"
+    );
+    assert_eq!(read(&v, 2 * UNIT - 1, 2), vec![0xA1, 0xA2]);
+
+    // Both units stay held until the pages are sent.
+    v.discard(0, 2 * UNIT).unwrap();
+    pool.flush().unwrap();
+    assert_eq!(pool.space().free_units, 1);
+    assert_eq!(across.as_ref(), &want[..], "still the discarded data");
+    drop(across);
+    assert_eq!(pool.space().free_units, 3);
+}

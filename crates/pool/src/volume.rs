@@ -231,22 +231,38 @@ impl BlockDevice for VolumeDevice {
         Ok(())
     }
 
-    /// A READ within one mapped unit, sent from its pages where the data
-    /// device can (a file in memory): the unit is held until they are
-    /// sent, so it cannot be freed and reused under them (sending.rs).
+    /// A READ of mapped units, sent from their pages where the data device
+    /// can (a file in memory): each unit is held until they are sent, so
+    /// it cannot be freed and reused under them (sending.rs). A READ across
+    /// a unit boundary goes this way too when the next unit follows on the
+    /// device, as units written in order usually do.
     fn mapped_bytes(&self, offset: u64, len: usize) -> Option<MappedBytes> {
-        let unit_size = self.pool.layout.unit_size();
+        let layout = &self.pool.layout;
+        let unit_size = layout.unit_size();
+        let vunit = offset / unit_size;
         let within = offset % unit_size;
-        if within + len as u64 > unit_size {
+        let end = within + len as u64;
+        let st = self.pool.state.read();
+        let map = &st.volumes.get(&self.id)?.map;
+        let unit = *map.get(&vunit)?;
+        if end <= unit_size {
+            let bytes = layout.mapped_bytes(unit, within, len)?;
+            // Taken while the state lock keeps the unit mapped.
+            let hold = SendHold::new(self.pool.clone(), unit);
+            drop(st);
+            return Some(bytes.holding(Box::new(hold)));
+        }
+        let next = *map.get(&(vunit + 1))?;
+        if end > 2 * unit_size || !layout.follows(unit, next) {
             return None;
         }
-        let st = self.pool.state.read();
-        let unit = *st.volumes.get(&self.id)?.map.get(&(offset / unit_size))?;
-        let bytes = self.pool.layout.mapped_bytes(unit, within, len)?;
-        // Taken while the state lock keeps the unit mapped.
-        let hold = SendHold::new(self.pool.clone(), unit);
+        let bytes = layout.mapped_bytes(unit, within, len)?;
+        let holds = (
+            SendHold::new(self.pool.clone(), unit),
+            SendHold::new(self.pool.clone(), next),
+        );
         drop(st);
-        Some(bytes.holding(Box::new(hold)))
+        Some(bytes.holding(Box::new(holds)))
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
