@@ -88,7 +88,7 @@ impl Pool {
             let maps: BTreeMap<u64, BTreeMap<u64, u64>> = st
                 .volumes
                 .iter()
-                .map(|(&id, v)| (id, v.map.iter().map(|(&vu, &u)| (vu, u)).collect()))
+                .map(|(&id, v)| (id, v.map.iter().collect()))
                 .collect();
             let vols = st
                 .volumes

@@ -22,6 +22,7 @@ mod sending;
 mod space;
 mod steps;
 mod store;
+mod unit_map;
 mod volume;
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! (create, snapshot, clone, rollback, promote, delete, resize). Every such
 //! operation is committed before it returns.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use crate::record::{VolumeInfo, VolumeKind, VolumeRecord};
 use crate::sending::SendHolds;
 use crate::space::Space;
 use crate::store::{Delta, PoolMeta, Store};
+use crate::unit_map::UnitMap;
 use crate::volume::VolumeDevice;
 
 /// The `meta` flag of a pool whose data devices simulate a volatile cache.
@@ -62,12 +63,6 @@ pub(crate) struct VolumeState {
     pub record: VolumeRecord,
     pub map: UnitMap,
 }
-
-/// Virtual unit -> physical unit of one volume. Every READ and WRITE looks
-/// its unit up here, and a B-tree's walk over a large volume's map missed
-/// the cache at each level (docs/bench/techniques.md section 33); nothing
-/// needs the units in order but a shrink and `pool check`.
-pub(crate) type UnitMap = HashMap<u64, u64, foldhash::fast::RandomState>;
 
 /// Changes not yet committed.
 #[derive(Default)]
@@ -158,11 +153,7 @@ impl State {
 
     /// A new volume sharing every unit of `source`.
     fn copy_volume(&mut self, source: u64, id: u64, record: VolumeRecord) {
-        let map: Vec<(u64, u64)> = self.volumes[&source]
-            .map
-            .iter()
-            .map(|(&v, &p)| (v, p))
-            .collect();
+        let map: Vec<(u64, u64)> = self.volumes[&source].map.iter().collect();
         self.put_record(id, record);
         for (vunit, unit) in map {
             self.set_mapping(id, vunit, Some(unit));
@@ -215,11 +206,7 @@ impl State {
                 .and_then(|p| self.volumes.get(&p))
                 .map(|p| p.record.name.clone()),
             mapped_units: v.map.len() as u64,
-            exclusive_units: v
-                .map
-                .values()
-                .filter(|&&u| self.space.count(u) == 1)
-                .count() as u64,
+            exclusive_units: v.map.values().filter(|&u| self.space.count(u) == 1).count() as u64,
         })
     }
 }
@@ -627,12 +614,8 @@ impl Pool {
                     "{snapshot} is not a snapshot of {volume}"
                 )));
             }
-            let old: Vec<u64> = st.volumes[&vol].map.keys().copied().collect();
-            let new: Vec<(u64, u64)> = st.volumes[&snap]
-                .map
-                .iter()
-                .map(|(&v, &p)| (v, p))
-                .collect();
+            let old: Vec<u64> = st.volumes[&vol].map.keys().collect();
+            let new: Vec<(u64, u64)> = st.volumes[&snap].map.iter().collect();
             // Take the snapshot's references first so shared units never
             // pass through zero.
             for &(vunit, unit) in &new {
@@ -720,7 +703,7 @@ impl Pool {
                 r.parent = None;
                 st.put_record(c, r);
             }
-            let vunits: Vec<u64> = st.volumes[&id].map.keys().copied().collect();
+            let vunits: Vec<u64> = st.volumes[&id].map.keys().collect();
             for vunit in vunits {
                 st.set_mapping(id, vunit, None);
             }
@@ -756,7 +739,6 @@ impl Pool {
                 let beyond: Vec<u64> = st.volumes[&id]
                     .map
                     .keys()
-                    .copied()
                     .filter(|&v| v >= first_beyond)
                     .collect();
                 for vunit in beyond {

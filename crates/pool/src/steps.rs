@@ -38,7 +38,7 @@ impl Pool {
                     .get(&id)
                     .filter(|v| v.record.name == name)
                     .ok_or_else(|| gone(name))?;
-                let step: Vec<u64> = vol.map.keys().take(STEP_UNITS).copied().collect();
+                let step: Vec<u64> = vol.map.keys().take(STEP_UNITS).collect();
                 for &vunit in &step {
                     st.set_mapping(id, vunit, None);
                 }
