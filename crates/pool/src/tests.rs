@@ -1,5 +1,6 @@
 //! Behaviour of the pool engine on RAM devices.
 
+use std::sync::mpsc;
 use std::sync::Arc;
 
 use block::{Allocation, BlockDevice, MemDevice};
@@ -455,8 +456,6 @@ struct PausingReads {
     inner: MemDevice,
     pause: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
 }
-
-use std::sync::mpsc;
 
 impl BlockDevice for PausingReads {
     fn size(&self) -> u64 {

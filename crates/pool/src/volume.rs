@@ -245,21 +245,20 @@ impl BlockDevice for VolumeDevice {
         let st = self.pool.state.read();
         let map = &st.volumes.get(&self.id)?.map;
         let unit = *map.get(&vunit)?;
-        if end <= unit_size {
-            let bytes = layout.mapped_bytes(unit, within, len)?;
-            // Taken while the state lock keeps the unit mapped.
-            let hold = SendHold::new(self.pool.clone(), unit);
-            drop(st);
-            return Some(bytes.holding(Box::new(hold)));
-        }
-        let next = *map.get(&(vunit + 1))?;
-        if end > 2 * unit_size || !layout.follows(unit, next) {
-            return None;
-        }
+        let next = if end <= unit_size {
+            None
+        } else {
+            let next = *map.get(&(vunit + 1))?;
+            if end > 2 * unit_size || !layout.follows(unit, next) {
+                return None;
+            }
+            Some(next)
+        };
         let bytes = layout.mapped_bytes(unit, within, len)?;
+        // Taken while the state lock keeps the units mapped.
         let holds = (
             SendHold::new(self.pool.clone(), unit),
-            SendHold::new(self.pool.clone(), next),
+            next.map(|next| SendHold::new(self.pool.clone(), next)),
         );
         drop(st);
         Some(bytes.holding(Box::new(holds)))

@@ -10,9 +10,9 @@ use crate::commands::op;
 use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome, MAX_COMPARE_AND_WRITE_BLOCKS};
 use crate::sense::{asc, Sense};
 
-/// READs from this size on are sent from a memory file's pages with
-/// `sendfile` when the transport can, shorter ones through its mapping
-/// (`read_from_pages`).
+/// READs from this size on whose pages the file's mapping cannot send
+/// (pages not known to exist) go out with `sendfile` when the transport
+/// can; shorter ones are read (`read_from_pages`).
 const ZERO_COPY_READ: usize = 32 << 10;
 
 /// The addressing fields of a medium access CDB.
@@ -533,6 +533,7 @@ mod tests {
         assert_eq!(pages.as_ref(), &data[..]);
 
         let short = run_zero_copy(&lu, &n, &rw10(op::READ_10, 0, 3, 8));
+        assert!(short.data_in_file.is_none(), "short reads are mapped pages");
         let pages = short.data_in_held.as_ref().expect("pages of the file");
         assert!(pages.file_pages);
         assert_eq!(pages.as_ref(), &data[..4096]);
