@@ -2,10 +2,11 @@
 //! `fault-injection` feature: kernel refusals that no test can provoke
 //! from outside, so that the paths recovering from them are exercised.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static RING_REFUSALS_LEFT: AtomicUsize = AtomicUsize::new(0);
 static RING_REFUSALS_MADE: AtomicUsize = AtomicUsize::new(0);
+static RING_REAPER_HELD: AtomicBool = AtomicBool::new(false);
 
 /// The next `n` submits of the connections' read rings fail with EAGAIN,
 /// as when the kernel is short of memory for requests.
@@ -27,4 +28,14 @@ pub(crate) fn take_ring_refusal() -> bool {
         RING_REFUSALS_MADE.fetch_add(1, Ordering::SeqCst);
     }
     take
+}
+
+/// While held, the rings' reaping tasks take no completions, so that only
+/// a connection's next burst of commands can answer reads that ended.
+pub fn hold_ring_reaper(held: bool) {
+    RING_REAPER_HELD.store(held, Ordering::SeqCst);
+}
+
+pub(crate) fn ring_reaper_held() -> bool {
+    RING_REAPER_HELD.load(Ordering::SeqCst)
 }

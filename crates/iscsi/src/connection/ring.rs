@@ -67,6 +67,11 @@ pub(super) fn start(commands: impl Iterator<Item = Command>) -> Vec<Command> {
     let Some(ring) = ReadRing::current() else {
         return commands.collect();
     };
+    // Reads that ended since the reaping task last ran, taken now: the
+    // reads waiting for them go to the device with this burst's submit
+    // rather than once this thread gets round to that task, which comes
+    // after the whole burst is decoded (docs/bench/techniques.md, 42).
+    let ended = ring.take_ended();
     let mut declined = Vec::new();
     let mut answered = Deliveries::default();
     for command in commands {
@@ -89,6 +94,7 @@ pub(super) fn start(commands: impl Iterator<Item = Command>) -> Vec<Command> {
         }
     }
     ring.submit();
+    answer(ended, &mut answered);
     Command::flush(&mut answered);
     declined
 }
@@ -226,43 +232,40 @@ impl ReadRing {
         });
     }
 
-    /// Answer every read that has ended.
-    fn complete(self: &Arc<Self>) {
-        let ended: Vec<(InFlight, i32)> = {
-            let mut st = self.state.lock();
-            let mut ended = Vec::new();
-            let RingState {
-                ring,
-                slots,
-                free,
-                on_device,
-                ..
-            } = &mut *st;
-            for cqe in ring.completion() {
-                let slot = cqe.user_data() as usize;
-                if let Some(flight) = slots.get_mut(slot).and_then(Option::take) {
-                    free.push(slot);
-                    *on_device -= 1;
-                    ended.push((flight, cqe.result()));
-                }
+    /// Take the reads that have ended off the ring, and let the waiting
+    /// ones through: all of them if a batch came back.
+    fn take_ended(&self) -> Vec<(InFlight, i32)> {
+        let mut st = self.state.lock();
+        let mut ended = Vec::new();
+        let RingState {
+            ring,
+            slots,
+            free,
+            on_device,
+            ..
+        } = &mut *st;
+        for cqe in ring.completion() {
+            let slot = cqe.user_data() as usize;
+            if let Some(flight) = slots.get_mut(slot).and_then(Option::take) {
+                free.push(slot);
+                *on_device -= 1;
+                ended.push((flight, cqe.result()));
             }
-            // The waiting batch goes before the ended one is answered, and
-            // with it entries left queued by a failed submit.
-            let unplaced = st.place(!ended.is_empty());
-            self.submit_or_retry(&mut st);
-            drop(st);
-            finish_unread(unplaced);
-            ended
-        };
-        let mut batch = Deliveries::default();
-        for (flight, res) in ended {
-            let got = if res < 0 {
-                Err(io::Error::from_raw_os_error(-res))
-            } else {
-                Ok(res as usize)
-            };
-            finish(flight, got, &mut batch);
         }
+        let unplaced = st.place(!ended.is_empty());
+        drop(st);
+        finish_unread(unplaced);
+        ended
+    }
+
+    /// Answer every read that has ended. The waiting batch goes before
+    /// the ended one is answered, and with it entries left queued by a
+    /// failed submit.
+    fn complete(self: &Arc<Self>) {
+        let ended = self.take_ended();
+        self.submit();
+        let mut batch = Deliveries::default();
+        answer(ended, &mut batch);
         Command::flush(&mut batch);
     }
 }
@@ -337,6 +340,17 @@ fn refused_by_fault() -> Option<io::Error> {
     None
 }
 
+/// Whether a test keeps the reaping task from reaping.
+#[cfg(feature = "fault-injection")]
+fn reaper_held() -> bool {
+    crate::faults::ring_reaper_held()
+}
+
+#[cfg(not(feature = "fault-injection"))]
+fn reaper_held() -> bool {
+    false
+}
+
 /// Answer reads the ring could not take: `finish` reads them itself.
 fn finish_unread(unplaced: Vec<InFlight>) {
     if unplaced.is_empty() {
@@ -347,6 +361,18 @@ fn finish_unread(unplaced: Vec<InFlight>) {
         finish(flight, Ok(0), &mut batch);
     }
     Command::flush(&mut batch);
+}
+
+/// Answer reads the kernel has given back, each with its result.
+fn answer(ended: Vec<(InFlight, i32)>, batch: &mut Deliveries) {
+    for (flight, res) in ended {
+        let got = if res < 0 {
+            Err(io::Error::from_raw_os_error(-res))
+        } else {
+            Ok(res as usize)
+        };
+        finish(flight, got, batch);
+    }
 }
 
 fn finish(flight: InFlight, got: io::Result<usize>, batch: &mut Deliveries) {
@@ -388,6 +414,9 @@ async fn reap(ring: Arc<ReadRing>) {
             )
         };
         guard.clear_ready();
+        if reaper_held() {
+            continue;
+        }
         ring.complete();
     }
 }
