@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use iscsi::pdu::Opcode;
-use iscsi::ServerOptions;
 use support::*;
 
 /// Reads asked for and not yet answered: LBA by ITT.
@@ -40,14 +39,7 @@ async fn take_answer(c: &mut Client, asked: &mut Asked, content: &[u8], wait: Du
 
 #[tokio::test]
 async fn reads_that_ended_are_answered_by_the_next_burst() {
-    let (ram, content) = RamTarget::reading_through_ring(7);
-    let options = ServerOptions {
-        nop_interval: None,
-        ..Default::default()
-    };
-    let (_server, addr) = start(options, ram.clone()).await;
-    let mut c = Client::connect(addr).await;
-    c.login_normal("MaxRecvDataSegmentLength=65536").await;
+    let (_ram, content, _server, mut c) = ring_session(7).await;
 
     // With the reaping task held, only a new burst can take the first
     // burst's completions off the ring: one read at a time follows until

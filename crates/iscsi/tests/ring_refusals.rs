@@ -6,19 +6,11 @@ mod support;
 use std::time::Duration;
 
 use iscsi::pdu::Opcode;
-use iscsi::ServerOptions;
 use support::*;
 
 #[tokio::test]
 async fn reads_whose_submit_was_refused_still_complete() {
-    let (ram, content) = RamTarget::reading_through_ring(5);
-    let options = ServerOptions {
-        nop_interval: None,
-        ..Default::default()
-    };
-    let (_server, addr) = start(options, ram.clone()).await;
-    let mut c = Client::connect(addr).await;
-    c.login_normal("MaxRecvDataSegmentLength=65536").await;
+    let (ram, content, _server, mut c) = ring_session(5).await;
 
     // One burst, so that one submit carries every read; it and the first
     // retry are refused. Nothing else is in flight and the initiator sends

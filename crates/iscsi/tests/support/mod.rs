@@ -227,6 +227,20 @@ pub async fn start(options: ServerOptions, ram: Arc<RamTarget>) -> (Arc<Server>,
     start_with(options, vec![target(TARGET, ram)]).await
 }
 
+/// A server without pings whose READs run on the connection's ring, and
+/// a client logged in to it; the server lives as long as its handle.
+pub async fn ring_session(seed: u8) -> (Arc<RamTarget>, Vec<u8>, Arc<Server>, Client) {
+    let (ram, content) = RamTarget::reading_through_ring(seed);
+    let options = ServerOptions {
+        nop_interval: None,
+        ..Default::default()
+    };
+    let (server, addr) = start(options, ram.clone()).await;
+    let mut c = Client::connect(addr).await;
+    c.login_normal("MaxRecvDataSegmentLength=65536").await;
+    (ram, content, server, c)
+}
+
 pub fn target(name: &str, ram: Arc<RamTarget>) -> Target {
     Target {
         name: name.into(),
