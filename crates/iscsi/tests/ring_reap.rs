@@ -4,25 +4,10 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use iscsi::pdu::Opcode;
 use support::*;
-
-/// Reads asked for and not yet answered: LBA by ITT.
-type Asked = HashMap<u32, usize>;
-
-async fn send_reads(c: &mut Client, lbas: impl Iterator<Item = u32>, asked: &mut Asked) {
-    let mut burst = Vec::new();
-    for lba in lbas {
-        let cmd = c.command(&read10(lba, 8), 8 * BLOCK as u32, true, false, true, &[]);
-        asked.insert(cmd.bhs.itt(), lba as usize);
-        burst.extend_from_slice(&cmd.bhs.0);
-        burst.extend_from_slice(&cmd.data);
-    }
-    c.send_raw(&burst).await;
-}
 
 /// Take the next answer if one comes within `wait`, checking it against
 /// `content`; false if none came.

@@ -17,15 +17,8 @@ async fn reads_whose_submit_was_refused_still_complete() {
     // nothing more: only the ring itself can bring the reads back.
     iscsi::faults::refuse_ring_submits(2);
     let lbas: Vec<u32> = (0..24).map(|i| i * 41).collect();
-    let mut asked = std::collections::HashMap::new();
-    let mut burst = Vec::new();
-    for &lba in &lbas {
-        let cmd = c.command(&read10(lba, 8), 8 * BLOCK as u32, true, false, true, &[]);
-        asked.insert(cmd.bhs.itt(), lba as usize);
-        burst.extend_from_slice(&cmd.bhs.0);
-        burst.extend_from_slice(&cmd.data);
-    }
-    c.send_raw(&burst).await;
+    let mut asked = Asked::new();
+    send_reads(&mut c, lbas.iter().copied(), &mut asked).await;
 
     for answered in 0..lbas.len() {
         let p = c

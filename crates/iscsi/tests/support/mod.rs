@@ -241,6 +241,22 @@ pub async fn ring_session(seed: u8) -> (Arc<RamTarget>, Vec<u8>, Arc<Server>, Cl
     (ram, content, server, c)
 }
 
+/// READs asked for and not yet answered: the LBA of each, by its ITT.
+pub type Asked = std::collections::HashMap<u32, usize>;
+
+/// Send READ(10)s of 8 blocks at `lbas` in one write, noting each in
+/// `asked`.
+pub async fn send_reads(c: &mut Client, lbas: impl Iterator<Item = u32>, asked: &mut Asked) {
+    let mut burst = Vec::new();
+    for lba in lbas {
+        let cmd = c.command(&read10(lba, 8), 8 * BLOCK as u32, true, false, true, &[]);
+        asked.insert(cmd.bhs.itt(), lba as usize);
+        burst.extend_from_slice(&cmd.bhs.0);
+        burst.extend_from_slice(&cmd.data);
+    }
+    c.send_raw(&burst).await;
+}
+
 pub fn target(name: &str, ram: Arc<RamTarget>) -> Target {
     Target {
         name: name.into(),
