@@ -194,6 +194,26 @@ class Report(TempFiles):
         # Faster headline reads: 0.67 of them is not enough, whatever fio's reads.
         self.assertTrue(goal(120000).endswith("| **no** |"))
 
+    def test_o_direct_is_held_against_fio_at_the_same_depth_beside_its_qd16_figure(self):
+        lines = [
+            "direct\tfio-io_uring\t4k-randread\t32\t100000\t-\t-\t-\t-\t-\t-\t-\t-",
+            "direct\topenarray\t4k-randread\t32\t64000\t-\t-\t-\t-\t-\t8.0\t-\t0.07",
+        ]
+
+        def goal(extra):
+            return next(line for line in self.goals(lines + extra)
+                        if line.startswith("| O_DIRECT"))
+
+        alone = goal([])
+        self.assertIn("64 000 vs 100 000 IOPS = 0.64 |", alone)
+        self.assertNotIn("QD16", alone)
+        with_bound = goal(["direct\tfio-io_uring\t4k-randread\t16\t80000"
+                           "\t-\t-\t-\t-\t-\t-\t-\t-"])
+        self.assertIn("80 000 = 0.80 of its QD32 one", with_bound)
+        self.assertIn("openarray's QD32 = 0.80 of it", with_bound)
+        # The goal stays the QD32 figure against fio's at QD32.
+        self.assertTrue(with_bound.endswith("| **no** |"))
+
     def test_data_digest_cost_against_no_digests(self):
         lines = [
             "digests\topenarray\t64k-randread-none\t32\t30000\t1966.1\t-\t-\t-\t-\t28.0\t10.0\t-",
