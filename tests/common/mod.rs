@@ -19,7 +19,7 @@ pub mod rng;
 pub mod verified_io;
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -48,13 +48,32 @@ impl Daemon {
     }
 
     /// `openarray serve [--config FILE]` listening on `portals` free
-    /// loopback ports.
+    /// loopback ports. A port free when picked may be taken before the
+    /// daemon binds it (by another test's daemon, or as the local port of
+    /// a connection); the daemon then exits, and a new one gets new ports.
     pub fn start_portals(config: Option<&Path>, portals: usize) -> Daemon {
-        let ports: Vec<u16> = (0..portals).map(|_| free_port()).collect();
+        for _ in 0..5 {
+            let ports: Vec<u16> = (0..portals).map(|_| free_port()).collect();
+            let mut daemon = Daemon::spawn(config, ports);
+            match daemon.wait_listening(Duration::from_secs(20)) {
+                Ok(()) => return daemon,
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("daemon exited before listening:\n{log}"),
+            }
+        }
+        panic!("no free ports for the daemon in five tries");
+    }
+
+    fn spawn(config: Option<&Path>, ports: Vec<u16>) -> Daemon {
         let logdir = tempfile::tempdir().expect("tempdir for daemon log");
         let log = logdir.path().join("daemon.log");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
-        cmd.arg("serve");
+        // Whatever RUST_LOG asks for, the portal's line that
+        // `wait_listening` looks for is logged.
+        let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+        cmd.arg("--log-level")
+            .arg(format!("{filter},iscsi::server=info"))
+            .arg("serve");
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }
@@ -65,16 +84,13 @@ impl Daemon {
         cmd.stdin(Stdio::null())
             .stdout(logfile.try_clone().expect("dup log"))
             .stderr(logfile);
-        let child = cmd.spawn().expect("spawn openarray serve");
-        let mut daemon = Daemon {
-            child,
+        Daemon {
+            child: cmd.spawn().expect("spawn openarray serve"),
             ports,
             log,
             _logdir: logdir,
             _config_dir: None,
-        };
-        daemon.wait_listening(Duration::from_secs(20));
-        daemon
+        }
     }
 
     /// `openarray serve --config` with `toml` as the config file (kept in
@@ -88,16 +104,18 @@ impl Daemon {
         daemon
     }
 
-    fn wait_listening(&mut self, limit: Duration) {
+    /// Waits for this daemon's own log to say it listens on each port;
+    /// `Err` with the log if it exited first. A successful connect would
+    /// not prove it: the port may serve another test's daemon, and a
+    /// connect to a port nobody listens on can even reach itself (TCP
+    /// simultaneous open).
+    fn wait_listening(&mut self, limit: Duration) -> Result<(), String> {
         let start = Instant::now();
         for port in self.ports.clone() {
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            let listening = format!("iSCSI portal listening portal=127.0.0.1:{port}");
+            while !self.log().lines().any(|line| line.ends_with(&listening)) {
                 if let Ok(Some(status)) = self.child.try_wait() {
-                    panic!(
-                        "daemon exited with {status} before listening:\n{}",
-                        self.log()
-                    );
+                    return Err(format!("{status}\n{}", self.log()));
                 }
                 assert!(
                     start.elapsed() < limit,
@@ -107,6 +125,7 @@ impl Daemon {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+        Ok(())
     }
 
     pub fn port(&self) -> u16 {
