@@ -11,7 +11,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{run_echoed, run_with_timeout};
+use super::{listening_on, run_echoed, run_with_timeout, serve_command};
 
 /// Numbers the daemon logs, so a restart in the same directory keeps the
 /// log of the daemon before it.
@@ -83,8 +83,7 @@ impl AdminDaemon {
         let seq = LOG_SEQ.fetch_add(1, Ordering::Relaxed);
         let log = dir.join(format!("daemon-{seq}.log"));
         let logfile = std::fs::File::create(&log).expect("create daemon log");
-        let child = Command::new(env!("CARGO_BIN_EXE_openarray"))
-            .arg("serve")
+        let child = serve_command()
             .arg("--config")
             .arg(config)
             .args(extra)
@@ -104,9 +103,7 @@ impl AdminDaemon {
         let start = Instant::now();
         // Connect to the socket rather than look for its file: a daemon
         // killed with SIGKILL leaves the file behind.
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
-            || UnixStream::connect(&d.socket).is_err()
-        {
+        while !listening_on(&d.log(), port) || UnixStream::connect(&d.socket).is_err() {
             if let Ok(Some(status)) = d.child.try_wait() {
                 panic!("daemon exited with {status}:\n{}", d.log());
             }

@@ -33,6 +33,26 @@ pub struct Daemon {
     _config_dir: Option<tempfile::TempDir>,
 }
 
+/// `openarray serve` with a log filter that, whatever RUST_LOG asks for,
+/// keeps the portal's line that [`listening_on`] looks for.
+pub fn serve_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+    cmd.arg("--log-level")
+        .arg(format!("{filter},iscsi::server=info"))
+        .arg("serve");
+    cmd
+}
+
+/// Whether a daemon's log says it listens on 127.0.0.1:`port`. A
+/// successful connect would not prove that this daemon does: the port,
+/// free when picked, may serve another test's daemon, and a connect to a
+/// port nobody listens on can even reach itself (TCP simultaneous open).
+pub fn listening_on(log: &str, port: u16) -> bool {
+    let line = format!("iSCSI portal listening portal=127.0.0.1:{port}");
+    log.lines().any(|l| l.ends_with(&line))
+}
+
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -67,13 +87,7 @@ impl Daemon {
     fn spawn(config: Option<&Path>, ports: Vec<u16>) -> Daemon {
         let logdir = tempfile::tempdir().expect("tempdir for daemon log");
         let log = logdir.path().join("daemon.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
-        // Whatever RUST_LOG asks for, the portal's line that
-        // `wait_listening` looks for is logged.
-        let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
-        cmd.arg("--log-level")
-            .arg(format!("{filter},iscsi::server=info"))
-            .arg("serve");
+        let mut cmd = serve_command();
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }
@@ -105,15 +119,11 @@ impl Daemon {
     }
 
     /// Waits for this daemon's own log to say it listens on each port;
-    /// `Err` with the log if it exited first. A successful connect would
-    /// not prove it: the port may serve another test's daemon, and a
-    /// connect to a port nobody listens on can even reach itself (TCP
-    /// simultaneous open).
+    /// `Err` with the log if it exited first.
     fn wait_listening(&mut self, limit: Duration) -> Result<(), String> {
         let start = Instant::now();
         for port in self.ports.clone() {
-            let listening = format!("iSCSI portal listening portal=127.0.0.1:{port}");
-            while !self.log().lines().any(|line| line.ends_with(&listening)) {
+            while !listening_on(&self.log(), port) {
                 if let Ok(Some(status)) = self.child.try_wait() {
                     return Err(format!("{status}\n{}", self.log()));
                 }
