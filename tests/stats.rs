@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::iscsi::{LoginParams, Session};
-use common::{free_port, require_tool, run_with_timeout};
+use common::{free_port, listening_on, require_tool, run_with_timeout, serve_command};
 
 const TARGET: &str = "iqn.2026-11.org.test:stats";
 const WRITER: &str = "iqn.2026-11.org.test:writer";
@@ -64,8 +64,8 @@ impl Daemon {
         let (port, metrics_port) = (free_port(), free_port());
         let socket = dir.join("admin.sock");
         let log = dir.join("daemon.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_openarray"))
-            .arg("serve")
+        let logfile = std::fs::File::create(&log).unwrap();
+        let child = serve_command()
             .arg("--config")
             .arg(&config)
             .arg("--listen")
@@ -75,8 +75,8 @@ impl Daemon {
             .arg("--metrics-listen")
             .arg(format!("127.0.0.1:{metrics_port}"))
             .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::fs::File::create(&log).unwrap())
+            .stdout(logfile.try_clone().unwrap())
+            .stderr(logfile)
             .spawn()
             .expect("spawn openarray serve");
         let d = Daemon {
@@ -87,7 +87,7 @@ impl Daemon {
             log,
         };
         let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        while !listening_on(&d.log(), port)
             || std::net::TcpStream::connect(("127.0.0.1", metrics_port)).is_err()
             || !d.socket.exists()
         {
