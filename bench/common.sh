@@ -73,6 +73,18 @@ cpu_ticks() {
     sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
 }
 
+# Milliseconds of CPU (user and system) used so far by this shell's waited-for
+# children and theirs, into the variable named $1. Not a function to call as
+# $(...): that would fork a shell of its own, which has no children. `times`
+# prints them on its second line as "0m1.234s 0m0.567s".
+children_cpu_ms() {
+    times >"$WORK/times"
+    printf -v "$1" '%s' "$(sed -n 2p "$WORK/times" | awk '{
+        ms = 0
+        for (i = 1; i <= 2; i++) { split($i, t, "m"); ms += (t[1] * 60 + t[2]) * 1000 }
+        printf "%d", ms }')"
+}
+
 # µs of CPU per I/O from a tick delta and an I/O count.
 us_per_io() {
     awk -v t="$1" -v hz="$CLK_TCK" -v n="$2" 'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "n/a" }'

@@ -269,16 +269,18 @@ latency_run() { # system url
 # 4 and 5. qemu-img bench straight to the target.
 qemu_bench_run() { # section system url workload size depth count [-w]
     local section=$1 system=$2 url=$3 workload=$4 size=$5 depth=$6 count=$7 mode=${8:-}
-    local pid t0 t1 out="$WORK/bench-$system-$workload.out" seconds
+    local pid t0 t1 c0 c1 out="$WORK/bench-$system-$workload.out" seconds
     pid=$(target_pid "$system")
     t0=$(cpu_ticks "$pid")
     CTX0=$(ctx_switches "$pid")
+    children_cpu_ms c0
     # shellcheck disable=SC2086 # mode is empty or -w
     if ! run_child timeout 300 qemu-img bench -f raw -t none $mode -d "$depth" -s "$size" -c "$count" \
         --pattern 0x5a "$url" >"$out" 2>&1; then
         log "qemu-img bench $workload against $system failed: $(tail -2 "$out")"; FAILED=1; return
     fi
     t1=$(cpu_ticks "$pid")
+    children_cpu_ms c1
     seconds=$(sed -n 's/^Run completed in \([0-9.]*\) seconds.*/\1/p' "$out")
     [ -n "$seconds" ] || { log "no result from qemu-img bench against $system"; FAILED=1; return; }
     local bytes
@@ -286,7 +288,9 @@ qemu_bench_run() { # section system url workload size depth count [-w]
     record "$section" "$system" "$workload" "$depth" \
         "$(awk -v n="$count" -v s="$seconds" 'BEGIN { printf "%d", n / s }')" \
         "$(awk -v n="$count" -v b="$bytes" -v s="$seconds" 'BEGIN { printf "%.1f", n * b / s / 1e6 }')" \
-        - - - - "$(us_per_io $((t1 - t0)) "$count")" - "$(ctx_per_io "$pid" "$count")"
+        - - - - "$(us_per_io $((t1 - t0)) "$count")" \
+        "$(awk -v ms=$((c1 - c0)) -v n="$count" 'BEGIN { printf "%.1f", ms * 1000 / n }')" \
+        "$(ctx_per_io "$pid" "$count")"
 }
 
 start_tcp_server() {

@@ -160,16 +160,31 @@ class Report(TempFiles):
 
     def test_writes_are_held_against_the_same_tools_reads(self):
         lines = [
-            "write\topenarray\t4k-read\t32\t100000\t-\t-\t-\t-\t-\t7.0\t-",
-            "write\topenarray\t4k-write\t32\t75000\t-\t-\t-\t-\t-\t9.0\t-",
-            "write\ttgt\t4k-write\t32\t30000\t-\t-\t-\t-\t-\t25.0\t-",
+            "write\topenarray\t4k-read\t32\t100000\t-\t-\t-\t-\t-\t7.0\t8.0\t0.05",
+            "write\topenarray\t4k-write\t32\t75000\t-\t-\t-\t-\t-\t9.0\t12.5\t0.05",
+            "write\ttgt\t4k-write\t32\t30000\t-\t-\t-\t-\t-\t25.0\t15.0\t1.5",
             "sessions\topenarray\t4k-randread-qd32\t1\t150000\t-\t-\t-\t-\t-\t6.0\t-",
         ]
         goal = next(line for line in self.goals(lines) if line.startswith("| 4K write QD32"))
         self.assertIn("0.75 of the same tool's reads", goal)
         self.assertIn("0.50 of iscsi-perf's", goal)
         self.assertIn("2.50x tgt", goal)
+        # qemu-img's 12.5 µs per write: one thread does at most 1e6 / 12.5 a second.
+        self.assertIn("qemu-img's own 12.5 µs of CPU per write (8.0 per read) "
+                      "caps its one thread at 80 000", goal)
         self.assertTrue(goal.endswith("| yes |"))
+
+    def test_qemu_img_table_shows_each_systems_client_cpu(self):
+        path = self.write("results.tsv", "\n".join([
+            "write\ttgt\t4k-write\t32\t30000\t-\t-\t-\t-\t-\t25.0\t15.0\t1.5",
+            "write\topenarray\t4k-write\t32\t75000\t-\t-\t-\t-\t-\t9.0\t12.5\t0.05",
+        ]) + "\n")
+        out = []
+        matrix_report.section_direct_io(matrix_report.load_results(path), out, 3000.0)
+        row = next(line for line in out if line.startswith("| 4K write QD32"))
+        self.assertIn("| 15.0 / 12.5 |", row)
+        unmeasured = next(line for line in out if line.startswith("| 4K read QD32"))
+        self.assertIn("| – / – |", unmeasured)
 
     def test_random_writes_are_held_against_the_higher_read_figure(self):
         base = [
