@@ -81,13 +81,17 @@ fn cli(args: &[&str], envs: &[(&str, &str)]) -> Output {
     run_echoed(cmd, Duration::from_secs(60))
 }
 
-/// Waits until something accepts on `addr`.
-fn wait_for(addr: &str) {
+/// Waits until the daemon's own log says its API listens on `addr`: it
+/// binds the API before its portals, so the port is its own by now, and
+/// this checks that the address it took is the configured one.
+fn wait_for_api(daemon: &Daemon, addr: &str) {
     let start = Instant::now();
-    while TcpStream::connect(addr).is_err() {
+    let line = format!("administration API listening on TCP (token required) addr={addr}");
+    while !daemon.log().lines().any(|l| l.ends_with(&line)) {
         assert!(
             start.elapsed() < Duration::from_secs(20),
-            "{addr} never listened"
+            "the API never listened on {addr}:\n{}",
+            daemon.log()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -103,7 +107,7 @@ fn the_tcp_api_answers_only_the_token() {
         "api_listen = \"{api}\"\napi_token_file = \"{}\"",
         token_file.display()
     )));
-    wait_for(&api);
+    wait_for_api(&daemon, &api);
 
     // No token, a wrong one, another scheme: 401 and nothing else.
     let (status, body) = get(&api, "/v1/config", None);

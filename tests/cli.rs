@@ -41,33 +41,70 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// A running `openarray serve`, killed if the test ends early.
+/// A running `openarray serve`, killed if the test ends early. Its output
+/// goes to a file, which says when it listens.
 struct Served {
     child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 impl Served {
-    fn start(args: &[&str]) -> Served {
+    /// Starts `openarray serve` with the arguments `setup` makes, and waits
+    /// until its log says it listens on each address `setup` returns. A port
+    /// free when `setup` picked it may be taken before the daemon binds it
+    /// (a connect to it would then reach the wrong process); the daemon
+    /// exits, and `setup` is asked again for new ports.
+    fn start(setup: impl Fn() -> (Vec<String>, Vec<SocketAddr>)) -> (Served, Vec<SocketAddr>) {
+        for _ in 0..5 {
+            let (args, addrs) = setup();
+            let mut served = Served::spawn(&args);
+            match served.wait_listening(&addrs) {
+                Ok(()) => return (served, addrs),
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("openarray exited before listening:\n{log}"),
+            }
+        }
+        panic!("openarray found its ports taken five times");
+    }
+
+    fn spawn(args: &[String]) -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("serve.log");
+        let out = std::fs::File::create(&log).unwrap();
         let child = openarray()
             .arg("serve")
             .args(args)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
             .spawn()
             .expect("start openarray serve");
-        Served { child }
+        Served {
+            child,
+            log,
+            _dir: dir,
+        }
     }
 
-    fn wait_listening(&mut self, addr: SocketAddr) {
+    /// Waits for the log lines of every address; the log if it exits first.
+    fn wait_listening(&mut self, addrs: &[SocketAddr]) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("openarray exited early ({status}): {}", self.stderr());
+        loop {
+            let log = self.log();
+            let listening = |addr: &SocketAddr| {
+                let line = format!("iSCSI portal listening portal={addr}");
+                log.lines().any(|l| l.ends_with(&line))
+            };
+            if addrs.iter().all(listening) {
+                return Ok(());
+            }
+            if self.child.try_wait().unwrap().is_some() {
+                return Err(self.log());
             }
             assert!(
                 Instant::now() < deadline,
-                "openarray never listened on {addr}"
+                "openarray never listened on {addrs:?}:\n{log}"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -88,21 +125,14 @@ impl Served {
             assert!(
                 Instant::now() < deadline,
                 "openarray did not exit: {}",
-                self.stderr()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
-    fn stderr(&mut self) -> String {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let mut text = String::new();
-        if let Some(mut err) = self.child.stderr.take() {
-            use std::io::Read;
-            let _ = err.read_to_string(&mut text);
-        }
-        text
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 
@@ -228,13 +258,16 @@ fn serve_rejects_a_bad_listen_address() {
 
 #[test]
 fn serve_listens_and_stops_cleanly_on_sigterm() {
-    let port = free_port("127.0.0.1");
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut served = Served::start(&["--listen", &addr.to_string()]);
-    served.wait_listening(addr);
+    let (mut served, addrs) = Served::start(|| {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port("127.0.0.1"))
+            .parse()
+            .unwrap();
+        (vec!["--listen".into(), addr.to_string()], vec![addr])
+    });
+    let addr = addrs[0];
     served.signal(libc::SIGTERM);
     let status = served.wait_exit();
-    assert!(status.success(), "exit {status}: {}", served.stderr());
+    assert!(status.success(), "exit {status}: {}", served.log());
     // The port is free again.
     assert!(TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err());
 }
@@ -244,38 +277,44 @@ fn serve_with_a_file_device_flushes_and_stops_on_sigint() {
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("lun0.img");
     let state = dir.path().join("state");
-    let port = free_port("127.0.0.1");
-    let text = format!(
+    let (mut served, _) = Served::start(|| {
+        let port = free_port("127.0.0.1");
+        let text = format!(
         "[daemon]\nstate_dir = \"{}\"\n\n[[portal]]\nlisten = \"127.0.0.1:{port}\"\n\n[[device]]\nname = \"d0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"64M\"\nblock_size = 4096\n\n[[target]]\nname = \"iqn.2026-11.org.example:filetest\"\n[[target.lun]]\nlun = 3\ndevice = \"d0\"\n",
         state.display(),
         image.display()
     );
-    let config = write(&dir, "file.toml", &text);
-    let mut served = Served::start(&["--config", config.to_str().unwrap(), "--log-level", "debug"]);
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    served.wait_listening(addr);
+        let config = write(&dir, "file.toml", &text);
+        let args = ["--config", config.to_str().unwrap(), "--log-level", "debug"];
+        let addr = format!("127.0.0.1:{port}").parse().unwrap();
+        (args.map(String::from).to_vec(), vec![addr])
+    });
     assert_eq!(std::fs::metadata(&image).unwrap().len(), 64 << 20);
     assert!(state.is_dir());
     served.signal(libc::SIGINT);
     let status = served.wait_exit();
-    assert!(status.success(), "exit {status}: {}", served.stderr());
+    assert!(status.success(), "exit {status}: {}", served.log());
 }
 
 #[test]
 fn serve_listens_on_ipv6_loopback() {
     // Skip where the machine has no IPv6 loopback.
-    let Ok(probe) = TcpListener::bind("[::1]:0") else {
+    if TcpListener::bind("[::1]:0").is_err() {
         return;
-    };
-    let port = probe.local_addr().unwrap().port();
-    drop(probe);
-    let v6: SocketAddr = format!("[::1]:{port}").parse().unwrap();
-    let v4: SocketAddr = format!("127.0.0.1:{}", free_port("127.0.0.1"))
-        .parse()
-        .unwrap();
-    let mut served = Served::start(&["--listen", &v6.to_string(), "--listen", &v4.to_string()]);
-    served.wait_listening(v6);
-    served.wait_listening(v4);
+    }
+    let (mut served, _) = Served::start(|| {
+        let v6: SocketAddr = format!("[::1]:{}", free_port("::1")).parse().unwrap();
+        let v4: SocketAddr = format!("127.0.0.1:{}", free_port("127.0.0.1"))
+            .parse()
+            .unwrap();
+        let args = vec![
+            "--listen".into(),
+            v6.to_string(),
+            "--listen".into(),
+            v4.to_string(),
+        ];
+        (args, vec![v6, v4])
+    });
     served.signal(libc::SIGTERM);
     assert!(served.wait_exit().success());
 }
@@ -288,14 +327,16 @@ fn serve_offers_the_configured_targets_and_luns() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port("127.0.0.1");
-    let text = format!(
+    let (mut served, addrs) = Served::start(|| {
+        let port = free_port("127.0.0.1");
+        let text = format!(
         "[[portal]]\nlisten = \"127.0.0.1:{port}\"\n\n[[device]]\nname = \"small\"\nkind = \"mem\"\nsize = \"64M\"\nblock_size = 4096\n\n[[device]]\nname = \"zero\"\nkind = \"null\"\nsize = \"1G\"\n\n[[target]]\nname = \"iqn.2026-11.org.example:one\"\n[[target.lun]]\nlun = 201\ndevice = \"small\"\n[[target.lun]]\nlun = 0\ndevice = \"zero\"\n\n[[target]]\nname = \"iqn.2026-11.org.example:two\"\n[[target.lun]]\nlun = 7\ndevice = \"small\"\n"
     );
-    let config = write(&dir, "two.toml", &text);
-    let mut served = Served::start(&["--config", config.to_str().unwrap()]);
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    served.wait_listening(addr);
+        let config = write(&dir, "two.toml", &text);
+        let args = vec!["--config".into(), config.to_str().unwrap().into()];
+        (args, vec![format!("127.0.0.1:{port}").parse().unwrap()])
+    });
+    let addr = addrs[0];
     let out = Command::new("iscsi-ls")
         .arg("-s")
         .arg(format!("iscsi://{addr}"))
