@@ -1,6 +1,8 @@
 //! The `openarray` command line: configuration checking and the serve
 //! lifecycle, run as the real binary.
 
+mod common;
+
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -51,21 +53,15 @@ struct Served {
 
 impl Served {
     /// Starts `openarray serve` with the arguments `setup` makes, and waits
-    /// until its log says it listens on each address `setup` returns. A port
-    /// free when `setup` picked it may be taken before the daemon binds it
-    /// (a connect to it would then reach the wrong process); the daemon
-    /// exits, and `setup` is asked again for new ports.
+    /// until its log says it listens on each address `setup` returns; if a
+    /// port was taken meanwhile, `setup` is asked again for new ports
+    /// ([`common::retrying_taken_ports`]).
     fn start(setup: impl Fn() -> (Vec<String>, Vec<SocketAddr>)) -> (Served, Vec<SocketAddr>) {
-        for _ in 0..5 {
+        common::retrying_taken_ports(|| {
             let (args, addrs) = setup();
             let mut served = Served::spawn(&args);
-            match served.wait_listening(&addrs) {
-                Ok(()) => return (served, addrs),
-                Err(log) if log.contains("Address already in use") => continue,
-                Err(log) => panic!("openarray exited before listening:\n{log}"),
-            }
-        }
-        panic!("openarray found its ports taken five times");
+            served.wait_listening(&addrs).map(|()| (served, addrs))
+        })
     }
 
     fn spawn(args: &[String]) -> Served {
@@ -92,11 +88,7 @@ impl Served {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let log = self.log();
-            let listening = |addr: &SocketAddr| {
-                let line = format!("iSCSI portal listening portal={addr}");
-                log.lines().any(|l| l.ends_with(&line))
-            };
-            if addrs.iter().all(listening) {
+            if addrs.iter().all(|&addr| common::listening_at(&log, addr)) {
                 return Ok(());
             }
             if self.child.try_wait().unwrap().is_some() {

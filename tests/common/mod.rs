@@ -2,7 +2,7 @@
 //! loopback ports and drive real clients against it.
 //!
 //! - `Daemon`: `openarray serve [--config FILE] --listen 127.0.0.1:<free port>`,
-//!   waits until the port accepts, discovers target names with `iscsi-ls -s`,
+//!   waits until its log says it listens on the port, discovers target names with `iscsi-ls -s`,
 //!   reports pid/RSS/log, and is killed on drop.
 //! - `iscsi`: a minimal initiator of our own (login, READ/WRITE(10), PDU
 //!   framing) for verified I/O and for building malformed PDUs.
@@ -44,13 +44,34 @@ pub fn serve_command() -> Command {
     cmd
 }
 
-/// Whether a daemon's log says it listens on 127.0.0.1:`port`. A
-/// successful connect would not prove that this daemon does: the port,
-/// free when picked, may serve another test's daemon, and a connect to a
-/// port nobody listens on can even reach itself (TCP simultaneous open).
-pub fn listening_on(log: &str, port: u16) -> bool {
-    let line = format!("iSCSI portal listening portal=127.0.0.1:{port}");
+/// Whether a daemon's log says it listens on `addr`. A successful connect
+/// would not prove that this daemon does: the port, free when picked, may
+/// serve another test's daemon, and a connect to a port nobody listens on
+/// can even reach itself (TCP simultaneous open).
+pub fn listening_at(log: &str, addr: SocketAddr) -> bool {
+    let line = format!("iSCSI portal listening portal={addr}");
     log.lines().any(|l| l.ends_with(&line))
+}
+
+/// [`listening_at`] 127.0.0.1:`port`.
+pub fn listening_on(log: &str, port: u16) -> bool {
+    listening_at(log, SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// Starts a daemon with `attempt` (which picks its ports, spawns it and
+/// waits for it to listen, or returns its log if it exited first) until
+/// one listens. A port free when picked may be taken before the daemon
+/// binds it (by another test's daemon, or as the local port of a
+/// connection); that daemon exits, and the next attempt picks new ports.
+pub fn retrying_taken_ports<T>(mut attempt: impl FnMut() -> Result<T, String>) -> T {
+    for _ in 0..5 {
+        match attempt() {
+            Ok(started) => return started,
+            Err(log) if log.contains("Address already in use") => continue,
+            Err(log) => panic!("daemon exited before listening:\n{log}"),
+        }
+    }
+    panic!("no free ports for the daemon in five tries");
 }
 
 /// A loopback port nobody listens on right now.
@@ -68,20 +89,15 @@ impl Daemon {
     }
 
     /// `openarray serve [--config FILE]` listening on `portals` free
-    /// loopback ports. A port free when picked may be taken before the
-    /// daemon binds it (by another test's daemon, or as the local port of
-    /// a connection); the daemon then exits, and a new one gets new ports.
+    /// loopback ports (new ones if one was taken: [`retrying_taken_ports`]).
     pub fn start_portals(config: Option<&Path>, portals: usize) -> Daemon {
-        for _ in 0..5 {
+        retrying_taken_ports(|| {
             let ports: Vec<u16> = (0..portals).map(|_| free_port()).collect();
             let mut daemon = Daemon::spawn(config, ports);
-            match daemon.wait_listening(Duration::from_secs(20)) {
-                Ok(()) => return daemon,
-                Err(log) if log.contains("Address already in use") => continue,
-                Err(log) => panic!("daemon exited before listening:\n{log}"),
-            }
-        }
-        panic!("no free ports for the daemon in five tries");
+            daemon
+                .wait_listening(Duration::from_secs(20))
+                .map(|()| daemon)
+        })
     }
 
     fn spawn(config: Option<&Path>, ports: Vec<u16>) -> Daemon {
