@@ -215,7 +215,7 @@ impl Conn {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            reader.set_answered_all(self.tasks.is_empty());
+            reader.set_running(self.tasks.len());
             // Completions first: answering frees window slots and ITTs.
             let flow = tokio::select! {
                 biased;

@@ -231,10 +231,10 @@ impl<R: Socket> PduReader<R> {
         }
     }
 
-    /// Tell the reader whether every command received has been answered
-    /// (see [`SpinPolicy::answered_all`]).
-    pub fn set_answered_all(&mut self, yes: bool) {
-        self.spin.answered_all = yes;
+    /// Tell the reader how many commands received are not yet answered
+    /// (see [`SpinPolicy::running`]).
+    pub fn set_running(&mut self, commands: usize) {
+        self.spin.running = commands;
     }
 
     /// Read from the socket without sleeping on it, until `until`,
