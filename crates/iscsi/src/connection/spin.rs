@@ -23,7 +23,7 @@
 //! while it runs (an O_DIRECT read on the disk): the thread then does not
 //! sleep, so the disk's interrupt finds its vCPU awake and the answer
 //! leaves without a wake-up. On an AMD EPYC host that took QD1 reads of an
-//! O_DIRECT LUN from about 5,700 to 7,500 a second (docs/bench/techniques.md,
+//! O_DIRECT LUN from about 5,700 to 7,200 a second (docs/bench/techniques.md,
 //! section 47). A command that outlasts a poll (a slow disk, a long
 //! transfer) stops that for the next [`THROUGH_RETRY`] commands, so a slow
 //! device costs one vain poll in that many.
