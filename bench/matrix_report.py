@@ -412,7 +412,7 @@ def section_goals(rows, out, tcp):
     # qemu-img's one thread: its own CPU per write and per read bound the
     # two figures whatever the target does.
     q_write, q_read = get(ow, "client_cpu"), get(orr, "client_cpu")
-    q_cap = 1e6 / q_write if q_write else None
+    q_cap = ratio(1e6, q_write)
     out.append(f"| 4K write QD32 (qemu-img bench -w): ≥ 70 % of the read figure and ≥ 2x tgt "
                f"| {fmt(get(ow, 'iops'))} IOPS = {fmt(w_read, 2)} of the same tool's reads "
                f"({fmt(get(orr, 'iops'))}; {fmt(w_perf, 2)} of iscsi-perf's), {fmt(w_tgt, 2)}x tgt; "
@@ -431,7 +431,7 @@ def section_goals(rows, out, tcp):
     # fio runs its job on one thread: its own CPU per write bounds the
     # row whatever the target does.
     fio_cpu = get(orw, "client_cpu")
-    fio_cap = 1e6 / fio_cpu if fio_cpu else None
+    fio_cap = ratio(1e6, fio_cpu)
     out.append(f"| 4K random write QD32 (fio, libiscsi engine): ≥ 70 % of the read figure and ≥ 2x tgt "
                f"| {fmt(get(orw, 'iops'))} IOPS = {fmt(rw_fio, 2)} of fio's random reads "
                f"({fmt(get(orr_fio, 'iops'))}), {fmt(rw_perf, 2)} of iscsi-perf's; "
