@@ -76,7 +76,12 @@ pub fn retrying_taken_ports<T>(mut attempt: impl FnMut() -> Result<T, String>) -
 
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
+    free_port_on("127.0.0.1")
+}
+
+/// A port of `ip` (such as `::1`) nobody listens on right now.
+pub fn free_port_on(ip: &str) -> u16 {
+    TcpListener::bind((ip, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("bind an ephemeral port")
