@@ -9,13 +9,17 @@
 //! command the ring cannot take (no io_uring here, a range another
 //! command holds) goes to the I/O pool as before.
 //!
-//! Once [`WAVE`] reads are on the device, up to [`WAVE`] more wait in
-//! the ring and go with the next completion. A device that answers
+//! Once a wave of reads is on the device, up to a wave more wait in the
+//! ring and go with the next completion. A device that answers
 //! everything it holds in one batch (a virtio disk on this kind of machine
 //! does) would otherwise sit idle while the initiator turns the whole
 //! batch around; with a second batch ready it works through that
 //! turnaround. A device that answers reads one by one gets the waiting
 //! ones with its next answer (docs/bench/techniques.md, section 20).
+//! A wave is half the reads the initiators keep going, as the ring has
+//! lately seen them, and at most [`WAVE`]: at depth 16 two waves of 8
+//! take turns on the device instead of one batch of 16 that the device
+//! and the initiator each wait for (section 48).
 //!
 //! A submit the kernel refuses for now (EAGAIN, EBUSY) leaves its entries
 //! queued. When nothing the ring holds is sure to complete and bring the
@@ -44,17 +48,51 @@ use super::pool::Job as _;
 /// list (IORING_FEAT_NODROP), so reads in flight are not bounded by it.
 const ENTRIES: u32 = 256;
 
-/// Reads on the device beyond which the next ones wait for a batch to
-/// come back, as long as fewer than this many wait.
+/// The largest wave: reads on the device beyond which the next ones wait
+/// for a batch to come back, as long as fewer than a wave wait.
 const WAVE: usize = 16;
+
+/// Completed batches over which the ring keeps the most reads it held;
+/// the wave follows the larger of this span's peak and the last one's.
+const PEAK_SPAN: u32 = 64;
 
 /// The first and the longest wait before a refused submit is tried again.
 const RETRY_FIRST: Duration = Duration::from_millis(1);
 const RETRY_MAX: Duration = Duration::from_millis(100);
 
 /// Whether the first waiting read goes to the device now.
-fn admits(on_device: usize, waiting: usize) -> bool {
-    on_device < WAVE || waiting > WAVE
+fn admits(on_device: usize, waiting: usize, wave: usize) -> bool {
+    on_device < wave || waiting > wave
+}
+
+/// The most reads the ring held lately, on the device and waiting: what
+/// the initiators keep going, since they send a read again soon after
+/// its answer.
+#[derive(Default)]
+struct Peak {
+    span: usize,
+    last_span: usize,
+    batches: u32,
+}
+
+impl Peak {
+    fn saw(&mut self, held: usize) {
+        self.span = self.span.max(held);
+    }
+
+    /// A batch came back; `held` reads are still in the ring.
+    fn batch(&mut self, held: usize) {
+        self.batches += 1;
+        if self.batches == PEAK_SPAN {
+            self.batches = 0;
+            self.last_span = std::mem::replace(&mut self.span, held);
+        }
+    }
+
+    /// Half of what is kept going, so that two waves take turns.
+    fn wave(&self) -> usize {
+        (self.span.max(self.last_span) / 2).clamp(1, WAVE)
+    }
 }
 
 thread_local! {
@@ -124,6 +162,7 @@ struct RingState {
     on_device: usize,
     /// Reads whose slot is taken but which are not submitted yet.
     waiting: VecDeque<squeue::Entry>,
+    peak: Peak,
     /// A task is about to try a refused submit again.
     retrying: bool,
 }
@@ -171,6 +210,7 @@ impl ReadRing {
                 free: Vec::new(),
                 on_device: 0,
                 waiting: VecDeque::new(),
+                peak: Peak::default(),
                 retrying: false,
             }),
             ready,
@@ -198,6 +238,8 @@ impl ReadRing {
         // which waits for it).
         st.slots[slot] = Some(InFlight { command, read });
         st.waiting.push_back(entry.build().user_data(slot as u64));
+        let held = st.on_device + st.waiting.len();
+        st.peak.saw(held);
         let unplaced = st.place(false);
         drop(st);
         finish_unread(unplaced);
@@ -252,6 +294,10 @@ impl ReadRing {
                 ended.push((flight, cqe.result()));
             }
         }
+        if !ended.is_empty() {
+            let held = st.on_device + st.waiting.len();
+            st.peak.batch(held);
+        }
         let unplaced = st.place(!ended.is_empty());
         drop(st);
         finish_unread(unplaced);
@@ -296,7 +342,8 @@ impl RingState {
     /// device to bring another chance, is returned unread.
     fn place(&mut self, all: bool) -> Vec<InFlight> {
         let mut unplaced = Vec::new();
-        while all || admits(self.on_device, self.waiting.len()) {
+        let wave = self.peak.wave();
+        while all || admits(self.on_device, self.waiting.len(), wave) {
             let Some(entry) = self.waiting.pop_front() else {
                 break;
             };
@@ -450,11 +497,11 @@ mod tests {
     use super::*;
 
     /// Where reads arriving one by one settle: (on the device, waiting).
-    fn settle(burst: usize) -> (usize, usize) {
+    fn settle(burst: usize, wave: usize) -> (usize, usize) {
         let (mut on_device, mut waiting) = (0, 0);
         for _ in 0..burst {
             waiting += 1;
-            while waiting > 0 && admits(on_device, waiting) {
+            while waiting > 0 && admits(on_device, waiting, wave) {
                 waiting -= 1;
                 on_device += 1;
             }
@@ -463,11 +510,54 @@ mod tests {
     }
 
     #[test]
-    fn a_second_batch_waits_only_beside_a_full_first_one() {
-        assert_eq!(settle(1), (1, 0));
-        assert_eq!(settle(WAVE), (WAVE, 0), "a small burst goes at once");
-        assert_eq!(settle(WAVE + 1), (WAVE, 1));
-        assert_eq!(settle(2 * WAVE), (WAVE, WAVE), "QD32: two batches of 16");
-        assert_eq!(settle(128), (128 - WAVE, WAVE), "never more than WAVE wait");
+    fn a_second_wave_waits_only_beside_a_full_first_one() {
+        assert_eq!(settle(1, WAVE), (1, 0));
+        assert_eq!(settle(WAVE, WAVE), (WAVE, 0), "a small burst goes at once");
+        assert_eq!(settle(WAVE + 1, WAVE), (WAVE, 1));
+        assert_eq!(
+            settle(2 * WAVE, WAVE),
+            (WAVE, WAVE),
+            "QD32: two batches of 16"
+        );
+        assert_eq!(
+            settle(128, WAVE),
+            (128 - WAVE, WAVE),
+            "never more than a wave waits"
+        );
+        assert_eq!(settle(16, 8), (8, 8), "QD16: two batches of 8");
+    }
+
+    /// The wave after `held` reads were in the ring at once, then `batches`
+    /// batches came back with `after` reads left in it each time.
+    fn wave_after(held: usize, batches: u32, after: usize) -> usize {
+        let mut peak = Peak::default();
+        peak.saw(held);
+        for _ in 0..batches {
+            peak.saw(after);
+            peak.batch(after);
+        }
+        peak.wave()
+    }
+
+    #[test]
+    fn a_wave_is_half_of_what_the_initiators_keep_going() {
+        assert_eq!(Peak::default().wave(), 1, "a first read goes at once");
+        assert_eq!(wave_after(1, 0, 0), 1);
+        assert_eq!(wave_after(4, 0, 0), 2);
+        assert_eq!(wave_after(16, 0, 0), 8);
+        assert_eq!(wave_after(32, 0, 0), WAVE);
+        assert_eq!(wave_after(128, 0, 0), WAVE, "never above the largest wave");
+    }
+
+    #[test]
+    fn a_lower_depth_lowers_the_wave_after_two_spans() {
+        assert_eq!(
+            wave_after(32, PEAK_SPAN, 16),
+            WAVE,
+            "the last span still counts"
+        );
+        assert_eq!(wave_after(32, 2 * PEAK_SPAN - 1, 16), WAVE);
+        assert_eq!(wave_after(32, 2 * PEAK_SPAN, 16), 8);
+        assert_eq!(wave_after(32, 2 * PEAK_SPAN, 0), 1);
     }
 }
