@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A/B of openarray builds on an O_DIRECT file LUN: a 1 GiB file on the disk
 # (not tmpfs, which has no O_DIRECT), served with `direct = true`. Each
-# build serves in turn, round after round; each round ends with fio's
-# io_uring engine on the same file at the same depths, the device's own
-# figure. Per build, round and depth it prints IOPS, the median completion
+# build serves in turn, round after round (every other round in the reverse
+# order); each round ends with fio's io_uring engine on the same file at the
+# same depths, the device's own figure. Per build, round and depth it prints IOPS, the median completion
 # latency and the target's CPU time per read (utime+stime from /proc).
 #
 #   4K random read at DEPTHS      fio --ioengine=libiscsi (bench/fio-libiscsi.sh)
@@ -62,7 +62,8 @@ one() {
 
 BUILDS=("$@")
 for round in $(seq "$ROUNDS"); do
-    for bin in "${BUILDS[@]}"; do
+    mapfile -t order < <(builds_in_round "$round" "${BUILDS[@]}")
+    for bin in "${order[@]}"; do
         echo "round $round, $bin (load $(cut -d' ' -f1 /proc/loadavg))"
         one "$bin"
     done

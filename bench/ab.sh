@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A/B of openarray builds on the bench's setup (a 1 GiB file on tmpfs, one
-# LUN, loopback): each build serves in turn, round after round, so every
-# build sees the same load. Per build and round it prints IOPS or MB/s and
-# the target's CPU time per I/O or per GB (utime+stime from /proc/PID/stat).
+# LUN, loopback): each build serves in turn, round after round (every other
+# round in the reverse order), so every build sees the same load. Per build
+# and round it prints IOPS or MB/s and the target's CPU time per I/O or per
+# GB (utime+stime from /proc/PID/stat).
 #
 #   4K random read QD32   iscsi-perf -m 32 -b 8 -r
 #   4K random read QD1    iscsi-perf -m 1 -b 8 -r (mean latency = 1 / IOPS)
@@ -65,7 +66,8 @@ one() {
 }
 
 for round in $(seq "$ROUNDS"); do
-    for bin in "$@"; do
+    mapfile -t order < <(builds_in_round "$round" "$@")
+    for bin in "${order[@]}"; do
         echo "round $round, $bin (load $(cut -d' ' -f1 /proc/loadavg))"
         one "$bin"
     done

@@ -174,6 +174,20 @@ ab_cleanup() {
     rm -rf "$WORK"
 }
 
+# The builds of an A/B in the order round ROUND runs them: as given in odd
+# rounds, reversed in even ones, so that no build always runs right after
+# the same thing (another build, or the disk's own figure).
+# Usage: builds_in_round ROUND BIN...
+builds_in_round() {
+    local round=$1 i
+    shift
+    if [ $((round % 2)) -eq 1 ]; then
+        printf '%s\n' "$@"
+    else
+        for ((i = $#; i >= 1; i--)); do printf '%s\n' "${!i}"; done
+    fi
+}
+
 # Serve CONFIG with the build BIN until it listens on 127.0.0.1:PORT; its
 # PID goes in PID, its log in $WORK/openarray.log.
 # Usage: serve_build BIN CONFIG PORT
