@@ -3,8 +3,9 @@
 # (not tmpfs, which has no O_DIRECT), served with `direct = true`. Each
 # build serves in turn, round after round (every other round in the reverse
 # order); each round ends with fio's io_uring engine on the same file at the
-# same depths, the device's own figure. Per build, round and depth it prints IOPS, the median completion
-# latency and the target's CPU time per read (utime+stime from /proc).
+# same depths, the device's own figure. Per build, round and depth it
+# prints IOPS, the median completion latency and the target's CPU time per
+# read (utime+stime from /proc).
 #
 #   4K random read at DEPTHS      fio --ioengine=libiscsi (bench/fio-libiscsi.sh)
 #   the same on the file          fio --ioengine=io_uring --direct=1
