@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::free_port_on;
+use common::{free_port, free_port_on};
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -223,7 +223,7 @@ fn serve_reports_a_device_that_cannot_be_opened() {
     let missing = dir.path().join("missing.img");
     let text = format!(
         "[[portal]]\nlisten = \"127.0.0.1:{}\"\n\n[[device]]\nname = \"d0\"\nkind = \"file\"\npath = \"{}\"\n\n[[target]]\nname = \"iqn.2026-11.org.example:t\"\n[[target.lun]]\nlun = 0\ndevice = \"d0\"\n",
-        free_port_on("127.0.0.1"),
+        free_port(),
         missing.display()
     );
     let path = write(&dir, "nofile.toml", &text);
@@ -246,9 +246,7 @@ fn serve_rejects_a_bad_listen_address() {
 #[test]
 fn serve_listens_and_stops_cleanly_on_sigterm() {
     let (mut served, addrs) = Served::start(|| {
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port_on("127.0.0.1"))
-            .parse()
-            .unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         (vec!["--listen".into(), addr.to_string()], vec![addr])
     });
     let addr = addrs[0];
@@ -265,7 +263,7 @@ fn serve_with_a_file_device_flushes_and_stops_on_sigint() {
     let image = dir.path().join("lun0.img");
     let state = dir.path().join("state");
     let (mut served, _) = Served::start(|| {
-        let port = free_port_on("127.0.0.1");
+        let port = free_port();
         let text = format!(
         "[daemon]\nstate_dir = \"{}\"\n\n[[portal]]\nlisten = \"127.0.0.1:{port}\"\n\n[[device]]\nname = \"d0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"64M\"\nblock_size = 4096\n\n[[target]]\nname = \"iqn.2026-11.org.example:filetest\"\n[[target.lun]]\nlun = 3\ndevice = \"d0\"\n",
         state.display(),
@@ -291,9 +289,7 @@ fn serve_listens_on_ipv6_loopback() {
     }
     let (mut served, _) = Served::start(|| {
         let v6: SocketAddr = format!("[::1]:{}", free_port_on("::1")).parse().unwrap();
-        let v4: SocketAddr = format!("127.0.0.1:{}", free_port_on("127.0.0.1"))
-            .parse()
-            .unwrap();
+        let v4: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let args = vec![
             "--listen".into(),
             v6.to_string(),
@@ -315,7 +311,7 @@ fn serve_offers_the_configured_targets_and_luns() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (mut served, addrs) = Served::start(|| {
-        let port = free_port_on("127.0.0.1");
+        let port = free_port();
         let text = format!(
         "[[portal]]\nlisten = \"127.0.0.1:{port}\"\n\n[[device]]\nname = \"small\"\nkind = \"mem\"\nsize = \"64M\"\nblock_size = 4096\n\n[[device]]\nname = \"zero\"\nkind = \"null\"\nsize = \"1G\"\n\n[[target]]\nname = \"iqn.2026-11.org.example:one\"\n[[target.lun]]\nlun = 201\ndevice = \"small\"\n[[target.lun]]\nlun = 0\ndevice = \"zero\"\n\n[[target]]\nname = \"iqn.2026-11.org.example:two\"\n[[target.lun]]\nlun = 7\ndevice = \"small\"\n"
     );
