@@ -238,7 +238,7 @@ impl ReadRing {
         // which waits for it).
         st.slots[slot] = Some(InFlight { command, read });
         st.waiting.push_back(entry.build().user_data(slot as u64));
-        let held = st.on_device + st.waiting.len();
+        let held = st.held();
         st.peak.saw(held);
         let unplaced = st.place(false);
         drop(st);
@@ -294,11 +294,12 @@ impl ReadRing {
                 ended.push((flight, cqe.result()));
             }
         }
-        if !ended.is_empty() {
-            let held = st.on_device + st.waiting.len();
+        let came_back = !ended.is_empty();
+        if came_back {
+            let held = st.held();
             st.peak.batch(held);
         }
-        let unplaced = st.place(!ended.is_empty());
+        let unplaced = st.place(came_back);
         drop(st);
         finish_unread(unplaced);
         ended
@@ -317,6 +318,11 @@ impl ReadRing {
 }
 
 impl RingState {
+    /// Reads in the ring: on the device and waiting.
+    fn held(&self) -> usize {
+        self.on_device + self.waiting.len()
+    }
+
     /// Submit what the submission queue holds, if anything. An error means
     /// the kernel refused it for now and the entries are still queued.
     fn submit_queued(&mut self) -> io::Result<()> {
