@@ -8,6 +8,7 @@
 //! ([`commands`]).
 
 mod cdb;
+pub mod command_stream;
 mod commands;
 mod config;
 mod inquiry;
