@@ -355,3 +355,32 @@ fn typed_values_follow_the_text() {
         Some("/var/lib/x.img")
     );
 }
+
+#[test]
+fn values_with_long_runs_of_quotes_are_written_back_exactly() {
+    // 256 quotes in a row once overflowed the TOML writer's count of them.
+    let quotes = format!("{}{}", "'".repeat(300), "\"".repeat(300));
+    let text = apply_edit(
+        &base(),
+        &Edit::TargetModify {
+            name: T2.into(),
+            settings: settings(&[("alias", &quotes)]),
+        },
+    )
+    .unwrap();
+    let doc: DocumentMut = text.parse().unwrap();
+    assert_eq!(doc["target"][1]["alias"].as_str(), Some(quotes.as_str()));
+    let err = parse_config(&text, "x").unwrap_err().to_string();
+    assert!(err.contains("at most 255 bytes"), "{err}");
+
+    let short = "'''\"\"\"".repeat(40);
+    let text = edited(
+        &base(),
+        &[Edit::TargetModify {
+            name: T2.into(),
+            settings: settings(&[("alias", &short)]),
+        }],
+    );
+    let config = parse_config(&text, "x").unwrap();
+    assert_eq!(config.targets[1].alias.as_deref(), Some(short.as_str()));
+}

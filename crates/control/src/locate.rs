@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use toml_edit::{ImDocument, Item, Table, Value};
+use toml_edit::{Document, Item, Table, Value};
 
 #[derive(Default)]
 struct Finder {
@@ -84,7 +84,7 @@ fn join(path: &str, key: &str) -> String {
 /// The path of the innermost key, value or table at `offset`; empty when
 /// the text does not parse or nothing is there.
 pub fn field_at(text: &str, offset: usize) -> String {
-    let Ok(doc) = ImDocument::parse(text) else {
+    let Ok(doc) = Document::parse(text) else {
         return String::new();
     };
     let mut finder = Finder { offset, best: None };
