@@ -27,6 +27,8 @@ declare -A NEED=(
   [ps]=procps
   [fallocate]=util-linux
   [python3]=python3
+  # libFuzzer, which the fuzz targets link, is C++.
+  [c++]=g++
 )
 missing=()
 for tool in "${!NEED[@]}"; do

@@ -11,5 +11,9 @@ cargo fmt --all -- --check
 # The benchmark report's own tests (no benchmark runs).
 PYTHONDONTWRITEBYTECODE=1 python3 -m unittest bench/test_matrix_report.py
 cargo clippy --workspace --all-targets --release --locked -- -D warnings
+# The fuzz targets are a workspace of their own (run with a nightly
+# toolchain, fuzz/README.md); they must still build and lint here.
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+cargo clippy --manifest-path fuzz/Cargo.toml --release --locked --target-dir target/fuzz -- -D warnings
 # Release build: the integration tests push real I/O through the daemon.
 cargo test --workspace --release --locked "$@"
