@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use block::BlockDevice;
 use scsi_api::{
-    Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskAttr, TaskManagement, WriteStart,
+    status, Nexus, ScsiCommand, ScsiResponse, ScsiTarget, TaskAttr, TaskManagement, WriteStart,
 };
 
 use crate::{naa_from_seed, LogicalUnit, LuConfig};
@@ -39,7 +39,6 @@ pub struct Tally {
     pub commands: usize,
     pub good: usize,
     pub check_condition: usize,
-    pub task_management: usize,
 }
 
 /// Runs `stream` against `target`, `initiators[0]` and `initiators[1]`
@@ -55,7 +54,6 @@ pub fn run(target: &dyn ScsiTarget, initiators: &[Nexus; 2], stream: &[u8]) -> T
         let nexus = &initiators[usize::from(flags >> 2 & 1)];
         if flags & 0x08 != 0 {
             target.task_management(nexus, tmf(take_byte(&mut input), lun));
-            tally.task_management += 1;
             continue;
         }
         let cdb_len = usize::from(take_byte(&mut input) % 33);
@@ -80,8 +78,8 @@ pub fn run(target: &dyn ScsiTarget, initiators: &[Nexus; 2], stream: &[u8]) -> T
         let resp = answer(target, nexus, &cmd, flags);
         tally.commands += 1;
         match resp.status {
-            0x00 => tally.good += 1,
-            0x02 => {
+            status::GOOD => tally.good += 1,
+            status::CHECK_CONDITION => {
                 assert!(
                     well_formed_sense(&resp.sense),
                     "CHECK CONDITION without valid sense data for CDB {:02x?}: {:02x?}",
@@ -119,18 +117,15 @@ fn answer(
     if flags & 0x20 == 0 {
         return target.execute(nexus, cmd);
     }
-    let mut answers = Vec::new();
+    let mut answer = None;
     target.execute_batch(&[(nexus, ScsiCommand { ..*cmd })], &mut |i, resp| {
         assert_eq!(i, 0, "execute_batch answered a command it was not given");
-        answers.push(resp);
+        assert!(
+            answer.replace(resp).is_none(),
+            "execute_batch answered twice"
+        );
     });
-    assert_eq!(
-        answers.len(),
-        1,
-        "execute_batch answered {} times",
-        answers.len()
-    );
-    answers.remove(0)
+    answer.expect("execute_batch did not answer")
 }
 
 /// Fixed or descriptor format (SPC-4 4.5), its additional length within
@@ -314,8 +309,7 @@ mod tests {
         ) {
             let target = target();
             let initiators = initiators();
-            let tally = run(&*target, &initiators, &stream);
-            prop_assert!(tally.good + tally.check_condition <= tally.commands);
+            run(&*target, &initiators, &stream);
             let after = run(&*target, &initiators, &inquiry_of_every_lun());
             prop_assert_eq!(after.commands, 4);
             prop_assert!(after.good >= 3, "{:?}", after);
