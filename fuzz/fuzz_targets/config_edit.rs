@@ -6,12 +6,22 @@
 
 #![no_main]
 
+use std::sync::OnceLock;
+
 use control::{apply_edit, diff, parse_config, Config, Edit};
 use libfuzzer_sys::fuzz_target;
 
 /// The running configuration edits are made to: the documented example,
 /// with portals, several device kinds, targets and LUNs.
 const RUNNING: &str = include_str!("../../examples/openarray.toml");
+
+/// [`RUNNING`] parsed, once: every input is compared with it.
+fn running() -> &'static Config {
+    static PARSED: OnceLock<Config> = OnceLock::new();
+    PARSED.get_or_init(|| {
+        parse_config(RUNNING, "examples/openarray.toml").expect("the example is valid")
+    })
+}
 
 fn accept(text: &str, running: &Config) {
     match parse_config(text, "fuzz.toml") {
@@ -26,10 +36,10 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, body)) = data.split_first() else {
         return;
     };
-    let running = parse_config(RUNNING, "examples/openarray.toml").expect("the example is valid");
+    let running = running();
     if mode & 1 == 0 {
         if let Ok(text) = std::str::from_utf8(body) {
-            accept(text, &running);
+            accept(text, running);
         }
         return;
     }
@@ -37,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     match apply_edit(RUNNING, &edit) {
-        Ok(text) => accept(&text, &running),
+        Ok(text) => accept(&text, running),
         Err(e) => assert!(!e.is_empty(), "an edit refused without a reason"),
     }
 });
