@@ -4,6 +4,7 @@ mod admin;
 mod admin_cli;
 mod api_client;
 mod edit_cli;
+mod listener_metrics;
 mod pool_cli;
 mod serve;
 mod stat_cli;

@@ -101,6 +101,9 @@ fn apply_daemon_timeouts(daemon: &control::Daemon, options: &mut iscsi::ServerOp
     if let Some(t) = daemon.nop_timeout {
         options.nop_timeout = t;
     }
+    if let Some(t) = daemon.write_timeout {
+        options.write_timeout = t;
+    }
 }
 
 async fn serve(
@@ -132,6 +135,11 @@ async fn serve(
         targets,
         connection_runtimes,
     );
+    runtime
+        .stats
+        .add_source(Arc::new(crate::listener_metrics::ListenerSamples(
+            server.clone(),
+        )));
     let admin_listener = admin_socket.map(admin::bind).transpose()?;
     let api_listener = match &api {
         Some((addr, _)) => Some(

@@ -98,20 +98,21 @@ impl Daemon {
     pub fn start_portals(config: Option<&Path>, portals: usize) -> Daemon {
         retrying_taken_ports(|| {
             let ports: Vec<u16> = (0..portals).map(|_| free_port()).collect();
-            let mut daemon = Daemon::spawn(config, ports);
+            let mut daemon = Daemon::spawn(config, ports, &[]);
             daemon
                 .wait_listening(Duration::from_secs(20))
                 .map(|()| daemon)
         })
     }
 
-    fn spawn(config: Option<&Path>, ports: Vec<u16>) -> Daemon {
+    fn spawn(config: Option<&Path>, ports: Vec<u16>, extra: &[String]) -> Daemon {
         let logdir = tempfile::tempdir().expect("tempdir for daemon log");
         let log = logdir.path().join("daemon.log");
         let mut cmd = serve_command();
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }
+        cmd.args(extra);
         for port in &ports {
             cmd.arg("--listen").arg(format!("127.0.0.1:{port}"));
         }
@@ -126,6 +127,25 @@ impl Daemon {
             _logdir: logdir,
             _config_dir: None,
         }
+    }
+
+    /// `openarray serve --config` with `toml` as the config file, its one
+    /// portal on a free port, and a metrics listener on another; returns
+    /// the metrics address too.
+    pub fn start_with_metrics(toml: &str) -> (Daemon, SocketAddr) {
+        let dir = tempfile::tempdir().expect("tempdir for config");
+        let path = dir.path().join("openarray.toml");
+        std::fs::write(&path, toml).expect("write config");
+        let (mut daemon, metrics) = retrying_taken_ports(|| {
+            let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            let extra = ["--metrics-listen".to_string(), metrics.to_string()];
+            let mut daemon = Daemon::spawn(Some(&path), vec![free_port()], &extra);
+            daemon
+                .wait_listening(Duration::from_secs(20))
+                .map(|()| (daemon, metrics))
+        });
+        daemon._config_dir = Some(dir);
+        (daemon, metrics)
     }
 
     /// `openarray serve --config` with `toml` as the config file (kept in

@@ -50,6 +50,14 @@ pub struct Daemon {
     pub nop_interval: Option<Option<Duration>>,
     /// Close a connection whose ping is not answered in this time.
     pub nop_timeout: Option<Duration>,
+    /// Close a connection whose initiator accepts no data for this long.
+    pub write_timeout: Option<Duration>,
+    /// Most connections one address may have logging in at once.
+    pub max_logins_per_source: Option<usize>,
+    /// Most connections logging in at once; the oldest makes room.
+    pub max_logins: Option<usize>,
+    /// Bytes one connection may have queued toward its initiator.
+    pub max_queued_output: Option<usize>,
     /// TCP address of the administration API, beside the unix socket.
     pub api_listen: Option<SocketAddr>,
     /// File holding the bearer token the TCP API requires.

@@ -47,9 +47,20 @@ pub struct ServerOptions {
     /// Most normal sessions one initiator name may hold at once (login
     /// status 0x0302 beyond), so one host cannot take every session.
     pub max_sessions_per_initiator: usize,
-    /// Most TCP connections one portal (listener) holds at once; more are
-    /// closed as soon as they are accepted.
+    /// Most logged-in connections one portal (listener) holds at once; a
+    /// login beyond is refused with status 0x0302.
     pub max_connections_per_portal: usize,
+    /// Most connections one source address may have logging in at once;
+    /// more are closed as soon as they are accepted.
+    pub max_logins_per_source: usize,
+    /// Most connections logging in at once, all sources together; at this
+    /// count the oldest is closed to make room for a new one.
+    pub max_logins: usize,
+    /// Bytes one connection may have queued toward its initiator.
+    pub max_queued_output: usize,
+    /// A connection whose initiator accepts no data for this long (its
+    /// socket stays full, or its queue at `max_queued_output`) is dropped.
+    pub write_timeout: Duration,
     /// The login authentication step.
     pub authenticator: Arc<dyn Authenticator>,
     /// Which initiators may log in to which targets, and what they see.
@@ -80,6 +91,10 @@ impl Default for ServerOptions {
             max_sessions: 4096,
             max_sessions_per_initiator: 64,
             max_connections_per_portal: 4096,
+            max_logins_per_source: 16,
+            max_logins: 1024,
+            max_queued_output: 4 << 20,
+            write_timeout: Duration::from_secs(20),
             authenticator: Arc::new(NoAuthentication),
             access: Arc::new(OpenAccess),
         }
@@ -104,6 +119,8 @@ impl std::fmt::Debug for ServerOptions {
             .field("max_command_data", &self.max_command_data)
             .field("nop_interval", &self.nop_interval)
             .field("nop_timeout", &self.nop_timeout)
+            .field("max_queued_output", &self.max_queued_output)
+            .field("write_timeout", &self.write_timeout)
             .finish_non_exhaustive()
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
+use peer_limits::{EventLog, PreLoginBudget};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -59,19 +60,59 @@ impl Drop for ConnectionGuard {
     }
 }
 
-/// One connection counted against its portal's limit while it lives.
-struct PortalSlot(Arc<AtomicUsize>);
+/// The logged-in connections of one portal, against its limit.
+pub(crate) struct PortalCount {
+    count: Arc<AtomicUsize>,
+    limit: usize,
+}
 
-impl PortalSlot {
-    fn take(count: &Arc<AtomicUsize>) -> PortalSlot {
-        count.fetch_add(1, Ordering::Relaxed);
-        PortalSlot(count.clone())
+impl PortalCount {
+    /// A place for one more logged-in connection, if the portal has one.
+    pub fn try_take(&self) -> Option<PortalSlot> {
+        let taken = self
+            .count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                (c < self.limit).then_some(c + 1)
+            });
+        taken.ok().map(|_| PortalSlot(self.count.clone()))
     }
 }
+
+/// One logged-in connection counted against its portal's limit while it
+/// lives.
+pub(crate) struct PortalSlot(Arc<AtomicUsize>);
 
 impl Drop for PortalSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Events a peer can repeat at will: each logged at most once per
+/// interval, each counted for metrics.
+#[derive(Debug)]
+pub struct ListenerEvents {
+    /// Connections closed at accept: their source had as many logging in
+    /// as it may.
+    pub source_full: EventLog,
+    /// Connections logging in closed to make room for newer ones.
+    pub login_evicted: EventLog,
+    /// Logins refused: the portal had its most logged-in connections.
+    pub portal_full: EventLog,
+    /// Connections dropped because the initiator stopped reading.
+    pub stalled: EventLog,
+}
+
+const EVENT_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+impl Default for ListenerEvents {
+    fn default() -> Self {
+        ListenerEvents {
+            source_full: EventLog::new(EVENT_LOG_INTERVAL),
+            login_evicted: EventLog::new(EVENT_LOG_INTERVAL),
+            portal_full: EventLog::new(EVENT_LOG_INTERVAL),
+            stalled: EventLog::new(EVENT_LOG_INTERVAL),
+        }
     }
 }
 
@@ -86,6 +127,9 @@ pub struct Server {
     next_id: AtomicU64,
     /// Where accepted connections run.
     shards: Shards,
+    /// Connections accepted and not logged in yet, on every portal.
+    prelogin: Arc<PreLoginBudget>,
+    pub(crate) events: ListenerEvents,
 }
 
 impl std::fmt::Debug for Server {
@@ -156,7 +200,6 @@ impl Server {
     ) -> Arc<Server> {
         let limits = options.limits();
         Arc::new(Server {
-            options,
             limits,
             targets: RwLock::new(Arc::new(targets.into_iter().map(Arc::new).collect())),
             registry: Mutex::new(Registry::default()),
@@ -164,6 +207,9 @@ impl Server {
             connections: ConnectionCount(watch::channel(0).0),
             next_id: AtomicU64::new(1),
             shards: Shards::new(runtimes),
+            prelogin: PreLoginBudget::new(options.max_logins_per_source, options.max_logins),
+            events: ListenerEvents::default(),
+            options,
         })
     }
 
@@ -225,6 +271,16 @@ impl Server {
             .collect()
     }
 
+    /// Counts of the events peers can repeat, for metrics.
+    pub fn events(&self) -> &ListenerEvents {
+        &self.events
+    }
+
+    /// Connections logging in now, on every portal.
+    pub fn logging_in(&self) -> usize {
+        self.prelogin.waiting()
+    }
+
     pub(crate) fn next_session_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -261,8 +317,10 @@ impl Server {
         let local = listener.local_addr()?;
         tracing::info!(portal = %local, "iSCSI portal listening");
         let mut shutdown = self.shutdown_signal();
-        // Connections of this portal, logging in or logged in.
-        let on_portal = Arc::new(AtomicUsize::new(0));
+        let on_portal = Arc::new(PortalCount {
+            count: Arc::new(AtomicUsize::new(0)),
+            limit: self.options.max_connections_per_portal,
+        });
         // False once the stopping side is gone: only shutdown ends us then.
         let mut stoppable = true;
         loop {
@@ -277,19 +335,23 @@ impl Server {
                 }
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
-                        if on_portal.load(Ordering::Relaxed) >= self.options.max_connections_per_portal {
-                            // Closing at once tells the initiator to retry later.
-                            tracing::info!(%peer, portal = %local, "connection refused: portal at its connection limit");
-                            drop(stream);
-                            continue;
-                        }
-                        // Both counts end with the closure, even one that never runs.
-                        let slot = PortalSlot::take(&on_portal);
+                        let ticket = match self.prelogin.admit(peer.ip()) {
+                            Ok(ticket) => ticket,
+                            Err(_) => {
+                                // Closing at once tells the initiator to retry later.
+                                self.events.source_full.record(|held_back| {
+                                    tracing::info!(%peer, portal = %local, held_back, "connection refused: its address has the most connections logging in that one may");
+                                });
+                                continue;
+                            }
+                        };
+                        // Both end with the closure, even one that never runs.
                         let guard = self.track_connection();
                         let server = self.clone();
+                        let portal = on_portal.clone();
                         self.shards.spawn(stream, move |stream| async move {
-                            connection::run(server, stream, peer).await;
-                            drop((slot, guard));
+                            connection::run(server, stream, peer, ticket, &portal).await;
+                            drop(guard);
                         });
                     }
                     Err(e) => {
@@ -305,7 +367,9 @@ impl Server {
     }
 
     /// Stop accepting, end every session (async logout request, then
-    /// drop), and wait for in-flight commands.
+    /// drop), and wait for in-flight commands. Peers get `logout_timeout`
+    /// to log out; after that no wait depends on them, only on the
+    /// devices finishing commands already running.
     pub async fn shutdown(&self) {
         let _ = self.shutdown.send(true);
         let sessions = self.registry.lock().all();
@@ -313,15 +377,13 @@ impl Server {
             let _ = s.control.send(Control::RequestLogout);
         }
         let mut count = self.connections.0.subscribe();
-        let grace = self.options.logout_timeout + Duration::from_secs(5);
+        let grace = self.options.logout_timeout;
         if tokio::time::timeout(grace, count.wait_for(|c| *c == 0))
             .await
             .is_err()
         {
             for s in self.registry.lock().all() {
-                let _ = s
-                    .control
-                    .send(Control::Close(crate::session::CloseReason::Shutdown));
+                s.close(crate::session::CloseReason::Shutdown);
             }
             let _ = count.wait_for(|c| *c == 0).await;
         }

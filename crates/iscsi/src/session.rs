@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use peer_limits::OutgoingBudget;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// Identifies a normal session for reinstatement (RFC 7143 6.3.5).
@@ -51,6 +52,16 @@ pub(crate) struct SessionHandle {
     /// Becomes true once the session is fully torn down (tasks ended,
     /// `nexus_lost` called).
     pub closed: watch::Receiver<bool>,
+    /// What its connection may queue toward the initiator.
+    pub outgoing: Arc<OutgoingBudget>,
+}
+
+/// How others reach a session: its control channel, its end, and its
+/// outgoing budget.
+pub(crate) struct SessionLink {
+    pub control: mpsc::UnboundedSender<Control>,
+    pub closed: watch::Receiver<bool>,
+    pub outgoing: Arc<OutgoingBudget>,
 }
 
 impl SessionHandle {
@@ -63,6 +74,14 @@ impl SessionHandle {
 
     pub fn target_name(&self) -> Option<&str> {
         self.key.as_ref().map(|k| &*k.target_name)
+    }
+
+    /// End the session now. Closing its outgoing budget wakes a connection
+    /// blocked on an initiator that stopped reading, which would otherwise
+    /// not see the request until its write deadline.
+    pub fn close(&self, reason: CloseReason) {
+        let _ = self.control.send(Control::Close(reason));
+        self.outgoing.close();
     }
 }
 
@@ -132,8 +151,7 @@ impl Registry {
         id: u64,
         tsih: u16,
         key: Option<SessionKey>,
-        control: mpsc::UnboundedSender<Control>,
-        closed: watch::Receiver<bool>,
+        link: SessionLink,
         max_sessions: usize,
     ) -> Result<SessionHandle, RegisterError> {
         if self.sessions.len() >= max_sessions {
@@ -148,8 +166,9 @@ impl Registry {
             id,
             tsih,
             key: key.clone(),
-            control,
-            closed,
+            control: link.control,
+            closed: link.closed,
+            outgoing: link.outgoing,
         };
         self.tsihs.insert(tsih);
         if let Some(k) = key {
@@ -185,10 +204,14 @@ mod tests {
         }
     }
 
-    fn channels() -> (mpsc::UnboundedSender<Control>, watch::Receiver<bool>) {
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let (_wtx, wrx) = watch::channel(false);
-        (tx, wrx)
+    fn link() -> SessionLink {
+        let (control, _rx) = mpsc::unbounded_channel();
+        let (_wtx, closed) = watch::channel(false);
+        SessionLink {
+            control,
+            closed,
+            outgoing: Arc::new(OutgoingBudget::new(1 << 20)),
+        }
     }
 
     #[test]
@@ -196,8 +219,7 @@ mod tests {
         let mut r = Registry::default();
         let mut seen = HashSet::new();
         for id in 0..1000 {
-            let (c, w) = channels();
-            let h = r.register(id, 0, None, c, w, usize::MAX).unwrap();
+            let h = r.register(id, 0, None, link(), usize::MAX).unwrap();
             assert_ne!(h.tsih, 0);
             assert!(seen.insert(h.tsih));
         }
@@ -207,15 +229,13 @@ mod tests {
     #[test]
     fn lookup_and_removal() {
         let mut r = Registry::default();
-        let (c, w) = channels();
-        let a = r.register(1, 0, Some(key(1)), c, w, 10).unwrap();
+        let a = r.register(1, 0, Some(key(1)), link(), 10).unwrap();
         assert_eq!(r.find_key(&key(1)).map(|h| h.id), Some(1));
         assert_eq!(r.find_tsih(a.tsih).map(|h| h.id), Some(1));
         assert_eq!(r.for_target("iqn.t").len(), 1);
         assert!(r.find_key(&key(2)).is_none());
         // A reinstating session takes over the key before the old one is gone.
-        let (c, w) = channels();
-        r.register(2, 0, Some(key(1)), c, w, 10).unwrap();
+        r.register(2, 0, Some(key(1)), link(), 10).unwrap();
         r.remove(1);
         assert_eq!(r.find_key(&key(1)).map(|h| h.id), Some(2));
         r.remove(2);
@@ -226,20 +246,16 @@ mod tests {
     #[test]
     fn reuses_requested_tsih_when_free() {
         let mut r = Registry::default();
-        let (c, w) = channels();
-        assert_eq!(r.register(1, 77, None, c, w, 10).unwrap().tsih, 77);
-        let (c, w) = channels();
-        assert_ne!(r.register(2, 77, None, c, w, 10).unwrap().tsih, 77);
+        assert_eq!(r.register(1, 77, None, link(), 10).unwrap().tsih, 77);
+        assert_ne!(r.register(2, 77, None, link(), 10).unwrap().tsih, 77);
     }
 
     #[test]
     fn session_limit() {
         let mut r = Registry::default();
-        let (c, w) = channels();
-        r.register(1, 0, None, c, w, 1).unwrap();
-        let (c, w) = channels();
+        r.register(1, 0, None, link(), 1).unwrap();
         assert_eq!(
-            r.register(2, 0, None, c, w, 1).unwrap_err(),
+            r.register(2, 0, None, link(), 1).unwrap_err(),
             RegisterError::TooManySessions
         );
     }

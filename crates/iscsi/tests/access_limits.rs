@@ -130,8 +130,16 @@ async fn connections_per_portal_are_limited() {
     let mut second = Client::connect(addr).await;
     second.isid[5] = 2;
     second.login_normal("").await;
-    // The third connection is closed without a word.
+    // The third login is refused as out of resources, and its connection
+    // closed: the limit counts logged-in connections.
     let mut third = Client::connect(addr).await;
+    third.isid[5] = 4;
+    let r = third
+        .login(&format!(
+            "InitiatorName=iqn.2024-01.test:client;TargetName={TARGET};"
+        ))
+        .await;
+    assert_eq!((r.bhs.byte(36), r.bhs.byte(37)), (3, 2));
     assert!(third.closed_within(std::time::Duration::from_secs(5)).await);
     // Once one ends, there is room again.
     first.logout().await;

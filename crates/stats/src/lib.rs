@@ -14,9 +14,11 @@ mod counters;
 mod histogram;
 pub mod prometheus;
 mod registry;
+mod samples;
 mod target;
 
 pub use counters::{EntrySnapshot, LunStats, OpKind, OpSnapshot};
 pub use histogram::{HistogramSnapshot, LatencyHistogram};
 pub use registry::{Registry, TargetStats};
+pub use samples::{Sample, SampleKind, SampleSource};
 pub use target::{classify, StatsTarget};

@@ -145,7 +145,7 @@ impl Collector for Metrics {
         for e in &entries {
             ConstGauge::new(e.in_flight as i64).encode(family.encode_family(&labels(e))?)?;
         }
-        Ok(())
+        crate::samples::encode(&self.registry.samples(), &mut encoder)
     }
 }
 

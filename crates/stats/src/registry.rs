@@ -15,6 +15,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::counters::{EntrySnapshot, LunStats};
+use crate::samples::{Sample, SampleSource};
 
 /// Shards per target: commands of LUNs in different shards never touch
 /// the same lock word.
@@ -120,6 +121,8 @@ impl TargetStats {
 pub struct Registry {
     /// By target name in lower case (iSCSI names compare without case).
     targets: Mutex<BTreeMap<String, Arc<TargetStats>>>,
+    /// Numbers other parts of the daemon report at every scrape.
+    sources: Mutex<Vec<Arc<dyn SampleSource>>>,
 }
 
 impl Registry {
@@ -135,6 +138,17 @@ impl Registry {
             .entry(name.to_ascii_lowercase())
             .or_insert_with(|| Arc::new(TargetStats::new(name)))
             .clone()
+    }
+
+    /// Report `source`'s samples at every scrape from now on.
+    pub fn add_source(&self, source: Arc<dyn SampleSource>) {
+        self.sources.lock().push(source);
+    }
+
+    /// The samples of every source added.
+    pub fn samples(&self) -> Vec<Sample> {
+        let sources = self.sources.lock().clone();
+        sources.iter().flat_map(|s| s.samples()).collect()
     }
 
     /// Every entry, ordered by target, LUN and initiator.

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use peer_limits::{OutgoingBudget, Stalled};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -42,9 +43,6 @@ const OUTGOING_QUEUE: usize = 512;
 pub(super) const HELD_PDU_LIMIT: usize = 64;
 /// How long teardown waits for queued responses to be written.
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
-/// A writer that cannot take a PDU for this long means the initiator has
-/// stopped reading; the connection is given up.
-const WRITE_STALL: Duration = Duration::from_secs(60);
 
 /// Logout Response codes (RFC 7143 11.15.1).
 const LOGOUT_OK: u8 = 0;
@@ -106,6 +104,9 @@ pub(super) struct Conn {
     pub server: Arc<Server>,
     pub ctx: Arc<SessionCtx>,
     pub out: mpsc::Sender<Outgoing>,
+    /// Bytes `out` may hold; closed when the writer ends or the session is
+    /// told to end.
+    pub(super) outgoing: Arc<OutgoingBudget>,
     pub window: Arc<Mutex<CmdWindow>>,
     pub events: mpsc::UnboundedSender<Event>,
     /// Results of commands run on the I/O pool.
@@ -158,8 +159,9 @@ pub(crate) async fn run(server: Arc<Server>, stream: TcpStream, est: Established
         server.options.cmdsn_window,
     )));
     let (out_tx, out_rx) = mpsc::channel(OUTGOING_QUEUE);
-    let writer =
-        tokio::spawn(Writer::new(wr, framing, est.next_statsn, window.clone()).run(out_rx));
+    let writer = Writer::new(wr, framing, est.next_statsn, window.clone())
+        .limited(est.outgoing.clone(), server.options.write_timeout);
+    let writer = tokio::spawn(writer.run(out_rx));
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let budget = server
         .options
@@ -170,6 +172,7 @@ pub(crate) async fn run(server: Arc<Server>, stream: TcpStream, est: Established
         server,
         ctx,
         out: out_tx,
+        outgoing: est.outgoing,
         window,
         events: events_tx,
         events_rx,
@@ -195,6 +198,7 @@ pub(crate) async fn run(server: Arc<Server>, stream: TcpStream, est: Established
     let cause = conn.main_loop(&mut reader, est.control_rx).await;
     drop(reader);
     conn.teardown(cause, writer, est.closed_tx).await;
+    drop(est.portal_slot);
 }
 
 pub(super) fn next_tag(t: u32) -> u32 {
@@ -261,17 +265,42 @@ impl Conn {
         (ttt, flow)
     }
 
-    /// Queue a PDU for the writer; false when the connection is gone or
-    /// the initiator stopped reading.
-    pub(super) async fn send(&self, pdu: OutPdu) -> bool {
-        // Without waiting first: arming the stall timer reads the clock.
+    /// Queue a PDU for the writer; false when the connection is gone, is
+    /// told to end, or the initiator stopped reading.
+    pub(super) async fn send(&self, mut pdu: OutPdu) -> bool {
+        // Without waiting first: arming a deadline reads the clock.
+        let stall = self.server.options.write_timeout;
+        let bytes = pdu.queued_bytes();
+        pdu.charged = match self.outgoing.try_take(bytes) {
+            Ok(taken) => taken,
+            Err(Stalled::Closed) => return false,
+            Err(Stalled::Deadline) => match self.outgoing.take(bytes, stall).await {
+                Ok(taken) => taken,
+                Err(why) => {
+                    if why == Stalled::Deadline {
+                        self.log_stalled();
+                    }
+                    return false;
+                }
+            },
+        };
         match self.out.try_send(Outgoing::Pdu(pdu)) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Closed(_)) => false,
             Err(mpsc::error::TrySendError::Full(out)) => {
-                self.out.send_timeout(out, WRITE_STALL).await.is_ok()
+                self.out.send_timeout(out, stall).await.is_ok()
             }
         }
+    }
+
+    fn log_stalled(&self) {
+        let (ctx, queued) = (&self.ctx, self.outgoing.queued());
+        self.server.events.stalled.record(|held_back| {
+            tracing::warn!(
+                initiator = %ctx.initiator_name, peer = %ctx.peer, queued, held_back,
+                "initiator stopped reading, closing connection"
+            );
+        });
     }
 
     pub(super) async fn send_or_close(&self, pdu: OutPdu) -> Flow {
@@ -498,11 +527,14 @@ impl Conn {
 
     async fn on_nop_out(&mut self, n: NopOut) -> Flow {
         if n.itt != RESERVED_TAG {
-            // A ping: echo its data back.
+            // A ping: echo its data back, copied, so that the queued echo
+            // holds what the outgoing budget charges for it and not the
+            // whole received buffer it was cut from.
             let len = n.data.len().min(self.ctx.params.initiator_mrdsl as usize);
             let bhs = target::nop_in(n.lun, n.itt, RESERVED_TAG);
+            let echo = Bytes::copy_from_slice(&n.data[..len]);
             return self
-                .send_or_close(OutPdu::new(bhs, n.data.slice(..len), StatSn::Advance))
+                .send_or_close(OutPdu::new(bhs, echo, StatSn::Advance))
                 .await;
         }
         if n.ttt != RESERVED_TAG && self.ping.is_some_and(|(ttt, _)| ttt == n.ttt) {
@@ -602,6 +634,11 @@ impl Conn {
     }
 
     async fn on_tick(&mut self) -> Flow {
+        if self.outgoing.is_closed() {
+            // The writer gave up on the initiator, or the session was
+            // told to end while this loop was busy.
+            return Flow::Close("connection lost");
+        }
         let now = Instant::now();
         if std::mem::take(&mut self.rx_since_tick) {
             self.last_rx = now;
@@ -653,16 +690,26 @@ impl Conn {
     async fn teardown(
         mut self,
         cause: &'static str,
-        writer: JoinHandle<()>,
+        writer: JoinHandle<Option<std::io::Error>>,
         closed: watch::Sender<bool>,
     ) {
         let aborted = self.abort_matching(HeldScope::All, |_| true);
-        // Write whatever is queued (a last response), then close the socket.
-        let (ack_tx, ack_rx) = oneshot::channel();
-        if self.out.send(Outgoing::Close(Some(ack_tx))).await.is_ok() {
-            let _ = tokio::time::timeout(FLUSH_WAIT, ack_rx).await;
+        // Write whatever is queued (a last response), then close the
+        // socket; not when the initiator stopped reading or the session
+        // was killed, and never waiting on a full queue.
+        if !self.outgoing.is_closed() {
+            let (ack_tx, ack_rx) = oneshot::channel();
+            if self.out.try_send(Outgoing::Close(Some(ack_tx))).is_ok() {
+                let _ = tokio::time::timeout(FLUSH_WAIT, ack_rx).await;
+            }
         }
+        self.outgoing.close();
         writer.abort();
+        if let Ok(Some(e)) = writer.await {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                self.log_stalled();
+            }
+        }
         for w in aborted.waiters {
             w.wait().await;
         }

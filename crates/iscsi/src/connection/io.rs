@@ -8,9 +8,11 @@
 
 use std::io::{self, IoSlice};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
+use peer_limits::{write_deadline, OutgoingBudget};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
@@ -419,6 +421,8 @@ pub(crate) struct OutPdu {
     pub file: Option<FileRegion>,
     /// `data` is a file's pages through a mapping, copied only when sent.
     pub file_pages: bool,
+    /// What it took of the connection's outgoing budget.
+    pub charged: u32,
 }
 
 impl OutPdu {
@@ -430,7 +434,14 @@ impl OutPdu {
             frees_window_slot: false,
             file: None,
             file_pages: false,
+            charged: 0,
         }
+    }
+
+    /// Memory it holds in the outgoing queue, header included. File pages
+    /// are not counted: the queue holds only a reference to the file.
+    pub fn queued_bytes(&self) -> usize {
+        pdu::BHS_LEN + self.data.len()
     }
 
     /// Whether a write started after this PDU was queued could still
@@ -478,6 +489,10 @@ pub(crate) struct Writer<W> {
     framing: Framing,
     statsn: u32,
     window: Arc<Mutex<CmdWindow>>,
+    /// Given back what the written PDUs took; closed when the writer ends.
+    budget: Option<Arc<OutgoingBudget>>,
+    /// Longest a write may make no progress.
+    deadline: Duration,
 }
 
 impl<W: Sink> Writer<W> {
@@ -487,7 +502,17 @@ impl<W: Sink> Writer<W> {
             framing,
             statsn: first_statsn,
             window,
+            budget: None,
+            deadline: Duration::MAX,
         }
+    }
+
+    /// Give back to `budget` what written PDUs took, and give up on a
+    /// peer that accepts no bytes for `deadline`.
+    pub fn limited(mut self, budget: Arc<OutgoingBudget>, deadline: Duration) -> Self {
+        self.budget = Some(budget);
+        self.deadline = deadline;
+        self
     }
 
     fn stamp(&mut self, pdu: &mut OutPdu) {
@@ -560,7 +585,7 @@ impl<W: Sink> Writer<W> {
             };
             result = self.write_memory(memory).await;
             if let (Ok(()), Some(region)) = (&result, file) {
-                result = sink::send_region(&mut self.w, region).await;
+                result = sink::send_region(&mut self.w, region, self.deadline).await;
             }
             if result.is_err() {
                 break;
@@ -582,7 +607,7 @@ impl<W: Sink> Writer<W> {
                 .chain(pieces[idx + 1..].iter().map(Piece::as_slice))
                 .map(IoSlice::new)
                 .collect();
-            let mut n = self.w.write_vectored(&slices).await?;
+            let mut n = write_deadline(self.deadline, self.w.write_vectored(&slices)).await?;
             if n == 0 && slices.iter().any(|s| !s.is_empty()) {
                 return Err(io::ErrorKind::WriteZero.into());
             }
@@ -600,23 +625,38 @@ impl<W: Sink> Writer<W> {
         Ok(())
     }
 
-    /// Run until told to close or the channel ends.
-    pub async fn run(mut self, mut rx: mpsc::Receiver<Outgoing>) {
+    /// Run until told to close, the channel ends, or a write fails or
+    /// stalls; then close the budget, so that a sender waiting on it learns
+    /// at once.
+    /// Returns the write error that ended it, if one did.
+    pub async fn run(mut self, rx: mpsc::Receiver<Outgoing>) -> Option<io::Error> {
+        let ended = self.write_all_queued(rx).await;
+        if let Some(budget) = &self.budget {
+            budget.close();
+        }
+        ended
+    }
+
+    async fn write_all_queued(&mut self, mut rx: mpsc::Receiver<Outgoing>) -> Option<io::Error> {
         let mut pieces = Vec::new();
         while let Some(first) = rx.recv().await {
             let mut close = None;
             let mut bytes = 0;
             let mut count = 0;
+            let mut charged = 0u64;
             let mut next = Some(first);
             while let Some(item) = next.take() {
                 match item {
-                    Outgoing::Pdu(p) => match self.append(p, &mut pieces) {
-                        Ok(size) => bytes += size,
-                        Err(e) => {
-                            tracing::error!(error = %e, "cannot read a READ's data from its file, closing connection");
-                            return;
+                    Outgoing::Pdu(p) => {
+                        charged += u64::from(p.charged);
+                        match self.append(p, &mut pieces) {
+                            Ok(size) => bytes += size,
+                            Err(e) => {
+                                tracing::error!(error = %e, "cannot read a READ's data from its file, closing connection");
+                                return None;
+                            }
                         }
-                    },
+                    }
                     Outgoing::Close(ack) => close = Some(ack),
                 }
                 count += 1;
@@ -628,7 +668,10 @@ impl<W: Sink> Writer<W> {
             pieces.clear();
             if let Err(e) = result {
                 tracing::debug!(error = %e, "connection write failed");
-                return;
+                return Some(e);
+            }
+            if let Some(budget) = &self.budget {
+                budget.give_back(charged.min(u64::from(u32::MAX)) as u32);
             }
             if let Some(ack) = close {
                 let _ = self.w.flush().await;
@@ -636,9 +679,10 @@ impl<W: Sink> Writer<W> {
                 if let Some(ack) = ack {
                     let _ = ack.send(());
                 }
-                return;
+                return None;
             }
         }
+        None
     }
 }
 

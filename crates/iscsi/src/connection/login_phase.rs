@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use peer_limits::{OutgoingBudget, PreLoginTicket};
 use scsi_api::Nexus;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
@@ -17,8 +18,8 @@ use crate::login::{LoginMachine, LoginResult, LoginStatus, LoginStep, Reply};
 use crate::negotiation::SessionType;
 use crate::pdu::initiator::Request;
 use crate::pdu::{self, Framing, Pdu};
-use crate::server::Server;
-use crate::session::{CloseReason, Control, RegisterError, SessionHandle, SessionKey};
+use crate::server::{PortalCount, PortalSlot, Server};
+use crate::session::{CloseReason, Control, RegisterError, SessionHandle, SessionKey, SessionLink};
 
 /// How long a reinstating login waits for the old session to go away.
 const REINSTATE_WAIT: Duration = Duration::from_secs(10);
@@ -31,6 +32,9 @@ pub(crate) struct Established {
     pub closed_tx: watch::Sender<bool>,
     pub exp_cmdsn: u32,
     pub next_statsn: u32,
+    pub outgoing: Arc<OutgoingBudget>,
+    /// The connection's place among its portal's logged-in connections.
+    pub portal_slot: Option<PortalSlot>,
 }
 
 async fn send_reply<S: AsyncWrite + Unpin>(stream: &mut S, reply: &Reply) -> std::io::Result<()> {
@@ -42,12 +46,15 @@ async fn send_reply<S: AsyncWrite + Unpin>(stream: &mut S, reply: &Reply) -> std
 }
 
 /// Run the login phase. Returns the new session, or None when the login
-/// failed or the connection ended (the reason is logged).
+/// failed, the connection ended, or the pre-login budget evicted it (the
+/// reason is logged).
 pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
     server: &Arc<Server>,
     stream: &mut S,
     peer: SocketAddr,
     local: SocketAddr,
+    ticket: &PreLoginTicket,
+    portal: &PortalCount,
 ) -> Option<Established> {
     let deadline = Instant::now() + server.options.login_timeout;
     // Below 2^31: libiscsi (1.19) takes StatSN from the login response
@@ -68,6 +75,12 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
         let read = tokio::select! {
             r = tokio::time::timeout_at(deadline, read_pdu(stream, &Framing::LOGIN)) => r,
             _ = shutdown.wait_for(|s| *s) => return None,
+            _ = ticket.evicted() => {
+                server.events.login_evicted.record(|held_back| {
+                    tracing::info!(%peer, portal = %local, held_back, "connection still logging in closed to make room for a new one");
+                });
+                return None;
+            }
         };
         let pdu = match read {
             Err(_) => {
@@ -103,8 +116,19 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 return None;
             }
             LoginStep::Complete(mut reply, result) => {
+                let Some(slot) = portal.try_take() else {
+                    let status = LoginStatus::OUT_OF_RESOURCES;
+                    server.events.portal_full.record(|held_back| {
+                        tracing::info!(%peer, portal = %local, held_back, "login refused: portal at its limit of logged-in connections");
+                    });
+                    let _ = send_reply(stream, &machine.failure(&req, status)).await;
+                    return None;
+                };
                 let established = match establish(server, &directory, *result, peer, local).await {
-                    Ok(e) => e,
+                    Ok(mut e) => {
+                        e.portal_slot = Some(slot);
+                        e
+                    }
                     Err(status) => {
                         log_refused(&machine, peer, local, status);
                         let reply = machine.failure(&req, status);
@@ -213,7 +237,7 @@ async fn establish(
     };
     if let Some(old) = old {
         tracing::info!(initiator = %initiator_name, tsih = old.tsih, "reinstating session");
-        let _ = old.control.send(Control::Close(CloseReason::Reinstated));
+        old.close(CloseReason::Reinstated);
         if tokio::time::timeout(REINSTATE_WAIT, old.wait_closed())
             .await
             .is_err()
@@ -225,6 +249,7 @@ async fn establish(
     let id = server.next_session_id();
     let (control_tx, control_rx) = mpsc::unbounded_channel();
     let (closed_tx, closed_rx) = watch::channel(false);
+    let outgoing = Arc::new(OutgoingBudget::new(server.options.max_queued_output));
     let handle = {
         let mut reg = server.registry.lock();
         if key.as_ref().is_some_and(|k| reg.find_key(k).is_some()) {
@@ -249,8 +274,11 @@ async fn establish(
             id,
             result.tsih,
             key,
-            control_tx,
-            closed_rx,
+            SessionLink {
+                control: control_tx,
+                closed: closed_rx,
+                outgoing: outgoing.clone(),
+            },
             server.options.max_sessions,
         )
         .map_err(|e| match e {
@@ -292,5 +320,7 @@ async fn establish(
         closed_tx,
         exp_cmdsn: result.exp_cmdsn,
         next_statsn: result.next_statsn,
+        outgoing,
+        portal_slot: None,
     })
 }

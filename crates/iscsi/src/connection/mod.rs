@@ -19,11 +19,12 @@ mod tmf;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use peer_limits::PreLoginTicket;
 use scsi_api::Nexus;
 use tokio::net::TcpStream;
 
 use crate::negotiation::SessionParams;
-use crate::server::{Server, Target};
+use crate::server::{PortalCount, Server, Target};
 
 /// What a logged-in connection knows about its session.
 pub(crate) struct SessionCtx {
@@ -40,8 +41,15 @@ pub(crate) struct SessionCtx {
     pub local: SocketAddr,
 }
 
-/// Serve one accepted connection until it ends.
-pub(crate) async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
+/// Serve one accepted connection until it ends. `ticket` holds its place
+/// among the connections logging in, until it has.
+pub(crate) async fn run(
+    server: Arc<Server>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    ticket: PreLoginTicket,
+    portal: &PortalCount,
+) {
     let local = match stream.local_addr() {
         Ok(a) => a,
         Err(e) => {
@@ -51,7 +59,9 @@ pub(crate) async fn run(server: Arc<Server>, mut stream: TcpStream, peer: Socket
     };
     // Responses are small and latency-bound.
     let _ = stream.set_nodelay(true);
-    let Some(established) = login_phase::login(&server, &mut stream, peer, local).await else {
+    let established = login_phase::login(&server, &mut stream, peer, local, &ticket, portal).await;
+    drop(ticket);
+    let Some(established) = established else {
         return;
     };
     ffp::run(server, stream, established).await;

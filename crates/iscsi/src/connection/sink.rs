@@ -7,6 +7,9 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use peer_limits::write_deadline;
 
 use scsi_api::FileRegion;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -35,14 +38,19 @@ impl Sink for DuplexStream {}
 /// otherwise read into memory first. Bytes past the end of the file (it
 /// was shortened behind our back) go out as zeros, so the PDU stream keeps
 /// the length its header announced.
-pub(crate) async fn send_region<S: Sink>(sink: &mut S, region: &FileRegion) -> io::Result<()> {
+/// `deadline` bounds each wait for the socket to take more.
+pub(crate) async fn send_region<S: Sink>(
+    sink: &mut S,
+    region: &FileRegion,
+    deadline: Duration,
+) -> io::Result<()> {
     let Some(socket) = sink.socket() else {
-        return sink.write_all(&region.read()?).await;
+        return write_deadline(deadline, sink.write_all(&region.read()?)).await;
     };
     let mut offset = region.offset as libc::off_t;
     let mut left = region.len;
     while left > 0 {
-        socket.writable().await?;
+        write_deadline(deadline, socket.writable()).await?;
         let sent = socket.try_io(Interest::WRITABLE, || {
             // SAFETY: both descriptors are open for the call (the socket
             // is borrowed, the file is held by the region's Arc), and
@@ -62,7 +70,7 @@ pub(crate) async fn send_region<S: Sink>(sink: &mut S, region: &FileRegion) -> i
             }
         });
         match sent {
-            Ok(0) => return sink.write_all(&vec![0; left]).await,
+            Ok(0) => return write_deadline(deadline, sink.write_all(&vec![0; left])).await,
             Ok(n) => left -= n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
