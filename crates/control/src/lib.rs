@@ -15,6 +15,7 @@ mod model;
 mod names;
 mod pools;
 mod raw;
+mod render;
 mod runtime;
 mod show;
 mod size;
