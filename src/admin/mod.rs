@@ -238,10 +238,11 @@ fn edit(admin: &Admin, req: &Request) -> (u16, Value) {
     apply_text(admin, &mut current, text, &origin)
 }
 
-/// Validates `text` as a whole, builds the new objects over the running
-/// ones, binds new portals, writes the file atomically, and only then makes
-/// the change live. Anything failing before that leaves the running state
-/// and the file as they were.
+/// Validates `text` as a whole, checks the running objects can take the
+/// change, builds the new objects over the running ones, binds new
+/// portals, writes the file atomically, and only then makes the change
+/// live. Anything failing before that leaves the running state and the
+/// file as they were.
 fn apply_text(admin: &Admin, current: &mut Current, text: String, origin: &str) -> (u16, Value) {
     let config = match proposed(current, &text, origin) {
         Ok(c) => c,
@@ -250,6 +251,9 @@ fn apply_text(admin: &Admin, current: &mut Current, text: String, origin: &str) 
     let changes = control::diff(&current.config, &config);
     if changes.is_empty() {
         return (200, json!({ "changes": changes, "applied": false }));
+    }
+    if let Err(e) = control::check_live_change(&current.config, &config) {
+        return error(409, e);
     }
     let Some(path) = current.path.clone() else {
         return error(
