@@ -185,15 +185,17 @@ fn pool_changes_are_diffed_and_applied_or_refused_by_name() {
     let diff = daemon.config_cli(&["diff", &grown]);
     assert_eq!(diff.status.code(), Some(1));
     assert_eq!(stdout(&diff), "~ pool tank device_size: 128M → 256M\n");
-    let refused = daemon.config_cli(&["apply", &grown]);
-    assert_eq!(refused.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        err.contains("grown.toml:4:1: pool[0].device_size: pool `tank` exists")
-            && err.contains("cannot grow or shrink")
-            && err.contains("it stays 128M (asked: 256M)"),
-        "{err}"
-    );
+    for args in [&["apply", &grown][..], &["apply", "--force", &grown]] {
+        let refused = daemon.config_cli(args);
+        assert_eq!(refused.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            err.contains("grown.toml:4:1: pool[0].device_size: pool `tank` exists")
+                && err.contains("cannot grow or shrink")
+                && err.contains("it stays 128M (asked: 256M)"),
+            "{err}"
+        );
+    }
     assert_eq!(std::fs::read_to_string(&path).unwrap(), v1);
     assert_eq!(stdout(&daemon.config_cli(&["show"])), v1);
 

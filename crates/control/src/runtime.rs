@@ -11,6 +11,7 @@ use block::{BlockDevice, FileDevice, FileOptions, MemDevice, NullDevice};
 use scsi::{LogicalUnit, LuConfig, LuRegistry};
 
 use crate::error::{ConfigError, Issue};
+use crate::live_change::keeps_backing;
 use crate::model::{Config, Device, DeviceKind, Lun, PoolConfig, DEFAULT_GROUP};
 use iscsi::access::{AccessList, Group, InitiatorPattern, SharedAccess, TargetAccess};
 use iscsi::auth_chap::ChapAuthenticator;
@@ -220,11 +221,16 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
     }
 
     let used = config.mapped_devices();
+    // What of a running device this configuration keeps: the logical
+    // unit too when nothing changed, the open backing device (its data)
+    // when only the unit's settings did.
     let reusable = |dev: &Device| {
-        previous
-            .and_then(|p| p.live.devices.get(&dev.name))
-            .filter(|(was, _, _)| *was == settings(dev))
-            .map(|(_, device, lu)| (device.clone(), lu.clone()))
+        let (was, device, lu) = previous.and_then(|p| p.live.devices.get(&dev.name))?;
+        if *was == settings(dev) {
+            Some((device.clone(), Some(lu.clone())))
+        } else {
+            keeps_backing(was, dev).then(|| (device.clone(), None))
+        }
     };
     let to_open: BTreeSet<&str> = config
         .devices
@@ -244,22 +250,25 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             tracing::warn!(device = %dev.name, "device is not mapped to any target; not opened");
             continue;
         }
-        if let Some((device, lu)) = reusable(dev) {
-            units.insert(dev.name.as_str(), lu);
-            opened.insert(dev.name.as_str(), device);
-            continue;
-        }
         let field = if dev.kind == DeviceKind::File {
             format!("device[{i}].path")
         } else {
             format!("device[{i}]")
         };
-        let device = match open_device(dev, &pools) {
-            Ok(d) => d,
-            Err(e) => {
-                fail(dev.at, field, e.to_string());
+        let (device, action) = match reusable(dev) {
+            Some((device, Some(lu))) => {
+                units.insert(dev.name.as_str(), lu);
+                opened.insert(dev.name.as_str(), device);
                 continue;
             }
+            Some((device, None)) => (device, "new logical unit over the open device"),
+            None => match open_device(dev, &pools) {
+                Ok(d) => (d, "opened device"),
+                Err(e) => {
+                    fail(dev.at, field, e.to_string());
+                    continue;
+                }
+            },
         };
         let size = device.size();
         if size < dev.block_size as u64 {
@@ -276,7 +285,7 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         if size % dev.block_size as u64 != 0 {
             tracing::warn!(device = %dev.name, size, block_size = dev.block_size, "size is not a whole number of blocks; the tail is not used");
         }
-        tracing::info!(device = %dev.name, backing = %device.describe(), size, "opened device");
+        tracing::info!(device = %dev.name, backing = %device.describe(), size, "{action}");
         match LogicalUnit::new(device.clone(), lu_config(config, dev)) {
             Ok(lu) => {
                 units.insert(dev.name.as_str(), lu);

@@ -352,3 +352,41 @@ device = "lun0"
     let err = runtime.pool("none").err().unwrap();
     assert_eq!(err.kind(), io::ErrorKind::NotFound);
 }
+
+#[test]
+fn identity_changes_keep_the_open_device_and_its_data() {
+    let base = r#"
+[[portal]]
+listen = "127.0.0.1:3260"
+[[device]]
+name = "scratch"
+kind = "mem"
+size = "1M"
+[[target]]
+name = "iqn.2026-11.org.example:t"
+[[target.lun]]
+lun = 0
+device = "scratch"
+"#;
+    let first = build(&parse_config(base, "t.toml").unwrap()).unwrap();
+    let (_, device, lu) = first.live.devices["scratch"].clone();
+    device.write_at(&[0xa5; 4096], 8192, false).unwrap();
+
+    let renamed = base.replace("size = \"1M\"", "size = \"1M\"\nproduct_id = \"RENAMED\"");
+    let second = rebuild(&parse_config(&renamed, "t.toml").unwrap(), &first).unwrap();
+    second.commit(Some(&first));
+    let (_, kept, new_lu) = second.live.devices["scratch"].clone();
+    assert!(Arc::ptr_eq(&kept, &device), "the backing device stays");
+    assert!(!Arc::ptr_eq(&new_lu, &lu), "the unit is rebuilt around it");
+    assert_eq!(new_lu.config().product, "RENAMED");
+    let mut back = [0u8; 4096];
+    kept.read_at(&mut back, 8192).unwrap();
+    assert_eq!(back, [0xa5; 4096]);
+
+    // Another size is another RAM device (the caller asked --force).
+    let resized = renamed.replace("size = \"1M\"", "size = \"2M\"");
+    let third = rebuild(&parse_config(&resized, "t.toml").unwrap(), &second).unwrap();
+    let (_, fresh, _) = third.live.devices["scratch"].clone();
+    assert!(!Arc::ptr_eq(&fresh, &device));
+    assert_eq!(fresh.size(), 2 << 20);
+}
