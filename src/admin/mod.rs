@@ -7,9 +7,9 @@
 //! | `GET /v1/config` | `{"path", "toml"}`: the running configuration |
 //! | `GET /v1/objects` | devices, targets, groups, LUN maps (no secrets) |
 //! | `POST /v1/config/diff` (TOML body) | `{"changes": [...]}` from running to the body |
-//! | `POST /v1/config/apply` (TOML body) | `{"changes": [...], "applied"}` |
+//! | `POST /v1/config/apply[?force=true]` (TOML body) | `{"changes": [...], "applied"}` |
 //! | `POST /v1/config/save` | `{"path"}`: the running configuration written out |
-//! | `POST /v1/edit` (JSON [`control::Edit`]) | `{"changes": [...], "applied"}` |
+//! | `POST /v1/edit[?force=true]` (JSON [`control::Edit`]) | `{"changes": [...], "applied"}` |
 //! | `GET /v1/stats` | `{"entries": [...]}`: I/O counters and latency histograms per target, LUN and initiator |
 //! | `GET /metrics` | the same in the Prometheus text format |
 //!
@@ -18,7 +18,9 @@
 //! configuration, build the new objects over the running ones, bind new
 //! portals, write the file atomically, and only then make the change live;
 //! a change that fails anywhere leaves the running state and the file as
-//! they were. Applying what is already running changes nothing.
+//! they were. Applying what is already running changes nothing. A change
+//! the running objects cannot take (a formatted pool's layout) is refused,
+//! and so is one that replaces data a LUN serves unless `force=true`.
 
 mod http;
 pub mod portals;
