@@ -31,6 +31,11 @@ pub enum ConfigCommand {
     Apply {
         #[arg(value_name = "FILE")]
         file: PathBuf,
+        /// Also make changes that replace data a LUN serves (a RAM
+        /// device re-created or dropped, a device of another kind, file
+        /// or volume); the answer says what is lost.
+        #[arg(long)]
+        force: bool,
     },
     /// Write the running configuration to the daemon's configuration file.
     Save,
@@ -123,10 +128,14 @@ fn run_inner(api: &Endpoint, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             &read(file)?,
             Some(&file.display().to_string()),
         )?,
-        ConfigCommand::Apply { file } => call(
+        ConfigCommand::Apply { file, force } => call(
             api,
             "POST",
-            "/v1/config/apply",
+            if *force {
+                "/v1/config/apply?force=true"
+            } else {
+                "/v1/config/apply"
+            },
             &read(file)?,
             Some(&file.display().to_string()),
         )?,

@@ -112,12 +112,18 @@ pub enum DeviceOp {
     Remove {
         name: String,
     },
-    /// Change keys of [[device]]: `modify vm1 size=20G read_only=true`
-    /// (`KEY=` removes the key).
+    /// Change keys of [[device]]: `modify vm1 product_id=VM1 read_only=true`
+    /// (`KEY=` removes the key). Identity, read-only and write cache
+    /// change around the open device; a change that would replace its
+    /// data (a RAM device's size or block size, the kind, the file or
+    /// volume) is refused without --force.
     Modify {
         name: String,
         #[arg(value_name = "KEY=VALUE", value_parser = setting, required = true)]
         settings: Vec<(String, String)>,
+        /// Accept losing the data the change replaces (said in the answer).
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -137,6 +143,9 @@ pub enum TargetOp {
     /// Remove a target; its sessions are asked to log out.
     Remove {
         iqn: String,
+        /// Accept losing the data the change replaces (said in the answer).
+        #[arg(long)]
+        force: bool,
     },
     /// Change keys of [[target]], e.g. `alias=lab`.
     Modify {
@@ -175,6 +184,9 @@ pub enum GroupOp {
     Remove {
         target: String,
         group: String,
+        /// Accept losing the data the change replaces (said in the answer).
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -244,6 +256,9 @@ pub enum LunOp {
         /// The mapping in this group instead of the target's own map.
         #[arg(long)]
         group: Option<String>,
+        /// Accept losing the data the change replaces (said in the answer).
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -327,14 +342,17 @@ type Lister = Box<dyn Fn(&Value) -> anyhow::Result<String>>;
 
 /// What a command asks of the daemon.
 enum Action {
-    Edit(Edit),
+    /// The change, and whether it may replace data a LUN serves.
+    Edit(Edit, bool),
     /// Print from `GET /v1/objects`.
     List(Lister),
     /// Print one object of the running configuration text.
-    Show {
-        kind: &'static str,
-        name: String,
-    },
+    Show { kind: &'static str, name: String },
+}
+
+/// A change that never replaces data a LUN serves.
+fn plain(edit: Edit) -> Action {
+    Action::Edit(edit, false)
 }
 
 fn settings_map(pairs: Vec<(String, String)>) -> BTreeMap<String, String> {
@@ -384,16 +402,23 @@ fn device(op: DeviceOp) -> Action {
             if read_only {
                 map.insert("read_only".into(), "true".into());
             }
-            Action::Edit(Edit::DeviceAdd {
+            plain(Edit::DeviceAdd {
                 name,
                 settings: map,
             })
         }
-        DeviceOp::Remove { name } => Action::Edit(Edit::DeviceRemove { name }),
-        DeviceOp::Modify { name, settings } => Action::Edit(Edit::DeviceModify {
+        DeviceOp::Remove { name } => Action::Edit(Edit::DeviceRemove { name }, false),
+        DeviceOp::Modify {
             name,
-            settings: settings_map(settings),
-        }),
+            settings,
+            force,
+        } => Action::Edit(
+            Edit::DeviceModify {
+                name,
+                settings: settings_map(settings),
+            },
+            force,
+        ),
     }
 }
 
@@ -414,13 +439,13 @@ fn target(op: TargetOp) -> Action {
             if let Some(alias) = alias {
                 settings.insert("alias".to_string(), format!("\"{alias}\""));
             }
-            Action::Edit(Edit::TargetAdd {
+            plain(Edit::TargetAdd {
                 name: iqn,
                 settings,
             })
         }
-        TargetOp::Remove { iqn } => Action::Edit(Edit::TargetRemove { name: iqn }),
-        TargetOp::Modify { iqn, settings } => Action::Edit(Edit::TargetModify {
+        TargetOp::Remove { iqn, force } => Action::Edit(Edit::TargetRemove { name: iqn }, force),
+        TargetOp::Modify { iqn, settings } => plain(Edit::TargetModify {
             name: iqn,
             settings: settings_map(settings),
         }),
@@ -435,8 +460,8 @@ fn portal(op: PortalOp) -> Action {
                 .map(|p| format!("{}\n", s(p)))
                 .collect())
         })),
-        PortalOp::Add { listen } => Action::Edit(Edit::PortalAdd { listen }),
-        PortalOp::Remove { listen } => Action::Edit(Edit::PortalRemove { listen }),
+        PortalOp::Add { listen } => plain(Edit::PortalAdd { listen }),
+        PortalOp::Remove { listen } => plain(Edit::PortalRemove { listen }),
     }
 }
 
@@ -455,12 +480,16 @@ fn group(op: GroupOp) -> Action {
             target,
             group,
             initiators,
-        } => Action::Edit(Edit::GroupAdd {
+        } => plain(Edit::GroupAdd {
             target,
             group,
             initiators,
         }),
-        GroupOp::Remove { target, group } => Action::Edit(Edit::GroupRemove { target, group }),
+        GroupOp::Remove {
+            target,
+            group,
+            force,
+        } => Action::Edit(Edit::GroupRemove { target, group }, force),
     }
 }
 
@@ -477,7 +506,7 @@ fn initiator(op: InitiatorOp) -> Action {
             target,
             group,
             initiator,
-        } => Action::Edit(Edit::InitiatorAdd {
+        } => plain(Edit::InitiatorAdd {
             target,
             group,
             initiator,
@@ -486,7 +515,7 @@ fn initiator(op: InitiatorOp) -> Action {
             target,
             group,
             initiator,
-        } => Action::Edit(Edit::InitiatorRemove {
+        } => plain(Edit::InitiatorRemove {
             target,
             group,
             initiator,
@@ -520,7 +549,7 @@ fn lun(op: LunOp) -> Action {
             device,
             group,
             read_only,
-        } => Action::Edit(Edit::LunAdd {
+        } => plain(Edit::LunAdd {
             target,
             group,
             lun,
@@ -533,15 +562,18 @@ fn lun(op: LunOp) -> Action {
             group,
             read_only,
             ..
-        } => Action::Edit(Edit::LunModify {
+        } => plain(Edit::LunModify {
             target,
             group,
             lun,
             read_only,
         }),
-        LunOp::Remove { target, lun, group } => {
-            Action::Edit(Edit::LunRemove { target, group, lun })
-        }
+        LunOp::Remove {
+            target,
+            lun,
+            group,
+            force,
+        } => Action::Edit(Edit::LunRemove { target, group, lun }, force),
     }
 }
 
@@ -553,14 +585,14 @@ fn chap(op: ChapOp) -> anyhow::Result<Action> {
             secret_file,
             mutual_user,
             mutual_secret_file,
-        } => Action::Edit(Edit::ChapSet {
+        } => plain(Edit::ChapSet {
             scope: at.scope(),
             user,
             secret: read_secret(&secret_file)?,
             mutual_user,
             mutual_secret: mutual_secret_file.as_deref().map(read_secret).transpose()?,
         }),
-        ChapOp::Clear { at } => Action::Edit(Edit::ChapClear { scope: at.scope() }),
+        ChapOp::Clear { at } => plain(Edit::ChapClear { scope: at.scope() }),
     })
 }
 
@@ -594,9 +626,14 @@ fn answer(api: &Endpoint, method: &str, path: &str, body: &[u8]) -> anyhow::Resu
 
 fn run_action(api: &Endpoint, action: Action) -> anyhow::Result<()> {
     match action {
-        Action::Edit(edit) => {
+        Action::Edit(edit, force) => {
             let body = serde_json::to_vec(&edit).context("cannot encode the change")?;
-            let json = answer(api, "POST", "/v1/edit", &body)?;
+            let path = if force {
+                "/v1/edit?force=true"
+            } else {
+                "/v1/edit"
+            };
+            let json = answer(api, "POST", path, &body)?;
             let changes = items(&json["changes"]);
             if changes.is_empty() {
                 println!("no changes");
@@ -696,7 +733,7 @@ mod tests {
 
     #[test]
     fn device_add_quotes_the_path_and_keeps_the_rest() {
-        let Action::Edit(Edit::DeviceAdd { name, settings }) = device(DeviceOp::Add {
+        let Action::Edit(Edit::DeviceAdd { name, settings }, false) = device(DeviceOp::Add {
             name: "vm1".into(),
             kind: "file".into(),
             path: Some("/srv/1234".into()),

@@ -137,3 +137,101 @@ fn the_cli_says_when_no_daemon_listens() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the daemon"));
 }
+
+/// A pool `tank` of `device_size` serving volume `thin0` as LUN 0, and
+/// `extra` more text.
+fn pool_config(dir: &Path, device_size: &str, extra: &str) -> String {
+    format!(
+        r#"[[portal]]
+listen = "127.0.0.1:3260"
+
+[[pool]]
+name = "tank"
+devices = ["{d}/tank0.img"]
+device_size = "{device_size}"
+
+[[device]]
+name = "thin0"
+kind = "volume"
+pool = "tank"
+size = "16M"
+
+[[target]]
+name = "{TARGET}"
+[[target.lun]]
+lun = 0
+device = "thin0"
+{extra}"#,
+        d = dir.display()
+    )
+}
+
+#[test]
+fn pool_changes_are_diffed_and_applied_or_refused_by_name() {
+    use common::iscsi::{LoginParams, Session};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("openarray.toml");
+    let v1 = pool_config(dir.path(), "128M", "");
+    std::fs::write(&path, &v1).unwrap();
+    let daemon = AdminDaemon::start_listening(&path, dir.path(), free_port());
+    let write = |name: &str, text: &str| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, text).unwrap();
+        file.to_str().unwrap().to_string()
+    };
+
+    // Growing the formatted pool's devices: shown, and refused by name.
+    let grown = write("grown.toml", &pool_config(dir.path(), "256M", ""));
+    let diff = daemon.config_cli(&["diff", &grown]);
+    assert_eq!(diff.status.code(), Some(1));
+    assert_eq!(stdout(&diff), "~ pool tank device_size: 128M → 256M\n");
+    for args in [&["apply", &grown][..], &["apply", "--force", &grown]] {
+        let refused = daemon.config_cli(args);
+        assert_eq!(refused.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            err.contains("grown.toml:4:1: pool[0].device_size: pool `tank` exists")
+                && err.contains("cannot grow or shrink")
+                && err.contains("it stays 128M (asked: 256M)"),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), v1);
+    assert_eq!(stdout(&daemon.config_cli(&["show"])), v1);
+
+    // A new pool alone is a change: applied, so the pool commands reach it.
+    let spare = format!(
+        "\n[[pool]]\nname = \"spare\"\ndevices = [\"{}/spare0.img\"]\ndevice_size = \"64M\"\n",
+        dir.path().display()
+    );
+    let v2 = pool_config(dir.path(), "128M", &spare);
+    let added = write("added.toml", &v2);
+    let diff = daemon.config_cli(&["diff", &added]);
+    assert_eq!(stdout(&diff), "+ pool spare\n");
+    let apply = daemon.config_cli(&["apply", &added]);
+    assert!(apply.status.success());
+    assert_eq!(stdout(&apply), "+ pool spare\n");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), v2);
+    daemon.ok(&["pool", "create", "spare"]);
+
+    // A volume of the new pool served as LUN 1, next to LUN 0.
+    let lun1 =
+        "\n[[device]]\nname = \"thin1\"\nkind = \"volume\"\npool = \"spare\"\nsize = \"8M\"\n";
+    let v3 = format!("{v2}{lun1}").replace(
+        "device = \"thin0\"\n",
+        "device = \"thin0\"\n[[target.lun]]\nlun = 1\ndevice = \"thin1\"\n",
+    );
+    let served = write("served.toml", &v3);
+    let apply = daemon.config_cli(&["apply", &served]);
+    assert!(apply.status.success());
+    assert!(stdout(&apply).contains("+ device thin1"));
+    let mut s = Session::login(
+        daemon.addr(),
+        &LoginParams::normal(ESX1, TARGET),
+        std::time::Duration::from_secs(10),
+    )
+    .unwrap();
+    assert_eq!(s.read_capacity(1).unwrap(), (8 << 20 >> 9, 512));
+    assert_eq!(s.read_capacity(0).unwrap(), (16 << 20 >> 9, 512));
+    let _ = s.logout();
+}

@@ -319,3 +319,119 @@ fn cli_edits_apply_live_persist_and_refuse_bad_changes() {
     );
     assert!(std::net::TcpStream::connect(("127.0.0.1", port2)).is_err());
 }
+
+/// A RAM device `scratch` of `size` served as LUN 0 of TARGET on `port`.
+fn ram_config(port: u16, size: &str, identity: &str) -> String {
+    format!(
+        "[[portal]]\nlisten = \"127.0.0.1:{port}\"\n\n[[device]]\nname = \"scratch\"\nkind = \"mem\"\nsize = \"{size}\"\n{identity}\n[[target]]\nname = \"{TARGET}\"\n[[target.lun]]\nlun = 0\ndevice = \"scratch\"\n"
+    )
+}
+
+/// (vendor + product identification of INQUIRY, unit serial number).
+fn identity(s: &mut Session) -> (String, String) {
+    let std = s.command_good(0, &[0x12, 0, 0, 0, 96, 0], &[], 96).unwrap();
+    let serial = s
+        .command_good(0, &[0x12, 1, 0x80, 0, 255, 0], &[], 255)
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+    (text(&std[16..32]), text(&serial[4..4 + serial[3] as usize]))
+}
+
+#[test]
+fn ram_device_changes_keep_its_data_or_need_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("openarray.toml");
+    let port = free_port();
+    std::fs::write(&path, ram_config(port, "4M", "")).unwrap();
+    let daemon = AdminDaemon::start(&path, dir.path(), port);
+    // Two initiators: a second login of one would replace its session.
+    let login = |initiator: &str| {
+        Session::login(
+            ([127, 0, 0, 1], port).into(),
+            &LoginParams::normal(initiator, TARGET),
+            Duration::from_secs(10),
+        )
+        .expect("login")
+    };
+    let mut s = login(ESX1);
+    let pattern: Vec<u8> = (0..64 * 512).map(|i| (i * 7 % 251) as u8).collect();
+    s.write10(0, 100, &pattern, 512).unwrap();
+
+    // Identity changes apply around the open RAM device: the data stays,
+    // for the session that wrote it and for a new one.
+    let report = daemon.ok(&[
+        "device",
+        "modify",
+        "scratch",
+        "product_id=KEPT",
+        "serial=S-42",
+    ]);
+    assert_eq!(
+        report,
+        "~ device scratch product_id: (not set) → KEPT\n\
+         ~ device scratch serial: (derived from the NAA) → S-42\n"
+    );
+    assert_eq!(s.read10(0, 100, 64, 512).unwrap(), pattern);
+    let mut fresh = login(LINUX1);
+    assert_eq!(identity(&mut fresh), ("KEPT".into(), "S-42".into()));
+    assert_eq!(fresh.read10(0, 100, 64, 512).unwrap(), pattern);
+
+    // So does a whole file changing the identity (config apply).
+    let renamed = dir.path().join("renamed.toml");
+    let applied = "product_id = \"APPLIED\"\nserial = \"S-42\"\n";
+    let text = ram_config(port, "4M", applied);
+    std::fs::write(&renamed, &text).unwrap();
+    let apply = daemon.config_cli(&["apply", renamed.to_str().unwrap()]);
+    assert!(apply.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&apply.stdout),
+        "~ device scratch product_id: KEPT → APPLIED\n"
+    );
+    assert_eq!(s.read10(0, 100, 64, 512).unwrap(), pattern);
+    assert_eq!(identity(&mut fresh).0, "APPLIED");
+
+    // A resize would re-create the device: refused without --force, by
+    // the edit and by a file, and nothing changes.
+    let file_before = std::fs::read(&path).unwrap();
+    let running_before = daemon.ok(&["config", "show"]);
+    let out = daemon.cli(&["device", "modify", "scratch", "size=8M"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("(as edited):4:1: device[0].size: a RAM device cannot be resized in place")
+            && err.contains("the 4M of data it holds are lost; pass --force"),
+        "{err}"
+    );
+    let bigger = dir.path().join("bigger.toml");
+    std::fs::write(&bigger, ram_config(port, "8M", applied)).unwrap();
+    let diff = daemon.config_cli(&["diff", bigger.to_str().unwrap()]);
+    let shown = String::from_utf8_lossy(&diff.stdout);
+    assert!(
+        shown.starts_with("~ device scratch size: 4M → 8M\n! device scratch: a RAM device"),
+        "{shown}"
+    );
+    let out = daemon.config_cli(&["apply", bigger.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bigger.toml:4:1: device[0].size"));
+    assert_eq!(std::fs::read(&path).unwrap(), file_before);
+    assert_eq!(daemon.ok(&["config", "show"]), running_before);
+    assert_eq!(s.read_capacity(0).unwrap(), (4 << 20 >> 9, 512));
+    assert_eq!(s.read10(0, 100, 64, 512).unwrap(), pattern);
+
+    // With --force it is done, and the report says what was lost.
+    let report = daemon.ok(&["device", "modify", "scratch", "size=8M", "--force"]);
+    assert!(
+        report.starts_with("~ device scratch size: 4M → 8M\n"),
+        "{report}"
+    );
+    assert!(
+        report.contains("! device scratch: a RAM device cannot be resized in place")
+            && report.contains("the 4M of data it holds are lost"),
+        "{report}"
+    );
+    assert!(!report.contains("Device {"), "{report}");
+    assert_eq!(s.read_capacity(0).unwrap(), (8 << 20 >> 9, 512));
+    assert_eq!(s.read10(0, 100, 64, 512).unwrap(), vec![0; 64 * 512]);
+    let _ = s.logout();
+    let _ = fresh.logout();
+}

@@ -188,6 +188,7 @@ async fn answer(service: &Service, req: hyper::Request<Incoming>) -> Response<Fu
     }
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
     let origin = req
         .headers()
         .get("x-config-origin")
@@ -203,6 +204,7 @@ async fn answer(service: &Service, req: hyper::Request<Incoming>) -> Response<Fu
     let request = Request {
         method,
         path,
+        query,
         origin,
         body,
     };

@@ -7,9 +7,9 @@
 //! | `GET /v1/config` | `{"path", "toml"}`: the running configuration |
 //! | `GET /v1/objects` | devices, targets, groups, LUN maps (no secrets) |
 //! | `POST /v1/config/diff` (TOML body) | `{"changes": [...]}` from running to the body |
-//! | `POST /v1/config/apply` (TOML body) | `{"changes": [...], "applied"}` |
+//! | `POST /v1/config/apply[?force=true]` (TOML body) | `{"changes": [...], "applied"}` |
 //! | `POST /v1/config/save` | `{"path"}`: the running configuration written out |
-//! | `POST /v1/edit` (JSON [`control::Edit`]) | `{"changes": [...], "applied"}` |
+//! | `POST /v1/edit[?force=true]` (JSON [`control::Edit`]) | `{"changes": [...], "applied"}` |
 //! | `GET /v1/stats` | `{"entries": [...]}`: I/O counters and latency histograms per target, LUN and initiator |
 //! | `GET /metrics` | the same in the Prometheus text format |
 //!
@@ -18,7 +18,9 @@
 //! configuration, build the new objects over the running ones, bind new
 //! portals, write the file atomically, and only then make the change live;
 //! a change that fails anywhere leaves the running state and the file as
-//! they were. Applying what is already running changes nothing.
+//! they were. Applying what is already running changes nothing. A change
+//! the running objects cannot take (a formatted pool's layout) is refused,
+//! and so is one that replaces data a LUN serves unless `force=true`.
 
 mod http;
 pub mod portals;
@@ -87,9 +89,20 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
 pub(crate) struct Request {
     pub method: String,
     pub path: String,
+    /// What follows `?` in the target, e.g. `force=true`.
+    pub query: String,
     /// `X-Config-Origin`: the file name a configuration body came from.
     pub origin: Option<String>,
     pub body: Vec<u8>,
+}
+
+impl Request {
+    /// `?force=true`: accept a change that replaces data a LUN serves.
+    fn force(&self) -> bool {
+        self.query
+            .split('&')
+            .any(|kv| matches!(kv, "force" | "force=true" | "force=1"))
+    }
 }
 
 fn error(status: u16, message: impl std::fmt::Display) -> (u16, Value) {
@@ -117,10 +130,12 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
             let origin = req.origin.clone().unwrap_or_else(|| "<request>".into());
             let current = admin.lock();
             match proposed(&current, text, &origin) {
-                Ok(config) => (
-                    200,
-                    json!({ "changes": control::diff(&current.config, &config) }),
-                ),
+                Ok(config) => {
+                    let mut changes = control::diff(&current.config, &config);
+                    // What `apply` would need --force for.
+                    changes.extend(control::loss_notes(&current.config, &config));
+                    (200, json!({ "changes": changes }))
+                }
                 Err(e) => e,
             }
         }
@@ -204,7 +219,7 @@ fn apply(admin: &Admin, req: &Request) -> (u16, Value) {
     };
     let origin = req.origin.clone().unwrap_or_else(|| "<request>".into());
     let mut current = admin.lock();
-    apply_text(admin, &mut current, text, &origin)
+    apply_text(admin, &mut current, text, &origin, req.force())
 }
 
 /// `POST /v1/edit`: one [`control::Edit`] made to the running
@@ -235,21 +250,32 @@ fn edit(admin: &Admin, req: &Request) -> (u16, Value) {
         Some(p) => format!("{} (as edited)", p.display()),
         None => "<edit>".into(),
     };
-    apply_text(admin, &mut current, text, &origin)
+    apply_text(admin, &mut current, text, &origin, req.force())
 }
 
-/// Validates `text` as a whole, builds the new objects over the running
-/// ones, binds new portals, writes the file atomically, and only then makes
-/// the change live. Anything failing before that leaves the running state
-/// and the file as they were.
-fn apply_text(admin: &Admin, current: &mut Current, text: String, origin: &str) -> (u16, Value) {
+/// Validates `text` as a whole, checks the running objects can take the
+/// change (a change that replaces a LUN's data only with `force`), builds
+/// the new objects over the running ones, binds new portals, writes the
+/// file atomically, and only then makes the change live. Anything failing
+/// before that leaves the running state and the file as they were.
+fn apply_text(
+    admin: &Admin,
+    current: &mut Current,
+    text: String,
+    origin: &str,
+    force: bool,
+) -> (u16, Value) {
     let config = match proposed(current, &text, origin) {
         Ok(c) => c,
         Err(e) => return e,
     };
-    let changes = control::diff(&current.config, &config);
+    let mut changes = control::diff(&current.config, &config);
     if changes.is_empty() {
         return (200, json!({ "changes": changes, "applied": false }));
+    }
+    match control::check_live_change(&current.config, &config, force) {
+        Ok(losses) => changes.extend(losses),
+        Err(e) => return error(409, e),
     }
     let Some(path) = current.path.clone() else {
         return error(

@@ -4,11 +4,12 @@
 //! secrets are never shown (only that they changed).
 
 use std::collections::BTreeSet;
-use std::fmt::Debug;
 
-use crate::model::{Chap, Config, Device, Group, Lun, Target};
+use crate::model::{Chap, Config, Group, Lun, Target};
+use crate::render::{changed_fields, daemon_fields, device_fields, list, pool_fields, Field};
 
 /// Every difference from `old` to `new`; empty when they are the same.
+/// A changed setting reads `~ WHERE FIELD: OLD → NEW`.
 pub fn diff(old: &Config, new: &Config) -> Vec<String> {
     let mut out = Vec::new();
     let old_portals: BTreeSet<_> = old.portals.iter().map(|p| p.listen).collect();
@@ -19,27 +20,32 @@ pub fn diff(old: &Config, new: &Config) -> Vec<String> {
     for p in new_portals.difference(&old_portals) {
         out.push(format!("+ portal {p}"));
     }
-    if old.daemon != new.daemon {
-        out.push(format!("~ daemon: {:?} -> {:?}", old.daemon, new.daemon));
-    }
+    changed_fields(
+        &mut out,
+        "daemon",
+        &daemon_fields(&old.daemon),
+        &daemon_fields(&new.daemon),
+    );
     chap_change(
         &mut out,
         "discovery",
         &old.discovery_chap,
         &new.discovery_chap,
     );
-
-    by_name(
+    by_fields(
+        &mut out,
+        &old.pools,
+        &new.pools,
+        |p| &p.name,
+        pool_fields,
+        "pool",
+    );
+    by_fields(
         &mut out,
         &old.devices,
         &new.devices,
-        |d| d.name.as_str(),
-        |out, a, b| {
-            let (a, b) = (plain_device(a), plain_device(b));
-            if a != b {
-                out.push(format!("~ device {}: {a:?} -> {b:?}", a.name));
-            }
-        },
+        |d| &d.name,
+        device_fields,
         "device",
     );
     by_name(
@@ -51,13 +57,6 @@ pub fn diff(old: &Config, new: &Config) -> Vec<String> {
         "target",
     );
     out
-}
-
-fn plain_device(d: &Device) -> Device {
-    Device {
-        at: None,
-        ..d.clone()
-    }
 }
 
 /// Removed, added and (through `changes`) changed entities of one kind.
@@ -82,10 +81,35 @@ fn by_name<T>(
     }
 }
 
+/// Entities of one kind whose settings are compared one by one.
+fn by_fields<T>(
+    out: &mut Vec<String>,
+    old: &[T],
+    new: &[T],
+    name: impl Fn(&T) -> &String,
+    fields: impl Fn(&T) -> Vec<Field>,
+    kind: &str,
+) {
+    let changes = |out: &mut Vec<String>, a: &T, b: &T| {
+        let at = format!("{kind} {}", name(a));
+        changed_fields(out, &at, &fields(a), &fields(b));
+    };
+    by_name(out, old, new, |t| name(t).as_str(), changes, kind);
+}
+
 fn target_changes(out: &mut Vec<String>, a: &Target, b: &Target) {
     let at = format!("target {}", a.name);
-    field(out, &at, "alias", &a.alias, &b.alias);
-    field(out, &at, "portals", &a.portals, &b.portals);
+    let alias = |t: &Target| t.alias.clone().unwrap_or_else(|| "(none)".into());
+    let portals = |t: &Target| match &t.portals {
+        None => "(every portal)".to_string(),
+        Some(p) => list(p, |a| a.to_string(), "(none)"),
+    };
+    changed_fields(
+        out,
+        &at,
+        &[("alias", alias(a)), ("portals", portals(a))],
+        &[("alias", alias(b)), ("portals", portals(b))],
+    );
     chap_change(out, &at, &a.chap, &b.chap);
     lun_changes(out, &at, &a.luns, &b.luns);
     for g in &a.groups {
@@ -103,7 +127,13 @@ fn target_changes(out: &mut Vec<String>, a: &Target, b: &Target) {
 
 fn group_changes(out: &mut Vec<String>, target: &str, a: &Group, b: &Group) {
     let at = format!("{target} group {}", a.name);
-    field(out, &at, "initiators", &a.initiators, &b.initiators);
+    let members = |g: &Group| list(&g.initiators, String::clone, "(none)");
+    changed_fields(
+        out,
+        &at,
+        &[("initiators", members(a))],
+        &[("initiators", members(b))],
+    );
     chap_change(out, &at, &a.chap, &b.chap);
     lun_changes(out, &at, &a.luns, &b.luns);
 }
@@ -117,25 +147,22 @@ fn lun_changes(out: &mut Vec<String>, at: &str, a: &[Lun], b: &[Lun]) {
             if l.read_only { " (read-only)" } else { "" }
         )
     };
+    let fields = |l: &Lun| {
+        [
+            ("device", l.device.clone()),
+            ("read_only", l.read_only.to_string()),
+        ]
+    };
     for l in a {
         match b.iter().find(|m| m.lun == l.lun) {
             None => out.push(format!("- {at} {}", show(l))),
-            Some(m) if (m.device.as_str(), m.read_only) != (l.device.as_str(), l.read_only) => {
-                out.push(format!("~ {at} {} -> {}", show(l), show(m)))
-            }
-            Some(_) => {}
+            Some(m) => changed_fields(out, &format!("{at} LUN {}", l.lun), &fields(l), &fields(m)),
         }
     }
     for m in b {
         if !a.iter().any(|l| l.lun == m.lun) {
             out.push(format!("+ {at} {}", show(m)));
         }
-    }
-}
-
-fn field<T: PartialEq + Debug>(out: &mut Vec<String>, at: &str, name: &str, a: &T, b: &T) {
-    if a != b {
-        out.push(format!("~ {at} {name}: {a:?} -> {b:?}"));
     }
 }
 
@@ -147,18 +174,19 @@ fn chap_change(out: &mut Vec<String>, at: &str, a: &Option<Chap>, b: &Option<Cha
         (None, Some(c)) => out.push(format!("+ {at} chap (user {})", c.initiator.user)),
         (Some(x), Some(y)) if x != y => {
             let users = |c: &Chap| {
-                (
-                    c.initiator.user.clone(),
-                    c.mutual.as_ref().map(|m| m.user.clone()),
-                )
+                [
+                    ("user", c.initiator.user.clone()),
+                    (
+                        "mutual_user",
+                        c.mutual
+                            .as_ref()
+                            .map_or_else(|| "(none)".into(), |m| m.user.clone()),
+                    ),
+                ]
             };
-            if users(x) != users(y) {
-                out.push(format!(
-                    "~ {at} chap users: {:?} -> {:?}",
-                    users(x),
-                    users(y)
-                ));
-            } else {
+            let before = out.len();
+            changed_fields(out, &format!("{at} chap"), &users(x), &users(y));
+            if out.len() == before {
                 out.push(format!("~ {at} chap secret changed"));
             }
         }
@@ -223,9 +251,9 @@ read_only = true
             vec![
                 format!("~ target {t} chap secret changed"),
                 format!(
-                    "~ target {t} group esx initiators: [\"iqn.1998-01.com.vmware:esx1\"] -> [\"iqn.1998-01.com.vmware:esx1\", \"iqn.1998-01.com.vmware:esx2\"]"
+                    "~ target {t} group esx initiators: iqn.1998-01.com.vmware:esx1 → iqn.1998-01.com.vmware:esx1, iqn.1998-01.com.vmware:esx2"
                 ),
-                format!("~ target {t} group esx LUN 201 = d0 -> LUN 201 = d1"),
+                format!("~ target {t} group esx LUN 201 device: d0 → d1"),
                 format!("+ target {t} group backup"),
             ]
         );
@@ -252,5 +280,57 @@ read_only = true
                 "+ device d2".to_string(),
             ]
         );
+    }
+
+    #[test]
+    fn pools_take_part_field_by_field() {
+        let pool =
+            "\n[[pool]]\nname = \"tank\"\ndevices = [\"/srv/tank0.img\"]\ndevice_size = \"128M\"\n";
+        let with_pool = format!("{BASE}{pool}");
+        let grown = with_pool.replace("128M", "256M");
+        assert_eq!(
+            diff(&config(&with_pool), &config(&grown)),
+            vec!["~ pool tank device_size: 128M → 256M".to_string()]
+        );
+        let moved = with_pool.replace("/srv/tank0.img", "/srv/other.img");
+        assert_eq!(
+            diff(&config(&with_pool), &config(&moved)),
+            vec![
+                "~ pool tank devices: /srv/tank0.img → /srv/other.img".to_string(),
+                "~ pool tank metadata: /srv/tank0.img.meta → /srv/other.img.meta".to_string(),
+            ]
+        );
+        assert_eq!(
+            diff(&config(BASE), &config(&with_pool)),
+            vec!["+ pool tank".to_string()]
+        );
+        assert_eq!(
+            diff(&config(&with_pool), &config(BASE)),
+            vec!["- pool tank".to_string()]
+        );
+    }
+
+    #[test]
+    fn devices_and_daemon_settings_read_as_written() {
+        let changed = BASE
+            .replace(
+                "name = \"d0\"\nkind = \"mem\"",
+                "name = \"d0\"\nkind = \"mem\"\nsize = \"64M\"\nproduct_id = \"X\"",
+            )
+            .replace(
+                "[[portal]]",
+                "[daemon]\nlogin_timeout = \"30s\"\nnop_interval = \"off\"\n[[portal]]",
+            );
+        let lines = diff(&config(BASE), &config(&changed));
+        assert_eq!(
+            lines,
+            vec![
+                "~ daemon login_timeout: (default) → 30s",
+                "~ daemon nop_interval: (default) → off",
+                "~ device d0 size: 1G → 64M",
+                "~ device d0 product_id: (not set) → X",
+            ]
+        );
+        assert!(!lines.iter().any(|l| l.contains("Some(") || l.contains('{')));
     }
 }

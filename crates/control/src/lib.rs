@@ -10,11 +10,13 @@ mod diff;
 mod duration;
 mod edit;
 mod error;
+mod live_change;
 mod locate;
 mod model;
 mod names;
 mod pools;
 mod raw;
+mod render;
 mod runtime;
 mod show;
 mod size;
@@ -27,6 +29,7 @@ pub use diff::diff;
 pub use duration::parse_duration;
 pub use edit::{apply_edit, typed_value, ChapScope, Edit};
 pub use error::{ConfigError, Issue, Location};
+pub use live_change::{check_live_change, loss_notes};
 pub use model::{
     Chap, Config, Daemon, Device, DeviceKind, Group, Lun, PoolConfig, Portal, Target,
     DEFAULT_DEVICE_SIZE, DEFAULT_GROUP, DEFAULT_ISCSI_PORT,

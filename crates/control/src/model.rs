@@ -182,6 +182,15 @@ impl Config {
                 .any(|t| t.chap.is_some() || t.groups.iter().any(|g| g.chap.is_some()))
     }
 
+    /// Names of the devices some LUN maps: those the daemon opens.
+    pub fn mapped_devices(&self) -> std::collections::BTreeSet<&str> {
+        self.targets
+            .iter()
+            .flat_map(|t| t.luns.iter().chain(t.groups.iter().flat_map(|g| &g.luns)))
+            .map(|l| l.device.as_str())
+            .collect()
+    }
+
     pub fn device(&self, name: &str) -> Option<&Device> {
         self.devices.iter().find(|d| d.name == name)
     }

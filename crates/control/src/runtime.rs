@@ -11,6 +11,7 @@ use block::{BlockDevice, FileDevice, FileOptions, MemDevice, NullDevice};
 use scsi::{LogicalUnit, LuConfig, LuRegistry};
 
 use crate::error::{ConfigError, Issue};
+use crate::live_change::keeps_backing;
 use crate::model::{Config, Device, DeviceKind, Lun, PoolConfig, DEFAULT_GROUP};
 use iscsi::access::{AccessList, Group, InitiatorPattern, SharedAccess, TargetAccess};
 use iscsi::auth_chap::ChapAuthenticator;
@@ -219,21 +220,17 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         }
     }
 
-    let used: BTreeSet<&str> = config
-        .targets
-        .iter()
-        .flat_map(|t| {
-            t.luns
-                .iter()
-                .chain(t.groups.iter().flat_map(|g| g.luns.iter()))
-                .map(|l| l.device.as_str())
-        })
-        .collect();
+    let used = config.mapped_devices();
+    // What of a running device this configuration keeps: the logical
+    // unit too when nothing changed, the open backing device (its data)
+    // when only the unit's settings did.
     let reusable = |dev: &Device| {
-        previous
-            .and_then(|p| p.live.devices.get(&dev.name))
-            .filter(|(was, _, _)| *was == settings(dev))
-            .map(|(_, device, lu)| (device.clone(), lu.clone()))
+        let (was, device, lu) = previous.and_then(|p| p.live.devices.get(&dev.name))?;
+        if *was == settings(dev) {
+            Some((device.clone(), Some(lu.clone())))
+        } else {
+            keeps_backing(was, dev).then(|| (device.clone(), None))
+        }
     };
     let to_open: BTreeSet<&str> = config
         .devices
@@ -253,22 +250,25 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             tracing::warn!(device = %dev.name, "device is not mapped to any target; not opened");
             continue;
         }
-        if let Some((device, lu)) = reusable(dev) {
-            units.insert(dev.name.as_str(), lu);
-            opened.insert(dev.name.as_str(), device);
-            continue;
-        }
         let field = if dev.kind == DeviceKind::File {
             format!("device[{i}].path")
         } else {
             format!("device[{i}]")
         };
-        let device = match open_device(dev, &pools) {
-            Ok(d) => d,
-            Err(e) => {
-                fail(dev.at, field, e.to_string());
+        let (device, action) = match reusable(dev) {
+            Some((device, Some(lu))) => {
+                units.insert(dev.name.as_str(), lu);
+                opened.insert(dev.name.as_str(), device);
                 continue;
             }
+            Some((device, None)) => (device, "new logical unit over the open device"),
+            None => match open_device(dev, &pools) {
+                Ok(d) => (d, "opened device"),
+                Err(e) => {
+                    fail(dev.at, field, e.to_string());
+                    continue;
+                }
+            },
         };
         let size = device.size();
         if size < dev.block_size as u64 {
@@ -285,7 +285,7 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         if size % dev.block_size as u64 != 0 {
             tracing::warn!(device = %dev.name, size, block_size = dev.block_size, "size is not a whole number of blocks; the tail is not used");
         }
-        tracing::info!(device = %dev.name, backing = %device.describe(), size, "opened device");
+        tracing::info!(device = %dev.name, backing = %device.describe(), size, "{action}");
         match LogicalUnit::new(device.clone(), lu_config(config, dev)) {
             Ok(lu) => {
                 units.insert(dev.name.as_str(), lu);
@@ -605,358 +605,5 @@ impl Views<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{default_config, parse_config};
-
-    /// The I_T nexus of `initiator` on `target` through portal group 1.
-    fn nexus_of(initiator: &str, target: &str) -> scsi_api::Nexus {
-        scsi_api::Nexus {
-            initiator_name: initiator.into(),
-            isid: [0; 6],
-            target_name: target.into(),
-            relative_port: 1,
-            portal_group: 1,
-        }
-    }
-
-    #[test]
-    fn builds_the_default_configuration() {
-        let runtime = build(&default_config()).unwrap();
-        assert_eq!(runtime.listen, vec!["127.0.0.1:3260".parse().unwrap()]);
-        assert_eq!(runtime.targets.len(), 1);
-        let t = &runtime.targets[0];
-        assert_eq!(t.name, "iqn.2026-11.org.openarray:default");
-        assert_eq!(t.portals, runtime.listen);
-        assert_eq!(t.portal_group, PORTAL_GROUP);
-        let units: Vec<_> = runtime.logical_units().collect();
-        assert_eq!(units.len(), 1);
-        let lu = units[0].1.config();
-        assert_eq!(lu.block_size, 512);
-        assert_eq!(lu.naa, scsi::naa_from_seed("mem0"));
-        assert_eq!(lu.serial.len(), 16);
-        runtime.flush_all().unwrap();
-    }
-
-    #[test]
-    fn shares_one_logical_unit_between_targets_and_keeps_settings() {
-        let dir = tempfile::tempdir().unwrap();
-        let text = format!(
-            r#"
-[daemon]
-state_dir = "{state}"
-
-[[portal]]
-listen = "127.0.0.1:3260"
-[[portal]]
-listen = "[::1]:3260"
-
-[[device]]
-name = "img"
-kind = "file"
-path = "{image}"
-size = "4M"
-block_size = 4096
-product_id = "FILE-LUN"
-serial = "SER123"
-naa = "6001405a1b2c3d4e5f60718293a4b5c6"
-write_cache = false
-
-[[device]]
-name = "unused"
-kind = "file"
-path = "{unused}"
-size = "4M"
-
-[[target]]
-name = "iqn.2026-11.org.example:a"
-portals = ["[::1]:3260"]
-[[target.lun]]
-lun = 201
-device = "img"
-
-[[target]]
-name = "iqn.2026-11.org.example:b"
-alias = "second"
-[[target.lun]]
-lun = 0
-device = "img"
-"#,
-            state = dir.path().join("state").display(),
-            image = dir.path().join("img.raw").display(),
-            unused = dir.path().join("unused.raw").display(),
-        );
-        let config = parse_config(&text, "t.toml").unwrap();
-        let runtime = build(&config).unwrap();
-        assert!(dir.path().join("state").is_dir());
-        assert_eq!(
-            std::fs::metadata(dir.path().join("img.raw")).unwrap().len(),
-            4 << 20
-        );
-        // Devices no target uses are not opened (nor created).
-        assert!(!dir.path().join("unused.raw").exists());
-        let units: Vec<_> = runtime.logical_units().collect();
-        assert_eq!(units.len(), 1);
-        let lu = units[0].1.config();
-        assert_eq!(lu.product, "FILE-LUN");
-        assert_eq!(lu.serial, "SER123");
-        assert_eq!(lu.naa[0], 0x60);
-        assert_eq!(lu.block_size, 4096);
-        assert!(!lu.write_cache);
-        assert_eq!(
-            lu.pr_state_file,
-            Some(dir.path().join("state").join("img.pr"))
-        );
-        assert_eq!(
-            runtime.targets[0].portals,
-            vec!["[::1]:3260".parse().unwrap()]
-        );
-        assert_eq!(runtime.targets[1].portals.len(), 2);
-        assert_eq!(runtime.targets[1].alias.as_deref(), Some("second"));
-        runtime.flush_all().unwrap();
-    }
-
-    #[test]
-    fn groups_become_views_and_access_rules() {
-        use iscsi::access::{AccessPolicy, Admission};
-        use iscsi::auth_chap::ChapPolicy;
-        use scsi_api::{ScsiCommand, TaskAttr};
-
-        let text = r#"
-[[portal]]
-listen = "127.0.0.1:3260"
-[[device]]
-name = "d"
-kind = "mem"
-size = "1M"
-[[target]]
-name = "iqn.2026-11.org.example:open"
-[[target.lun]]
-lun = 0
-device = "d"
-[[target]]
-name = "iqn.2026-11.org.example:guarded"
-chap = { user = "u", secret = "twelve-bytes" }
-[[target.group]]
-name = "hosts"
-initiators = ["iqn.2026-11.org.example:host*"]
-[[target.group.lun]]
-lun = 201
-device = "d"
-read_only = true
-[[target.group]]
-name = "default"
-[[target.group.lun]]
-lun = 5
-device = "d"
-"#;
-        let runtime = build(&parse_config(text, "t.toml").unwrap()).unwrap();
-        let access = runtime.access.current();
-        assert!(matches!(
-            access.admit("iqn.any", "iqn.2026-11.org.example:open"),
-            Admission::Open
-        ));
-        assert!(access
-            .chap_for("iqn.any", Some("iqn.2026-11.org.example:open"))
-            .is_none());
-        assert!(access.chap_for("iqn.any", None).is_none());
-        let guarded = "iqn.2026-11.org.example:guarded";
-        assert_eq!(
-            access
-                .chap_for("iqn.any", Some(guarded))
-                .unwrap()
-                .initiator
-                .user,
-            "u"
-        );
-        let Admission::View(host) = access.admit("iqn.2026-11.org.example:host1", guarded) else {
-            panic!("hosts are admitted")
-        };
-        let Admission::View(other) = access.admit("iqn.2026-11.org.example:other", guarded) else {
-            panic!("the default group admits the rest")
-        };
-        let nexus = nexus_of("iqn.2026-11.org.example:host1", guarded);
-        assert!(host.lun_exists(&nexus, 201));
-        assert!(!host.lun_exists(&nexus, 5));
-        assert!(other.lun_exists(&nexus, 5));
-        // WRITE(10) of one block through the read-only mapping.
-        let cdb = [0x2a, 0, 0, 0, 0, 0, 0, 0, 1, 0];
-        let data = vec![0u8; 512];
-        let cmd = ScsiCommand {
-            lun: 201,
-            cdb: &cdb,
-            data_out: &data,
-            data_in_len: 0,
-            data_out_len: 512,
-            task_attr: TaskAttr::Simple,
-            tag: 1,
-            zero_copy: false,
-            data_out_parts: &[],
-        };
-        host.nexus_added(&nexus);
-        // The first command reports the power-on unit attention.
-        let mut r = host.execute(&nexus, &cmd);
-        if r.sense.get(2).is_some_and(|k| k & 0x0f == 0x06) {
-            r = host.execute(&nexus, &cmd);
-        }
-        assert_eq!(r.status, 0x02);
-        // DATA PROTECT, WRITE PROTECTED.
-        assert_eq!(r.sense[2] & 0x0f, 0x07);
-        assert_eq!((r.sense[12], r.sense[13]), (0x27, 0x00));
-    }
-
-    #[test]
-    fn rebuild_keeps_units_and_views_and_commits_at_once() {
-        use iscsi::access::{AccessPolicy, Admission};
-
-        let base = r#"
-[[portal]]
-listen = "127.0.0.1:3260"
-[[device]]
-name = "d0"
-kind = "mem"
-size = "1M"
-[[device]]
-name = "d1"
-kind = "mem"
-size = "1M"
-[[target]]
-name = "iqn.2026-11.org.example:t"
-[[target.group]]
-name = "esx"
-initiators = ["iqn.2026-11.org.example:esx"]
-[[target.group.lun]]
-lun = 201
-device = "d0"
-[[target.group]]
-name = "old"
-initiators = ["iqn.2026-11.org.example:old"]
-[[target.group.lun]]
-lun = 0
-device = "d1"
-"#;
-        let t = "iqn.2026-11.org.example:t";
-        let view_of = |r: &Runtime, i: &str| match r.access.admit(i, t) {
-            Admission::View(v) => Some(v),
-            _ => None,
-        };
-        let first = build(&parse_config(base, "t.toml").unwrap()).unwrap();
-        let esx = view_of(&first, "iqn.2026-11.org.example:esx").unwrap();
-        let old = view_of(&first, "iqn.2026-11.org.example:old").unwrap();
-        let nexus = nexus_of("iqn.2026-11.org.example:esx", t);
-
-        let changed = base
-            .replace(
-                "lun = 201\ndevice = \"d0\"",
-                "lun = 201\ndevice = \"d0\"\n[[target.group.lun]]\nlun = 5\ndevice = \"d1\"",
-            )
-            .replace(
-                "name = \"old\"\ninitiators = [\"iqn.2026-11.org.example:old\"]",
-                "name = \"new\"\ninitiators = [\"iqn.2026-11.org.example:new\"]",
-            );
-        let second = rebuild(&parse_config(&changed, "t.toml").unwrap(), &first).unwrap();
-        // Nothing is live before the commit.
-        assert!(!esx.lun_exists(&nexus, 5));
-        assert!(view_of(&first, "iqn.2026-11.org.example:new").is_none());
-        second.commit(Some(&first));
-        assert!(esx.lun_exists(&nexus, 5) && esx.lun_exists(&nexus, 201));
-        // The same view object, so live sessions see the new map.
-        let again = view_of(&second, "iqn.2026-11.org.example:esx").unwrap();
-        assert!(Arc::ptr_eq(&again, &esx));
-        // Units whose settings stayed are the same logical units.
-        let units = |r: &Runtime| -> Vec<Arc<LogicalUnit>> {
-            r.logical_units().map(|(_, lu)| lu.clone()).collect()
-        };
-        assert!(units(&first)
-            .iter()
-            .zip(units(&second).iter())
-            .all(|(a, b)| Arc::ptr_eq(a, b)));
-        // A dropped group's view loses its LUNs; the new group is admitted.
-        assert!(!old.lun_exists(&nexus, 0));
-        assert!(view_of(&second, "iqn.2026-11.org.example:old").is_none());
-        assert!(view_of(&second, "iqn.2026-11.org.example:new").is_some());
-    }
-
-    #[test]
-    fn device_open_failures_name_the_field() {
-        let text = r#"
-[[portal]]
-listen = "127.0.0.1:3260"
-[[device]]
-name = "d"
-kind = "file"
-path = "/nonexistent/dir/disk.img"
-[[target]]
-name = "iqn.2026-11.org.example:a"
-[[target.lun]]
-lun = 0
-device = "d"
-"#;
-        let err = build(&parse_config(text, "t.toml").unwrap())
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(
-            err.starts_with("t.toml:4:1: device[0].path: cannot open /nonexistent/dir/disk.img"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn no_portal_is_a_build_error() {
-        let mut config = default_config();
-        config.portals.clear();
-        let err = build(&config).err().unwrap().to_string();
-        assert!(err.contains("portal: no [[portal]] to listen on"), "{err}");
-    }
-
-    #[test]
-    fn pools_are_reached_by_name_and_exported_volumes_are_known() {
-        let dir = tempfile::tempdir().unwrap();
-        let text = format!(
-            r#"
-[[portal]]
-listen = "127.0.0.1:3260"
-[[pool]]
-name = "tank"
-devices = ["{d}/tank0.img"]
-device_size = "8M"
-[[pool]]
-name = "spare"
-devices = ["{d}/spare0.img"]
-device_size = "8M"
-[[device]]
-name = "lun0"
-kind = "volume"
-pool = "tank"
-volume = "vm1"
-size = "1G"
-[[target]]
-name = "iqn.2026-11.org.example:t"
-[[target.lun]]
-lun = 0
-device = "lun0"
-"#,
-            d = dir.path().display()
-        );
-        let runtime = build(&parse_config(&text, "t.toml").unwrap()).unwrap();
-        let names: Vec<&str> = runtime
-            .pool_configs()
-            .iter()
-            .map(|p| p.name.as_str())
-            .collect();
-        assert_eq!(names, ["tank", "spare"]);
-        let tank = runtime.pool("tank").unwrap();
-        // The pool under the LUN, not a second opener of its metadata.
-        assert!(Arc::ptr_eq(&tank, &runtime.pool("tank").unwrap()));
-        assert!(tank.volume_info("vm1").is_ok());
-        assert_eq!(runtime.exporter_of("tank", "vm1"), Some("lun0"));
-        assert_eq!(runtime.exporter_of("tank", "lun0"), None);
-        assert_eq!(runtime.exporter_of("spare", "vm1"), None);
-        // A pool no LUN uses is created on first use.
-        assert_eq!(runtime.pool("spare").unwrap().volumes().len(), 0);
-        assert!(dir.path().join("spare0.img.meta").exists());
-        let err = runtime.pool("none").err().unwrap();
-        assert_eq!(err.kind(), io::ErrorKind::NotFound);
-    }
-}
+#[path = "runtime_tests.rs"]
+mod tests;

@@ -1,0 +1,154 @@
+//! Settings as an administrator writes them, for change reports: `128M`
+//! rather than a byte count, `15s` rather than a `Duration`'s debug form.
+
+use std::fmt::Display;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::model::{Daemon, Device, DeviceKind, PoolConfig};
+
+/// Shown for a key that is not set.
+pub const UNSET: &str = "(not set)";
+
+/// `n` bytes in the largest binary unit that divides it exactly.
+pub fn size(n: u64) -> String {
+    for (unit, shift) in [("P", 50), ("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
+pub fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, per) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+        if ms >= per && ms.is_multiple_of(per) {
+            return format!("{}{unit}", ms / per);
+        }
+    }
+    format!("{ms}ms")
+}
+
+pub fn kind(k: DeviceKind) -> &'static str {
+    match k {
+        DeviceKind::File => "file",
+        DeviceKind::Mem => "mem",
+        DeviceKind::Null => "null",
+        DeviceKind::Volume => "volume",
+    }
+}
+
+fn opt<T>(v: &Option<T>, show: impl Fn(&T) -> String, absent: &str) -> String {
+    v.as_ref().map_or_else(|| absent.to_string(), show)
+}
+
+fn shown<T: Display>(v: &T) -> String {
+    v.to_string()
+}
+
+fn path(p: &impl AsRef<Path>) -> String {
+    p.as_ref().display().to_string()
+}
+
+/// Items joined with `, `; `empty` when there are none.
+pub fn list<T>(items: &[T], show: impl Fn(&T) -> String, empty: &str) -> String {
+    if items.is_empty() {
+        return empty.to_string();
+    }
+    items.iter().map(show).collect::<Vec<_>>().join(", ")
+}
+
+/// A setting's name and value as shown in change reports.
+pub type Field = (&'static str, String);
+
+pub fn device_fields(d: &Device) -> Vec<Field> {
+    vec![
+        ("kind", kind(d.kind).to_string()),
+        ("path", opt(&d.path, path, UNSET)),
+        ("size", opt(&d.size, |n| size(*n), UNSET)),
+        ("direct", d.direct.to_string()),
+        ("product_id", opt(&d.product_id, String::clone, UNSET)),
+        (
+            "serial",
+            opt(&d.serial, String::clone, "(derived from the NAA)"),
+        ),
+        (
+            "naa",
+            opt(
+                &d.naa,
+                |n| n.iter().map(|b| format!("{b:02x}")).collect(),
+                "(derived from the name)",
+            ),
+        ),
+        ("block_size", d.block_size.to_string()),
+        ("physical_block_size", d.physical_block_size.to_string()),
+        ("read_only", d.read_only.to_string()),
+        ("write_cache", d.write_cache.to_string()),
+        ("pool", opt(&d.pool, String::clone, UNSET)),
+        ("volume", opt(&d.volume, String::clone, "(the device name)")),
+    ]
+}
+
+pub fn pool_fields(p: &PoolConfig) -> Vec<Field> {
+    vec![
+        ("devices", list(&p.devices, path, "(none)")),
+        ("device_size", opt(&p.device_size, |n| size(*n), UNSET)),
+        ("metadata", path(&p.metadata)),
+        ("unit_size", size(p.unit_size)),
+    ]
+}
+
+pub fn daemon_fields(d: &Daemon) -> Vec<Field> {
+    const DEFAULT: &str = "(default)";
+    let dur = |v: &Option<Duration>| opt(v, |d| duration(*d), DEFAULT);
+    vec![
+        ("state_dir", opt(&d.state_dir, path, UNSET)),
+        (
+            "max_sessions_per_initiator",
+            opt(&d.max_sessions_per_initiator, shown, DEFAULT),
+        ),
+        (
+            "max_connections_per_portal",
+            opt(&d.max_connections_per_portal, shown, DEFAULT),
+        ),
+        ("login_timeout", dur(&d.login_timeout)),
+        (
+            "nop_interval",
+            opt(
+                &d.nop_interval,
+                |v| v.map_or_else(|| "off".to_string(), duration),
+                DEFAULT,
+            ),
+        ),
+        ("nop_timeout", dur(&d.nop_timeout)),
+        ("api_listen", opt(&d.api_listen, shown, UNSET)),
+        ("api_token_file", opt(&d.api_token_file, path, UNSET)),
+    ]
+}
+
+/// `~ AT FIELD: OLD → NEW` for every field whose value differs.
+pub fn changed_fields(out: &mut Vec<String>, at: &str, old: &[Field], new: &[Field]) {
+    for ((name, a), (_, b)) in old.iter().zip(new) {
+        if a != b {
+            out.push(format!("~ {at} {name}: {a} → {b}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_read_as_written() {
+        assert_eq!(size(128 << 20), "128M");
+        assert_eq!(size(1 << 30), "1G");
+        assert_eq!(size(1536 << 10), "1536K");
+        assert_eq!(size(4097), "4097");
+        assert_eq!(size(0), "0");
+        assert_eq!(duration(Duration::from_secs(15)), "15s");
+        assert_eq!(duration(Duration::from_secs(120)), "2m");
+        assert_eq!(duration(Duration::from_millis(1500)), "1500ms");
+    }
+}
