@@ -122,6 +122,16 @@ pub fn daemon_fields(d: &Daemon) -> Vec<Field> {
             ),
         ),
         ("nop_timeout", dur(&d.nop_timeout)),
+        ("write_timeout", dur(&d.write_timeout)),
+        (
+            "max_logins_per_source",
+            opt(&d.max_logins_per_source, shown, DEFAULT),
+        ),
+        ("max_logins", opt(&d.max_logins, shown, DEFAULT)),
+        (
+            "max_queued_output",
+            opt(&d.max_queued_output, |n| size(*n as u64), DEFAULT),
+        ),
         ("api_listen", opt(&d.api_listen, shown, UNSET)),
         ("api_token_file", opt(&d.api_token_file, path, UNSET)),
     ]
