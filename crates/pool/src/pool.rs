@@ -160,6 +160,23 @@ impl State {
         }
     }
 
+    /// Make `vol` map exactly what `snap` maps.
+    fn map_as(&mut self, vol: u64, snap: u64) {
+        let old: Vec<u64> = self.volumes[&vol].map.keys().collect();
+        let new: Vec<(u64, u64)> = self.volumes[&snap].map.iter().collect();
+        // Take the snapshot's references first so shared units never pass
+        // through zero.
+        for &(vunit, unit) in &new {
+            self.set_mapping(vol, vunit, Some(unit));
+        }
+        let keep: BTreeSet<u64> = new.iter().map(|&(v, _)| v).collect();
+        for vunit in old {
+            if !keep.contains(&vunit) {
+                self.set_mapping(vol, vunit, None);
+            }
+        }
+    }
+
     fn take_delta(&mut self) -> Delta {
         let dirty = std::mem::take(&mut self.dirty);
         Delta {
@@ -614,19 +631,46 @@ impl Pool {
                     "{snapshot} is not a snapshot of {volume}"
                 )));
             }
-            let old: Vec<u64> = st.volumes[&vol].map.keys().collect();
-            let new: Vec<(u64, u64)> = st.volumes[&snap].map.iter().collect();
-            // Take the snapshot's references first so shared units never
-            // pass through zero.
-            for &(vunit, unit) in &new {
-                st.set_mapping(vol, vunit, Some(unit));
+            st.map_as(vol, snap);
+            Ok(())
+        })
+    }
+
+    /// Makes clone `clone` a fresh clone of `snapshot` (a snapshot of the
+    /// same size, usually a newer one of the same origin): its own writes
+    /// are dropped and it reads as the snapshot, under the same name and
+    /// identity, so a LUN serving it keeps serving it.
+    pub fn refresh_clone(&self, clone: &str, snapshot: &str) -> io::Result<()> {
+        self.operate(|st| {
+            let c = st.id_of(clone)?;
+            let snap = st.id_of(snapshot)?;
+            let crec = st.volumes[&c].record.clone();
+            let srec = &st.volumes[&snap].record;
+            if crec.kind != VolumeKind::Volume || crec.parent.is_none() {
+                return Err(invalid(&format!("{clone} is not a clone")));
             }
-            let keep: BTreeSet<u64> = new.iter().map(|&(v, _)| v).collect();
-            for vunit in old {
-                if !keep.contains(&vunit) {
-                    st.set_mapping(vol, vunit, None);
-                }
+            if srec.kind != VolumeKind::Snapshot {
+                return Err(invalid(&format!("{snapshot} is not a snapshot")));
             }
+            if srec.size != crec.size {
+                return Err(invalid(&format!(
+                    "{snapshot} has {} bytes and {clone} {}: a refresh keeps the size",
+                    srec.size, crec.size
+                )));
+            }
+            if st.volumes.values().any(|v| v.record.parent == Some(c)) {
+                return Err(invalid(&format!(
+                    "{clone} has snapshots or clones of its own"
+                )));
+            }
+            st.map_as(c, snap);
+            st.put_record(
+                c,
+                VolumeRecord {
+                    parent: Some(snap),
+                    ..crec
+                },
+            );
             Ok(())
         })
     }

@@ -122,6 +122,36 @@ fn snapshots_share_units_until_written() {
 }
 
 #[test]
+fn refresh_repoints_a_clone_at_a_newer_snapshot() {
+    let (pool, _, _) = new_pool(16);
+    pool.create_volume("gold", 4 * UNIT).unwrap();
+    let gold = pool.volume("gold").unwrap();
+    gold.write_at(&[1; 8], 0, false).unwrap();
+    pool.snapshot("gold", "s1").unwrap();
+    pool.clone_snapshot("s1", "vdi").unwrap();
+    // The clone's device stays open across the refresh, as under a LUN.
+    let vdi = pool.volume("vdi").unwrap();
+    vdi.write_at(&[9; 4], UNIT, false).unwrap();
+    gold.write_at(&[2; 8], 0, false).unwrap();
+    pool.snapshot("gold", "s2").unwrap();
+
+    pool.refresh_clone("vdi", "s2").unwrap();
+    assert_eq!(read(&vdi, 0, 8), vec![2; 8], "reads the newer snapshot");
+    assert_eq!(read(&vdi, UNIT, 4), vec![0; 4], "its own writes are gone");
+    assert_eq!(pool.volume_info("vdi").unwrap().parent.as_deref(), Some("s2"));
+    // The older snapshot no longer has a clone and can go.
+    pool.delete("s1").unwrap();
+
+    assert!(pool.refresh_clone("gold", "s2").is_err(), "not a clone");
+    assert!(pool.refresh_clone("vdi", "gold").is_err(), "not a snapshot");
+    pool.create_volume("big", 8 * UNIT).unwrap();
+    pool.snapshot("big", "bs").unwrap();
+    assert!(pool.refresh_clone("vdi", "bs").is_err(), "another size");
+    pool.flush().unwrap();
+    assert!(pool.check().unwrap().is_clean());
+}
+
+#[test]
 fn promote_swaps_lineage() {
     let (pool, _, _) = new_pool(8);
     pool.create_volume("v", 4 * UNIT).unwrap();
