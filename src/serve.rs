@@ -170,7 +170,9 @@ async fn serve(
         server: server.clone(),
         stats,
         portals: Mutex::new(portals),
+        schedules: Arc::default(),
     });
+    tokio::spawn(admin.schedules.clone().run(admin.clone()));
     let admin_task = admin_listener.map(|listener| {
         if let Some(path) = admin_socket {
             tracing::info!(socket = %path.display(), "administration API listening");

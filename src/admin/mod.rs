@@ -60,6 +60,8 @@ pub struct Admin {
     pub stats: Arc<stats::Registry>,
     /// The iSCSI listeners, one per portal (lock after `current`).
     pub portals: Mutex<portals::Portals>,
+    /// The `[[schedule]]` runner and what it did.
+    pub schedules: Arc<crate::schedules::Scheduler>,
 }
 
 impl Admin {
@@ -123,6 +125,7 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
         }
         ("GET", "/v1/objects") => (200, objects(&admin.lock().config)),
         ("GET", "/v1/stats") => (200, json!({ "entries": admin.stats.snapshot() })),
+        ("GET", "/v1/schedules") => (200, admin.schedules.report(admin)),
         ("POST", "/v1/config/diff") => {
             let Ok(text) = std::str::from_utf8(&req.body) else {
                 return error(400, "the configuration is not UTF-8");

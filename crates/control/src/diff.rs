@@ -6,7 +6,9 @@
 use std::collections::BTreeSet;
 
 use crate::model::{Chap, Config, Group, Lun, Target};
-use crate::render::{changed_fields, daemon_fields, device_fields, list, pool_fields, Field};
+use crate::render::{
+    changed_fields, daemon_fields, device_fields, list, pool_fields, schedule_fields, Field,
+};
 
 /// Every difference from `old` to `new`; empty when they are the same.
 /// A changed setting reads `~ WHERE FIELD: OLD → NEW`.
@@ -39,6 +41,14 @@ pub fn diff(old: &Config, new: &Config) -> Vec<String> {
         |p| &p.name,
         pool_fields,
         "pool",
+    );
+    by_fields(
+        &mut out,
+        &old.schedules,
+        &new.schedules,
+        |s| &s.spec.volume,
+        schedule_fields,
+        "schedule",
     );
     by_fields(
         &mut out,

@@ -31,7 +31,7 @@ pub use edit::{apply_edit, typed_value, ChapScope, Edit};
 pub use error::{ConfigError, Issue, Location};
 pub use live_change::{check_live_change, loss_notes};
 pub use model::{
-    Chap, Config, Daemon, Device, DeviceKind, Group, Lun, PoolConfig, Portal, Target,
+    Chap, Config, Daemon, Device, DeviceKind, Group, Lun, PoolConfig, Portal, Schedule, Target,
     DEFAULT_DEVICE_SIZE, DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
 };
 pub use names::check_iscsi_name;

@@ -20,6 +20,7 @@ pub struct Config {
     pub daemon: Daemon,
     pub portals: Vec<Portal>,
     pub pools: Vec<PoolConfig>,
+    pub schedules: Vec<Schedule>,
     pub devices: Vec<Device>,
     pub targets: Vec<Target>,
     /// CHAP every discovery session must pass.
@@ -80,6 +81,16 @@ pub enum DeviceKind {
 }
 
 /// A storage pool: data devices, a metadata store and the allocation unit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    pub pool: String,
+    /// What to snapshot, when, and how many to keep.
+    pub spec: schedule::Spec,
+    /// Clones of the volume re-pointed at each new snapshot.
+    pub refresh: Vec<String>,
+    pub at: Option<Location>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolConfig {
     pub name: String,
@@ -188,6 +199,20 @@ impl Config {
             .iter()
             .flat_map(|t| t.luns.iter().chain(t.groups.iter().flat_map(|g| &g.luns)))
             .map(|l| l.device.as_str())
+            .collect()
+    }
+
+    /// The targets with a LUN (of any group) served by device `device`.
+    pub fn targets_serving(&self, device: &str) -> Vec<&str> {
+        self.targets
+            .iter()
+            .filter(|t| {
+                t.luns
+                    .iter()
+                    .chain(t.groups.iter().flat_map(|g| &g.luns))
+                    .any(|l| l.device == device)
+            })
+            .map(|t| t.name.as_str())
             .collect()
     }
 

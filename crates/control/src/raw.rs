@@ -14,6 +14,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub pool: Vec<Spanned<RawPool>>,
     #[serde(default)]
+    pub schedule: Vec<Spanned<RawSchedule>>,
+    #[serde(default)]
     pub device: Vec<Spanned<RawDevice>>,
     #[serde(default)]
     pub target: Vec<Spanned<RawTarget>>,
@@ -137,4 +139,17 @@ pub struct RawLun {
     pub lun: Spanned<i64>,
     pub device: Spanned<String>,
     pub read_only: Option<bool>,
+}
+
+/// A periodic snapshot of one volume.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSchedule {
+    pub volume: Spanned<String>,
+    pub pool: Option<Spanned<String>>,
+    pub every: Spanned<String>,
+    pub at: Option<Spanned<String>>,
+    pub keep: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub refresh: Vec<Spanned<String>>,
 }

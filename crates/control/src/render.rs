@@ -5,7 +5,7 @@ use std::fmt::Display;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::model::{Daemon, Device, DeviceKind, PoolConfig};
+use crate::model::{Daemon, Device, DeviceKind, PoolConfig, Schedule};
 
 /// Shown for a key that is not set.
 pub const UNSET: &str = "(not set)";
@@ -96,6 +96,20 @@ pub fn pool_fields(p: &PoolConfig) -> Vec<Field> {
         ("device_size", opt(&p.device_size, |n| size(*n), UNSET)),
         ("metadata", path(&p.metadata)),
         ("unit_size", size(p.unit_size)),
+    ]
+}
+
+pub fn schedule_fields(s: &Schedule) -> Vec<Field> {
+    let time = |d: &Duration| {
+        let secs = d.as_secs();
+        format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+    };
+    vec![
+        ("pool", s.pool.clone()),
+        ("every", duration(s.spec.every)),
+        ("at", opt(&s.spec.at, time, UNSET)),
+        ("keep", s.spec.keep.to_string()),
+        ("refresh", list(&s.refresh, String::clone, "(none)")),
     ]
 }
 

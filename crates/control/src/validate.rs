@@ -19,6 +19,7 @@ use crate::raw::{RawChap, RawConfig, RawDevice, RawGroup, RawKind, RawLun, RawPo
 use crate::size::parse_size;
 
 mod daemon;
+mod schedules;
 
 /// Highest LUN the flat addressing of SAM can carry.
 pub const MAX_LUN: u64 = 16383;
@@ -771,6 +772,7 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
         .and_then(|chap| c.chap("discovery.chap", chap));
     let portals = c.portals(raw.portal);
     let pools = c.pools(raw.pool);
+    let schedules = c.schedules(raw.schedule, &pools);
     let (devices, declared) = c.devices(raw.device);
     let targets = c.targets(raw.target, &declared, &portals);
     if !c.issues.is_empty() {
@@ -784,6 +786,7 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
         daemon,
         portals,
         pools,
+        schedules,
         devices,
         targets,
         discovery_chap,

@@ -276,6 +276,11 @@ impl Server {
         &self.events
     }
 
+    /// Sessions logged in to `target` now.
+    pub fn sessions_on(&self, target: &str) -> usize {
+        self.registry.lock().for_target(target).len()
+    }
+
     /// Connections logging in now, on every portal.
     pub fn logging_in(&self) -> usize {
         self.prelogin.waiting()

@@ -138,7 +138,10 @@ fn refresh_repoints_a_clone_at_a_newer_snapshot() {
     pool.refresh_clone("vdi", "s2").unwrap();
     assert_eq!(read(&vdi, 0, 8), vec![2; 8], "reads the newer snapshot");
     assert_eq!(read(&vdi, UNIT, 4), vec![0; 4], "its own writes are gone");
-    assert_eq!(pool.volume_info("vdi").unwrap().parent.as_deref(), Some("s2"));
+    assert_eq!(
+        pool.volume_info("vdi").unwrap().parent.as_deref(),
+        Some("s2")
+    );
     // The older snapshot no longer has a clone and can go.
     pool.delete("s1").unwrap();
 
