@@ -163,6 +163,7 @@ async fn serve(
         stats,
         portals: Mutex::new(portals),
     });
+    let (admin_listener, socket_file) = admin_listener.unzip();
     let admin_task = admin_listener.map(|listener| {
         if let Some(path) = admin_socket {
             tracing::info!(socket = %path.display(), "administration API listening");
@@ -206,8 +207,8 @@ async fn serve(
     if let Some(task) = metrics_task {
         task.abort();
     }
-    if let Some(path) = admin_socket {
-        let _ = std::fs::remove_file(path);
+    if let Some(file) = socket_file {
+        file.remove();
     }
     let flushed = tokio::task::spawn_blocking(move || {
         let current = admin.current.lock().unwrap_or_else(|p| p.into_inner());
