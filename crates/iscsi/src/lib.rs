@@ -5,6 +5,7 @@
 //! - [`text`], [`negotiation`], [`login`], [`auth`], [`auth_chap`]: the login
 //!   phase as pure functions and state machines (fuzzed from `fuzz/`);
 //! - [`access`]: initiator groups, their LUN views and CHAP credentials;
+//! - [`auth_backoff`]: the keyed back-off that slows down CHAP guessing;
 //! - [`cmdsn`], [`datain`], [`dataout`], [`discovery`], [`lun`]: the
 //!   arithmetic of the full feature phase;
 //! - the connection loop and session table (private), driven by [`Server`].
@@ -43,6 +44,7 @@ mod access_property;
 #[cfg(test)]
 mod alloc_count;
 pub mod auth;
+pub mod auth_backoff;
 pub mod auth_chap;
 pub mod cmdsn;
 mod connection;
