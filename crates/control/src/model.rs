@@ -54,6 +54,11 @@ pub struct Daemon {
     pub api_listen: Option<SocketAddr>,
     /// File holding the bearer token the TCP API requires.
     pub api_token_file: Option<PathBuf>,
+    /// Delay after the first failed CHAP attempt of an initiator name or
+    /// source address; it doubles with every further failure.
+    pub auth_fail_delay: Option<Duration>,
+    /// Longest delay between CHAP attempts after failures.
+    pub auth_fail_delay_max: Option<Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

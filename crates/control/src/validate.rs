@@ -20,6 +20,8 @@ use crate::names::{check_ascii_field, check_device_name, check_iscsi_name, parse
 use crate::raw::{RawChap, RawConfig, RawDevice, RawGroup, RawKind, RawLun, RawPool, RawTarget};
 use crate::size::parse_size;
 
+mod daemon;
+
 /// Highest LUN the flat addressing of SAM can carry.
 pub const MAX_LUN: u64 = 16383;
 /// Largest physical block size a device may report (64 KiB).
@@ -127,6 +129,8 @@ impl Checker<'_> {
             ),
             _ => {}
         }
+        let (auth_fail_delay, auth_fail_delay_max) =
+            self.auth_delays(d.auth_fail_delay, d.auth_fail_delay_max);
         Daemon {
             state_dir,
             max_sessions_per_initiator,
@@ -136,6 +140,8 @@ impl Checker<'_> {
             nop_timeout,
             api_listen,
             api_token_file,
+            auth_fail_delay,
+            auth_fail_delay_max,
         }
     }
 

@@ -46,6 +46,7 @@ mod alloc_count;
 pub mod auth;
 pub mod auth_backoff;
 pub mod auth_chap;
+mod auth_throttle;
 pub mod cmdsn;
 mod connection;
 pub mod datain;
@@ -63,6 +64,7 @@ mod session;
 mod shards;
 pub mod text;
 
+pub use auth_throttle::AuthThrottle;
 pub use negotiation::Digest;
 pub use options::ServerOptions;
 pub use server::{Server, Target};

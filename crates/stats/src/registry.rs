@@ -9,7 +9,7 @@
 //! per LUN under the initiator name [`OVERFLOW_INITIATOR`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -120,6 +120,8 @@ impl TargetStats {
 pub struct Registry {
     /// By target name in lower case (iSCSI names compare without case).
     targets: Mutex<BTreeMap<String, Arc<TargetStats>>>,
+    /// Failed login authentications, counted by the transport.
+    auth_failures: Arc<AtomicU64>,
 }
 
 impl Registry {
@@ -135,6 +137,17 @@ impl Registry {
             .entry(name.to_ascii_lowercase())
             .or_insert_with(|| Arc::new(TargetStats::new(name)))
             .clone()
+    }
+
+    /// The counter of failed login authentications, for the transport
+    /// to count into (shared, so it outlives configuration changes).
+    pub fn auth_failures_counter(&self) -> Arc<AtomicU64> {
+        self.auth_failures.clone()
+    }
+
+    /// Failed login authentications since start.
+    pub fn auth_failures(&self) -> u64 {
+        self.auth_failures.load(Ordering::Relaxed)
     }
 
     /// Every entry, ordered by target, LUN and initiator.
