@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-pub use http::{serve_metrics, serve_tcp, serve_unix, Token};
+pub use http::{serve_metrics, serve_tcp, serve_unix, Deadlines, Token};
 pub use socket::bind;
 
 /// How long a change waits for a removed portal's listener to close.

@@ -129,6 +129,8 @@ impl Checker<'_> {
             ),
             _ => {}
         }
+        let api_header_timeout = self.duration(d.api_header_timeout, "api_header_timeout");
+        let api_body_timeout = self.duration(d.api_body_timeout, "api_body_timeout");
         let (auth_fail_delay, auth_fail_delay_max) =
             self.auth_delays(d.auth_fail_delay, d.auth_fail_delay_max);
         Daemon {
@@ -140,6 +142,8 @@ impl Checker<'_> {
             nop_timeout,
             api_listen,
             api_token_file,
+            api_header_timeout,
+            api_body_timeout,
             auth_fail_delay,
             auth_fail_delay_max,
         }

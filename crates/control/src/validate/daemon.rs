@@ -56,13 +56,16 @@ mod tests {
     }
 
     #[test]
-    fn auth_delays_parse() {
+    fn api_deadlines_and_auth_delays_parse() {
         let config = crate::parse_config(
-            "[daemon]\nauth_fail_delay = \"2ms\"\nauth_fail_delay_max = \"20ms\"\n",
+            "[daemon]\napi_header_timeout = \"3s\"\napi_body_timeout = \"250ms\"\n\
+             auth_fail_delay = \"2ms\"\nauth_fail_delay_max = \"20ms\"\n",
             "t.toml",
         )
         .unwrap();
         let d = &config.daemon;
+        assert_eq!(d.api_header_timeout, Some(Duration::from_secs(3)));
+        assert_eq!(d.api_body_timeout, Some(Duration::from_millis(250)));
         assert_eq!(d.auth_fail_delay, Some(Duration::from_millis(2)));
         assert_eq!(d.auth_fail_delay_max, Some(Duration::from_millis(20)));
         assert_eq!(
@@ -73,6 +76,11 @@ mod tests {
 
     #[test]
     fn bad_values_name_file_line_and_field() {
+        let err = error("[daemon]\napi_body_timeout = \"soon\"\n");
+        assert!(
+            err.contains("t.toml:2:20: daemon.api_body_timeout"),
+            "{err}"
+        );
         let err = error("[daemon]\n\nauth_fail_delay = \"0s\"\n");
         assert!(err.contains("t.toml:3:19: daemon.auth_fail_delay"), "{err}");
         let err = error("[daemon]\nauth_fail_delay_max = \"2m\"\n");
