@@ -106,6 +106,15 @@ fn apply_daemon_timeouts(daemon: &control::Daemon, options: &mut iscsi::ServerOp
     }
 }
 
+/// The `[daemon]` deadlines of administration API requests, where given.
+fn api_deadlines(daemon: &control::Daemon) -> admin::Deadlines {
+    let defaults = admin::Deadlines::default();
+    admin::Deadlines {
+        head: daemon.api_header_timeout.unwrap_or(defaults.head),
+        body: daemon.api_body_timeout.unwrap_or(defaults.body),
+    }
+}
+
 async fn serve(
     mut current: admin::Current,
     admin_socket: Option<&Path>,
@@ -153,12 +162,13 @@ async fn serve(
         ),
         None => None,
     };
+    let deadlines = api_deadlines(&current.config.daemon);
     let stats = current.runtime.stats.clone();
     let metrics_task = metrics_listener.map(|listener| {
         if let Some(addr) = metrics_listen {
             tracing::info!(%addr, "Prometheus metrics listening");
         }
-        tokio::spawn(admin::serve_metrics(stats.clone(), listener))
+        tokio::spawn(admin::serve_metrics(stats.clone(), listener, deadlines))
     });
     let mut portals = portals::Portals::new(server.clone());
     for (addr, listener) in listeners {
@@ -173,15 +183,16 @@ async fn serve(
         schedules: Arc::default(),
     });
     tokio::spawn(admin.schedules.clone().run(admin.clone()));
+    let (admin_listener, socket_file) = admin_listener.unzip();
     let admin_task = admin_listener.map(|listener| {
         if let Some(path) = admin_socket {
             tracing::info!(socket = %path.display(), "administration API listening");
         }
-        tokio::spawn(admin::serve_unix(admin.clone(), listener))
+        tokio::spawn(admin::serve_unix(admin.clone(), listener, deadlines))
     });
     let api_task = api.zip(api_listener).map(|((addr, token), listener)| {
         tracing::info!(%addr, "administration API listening on TCP (token required)");
-        tokio::spawn(admin::serve_tcp(admin.clone(), listener, token))
+        tokio::spawn(admin::serve_tcp(admin.clone(), listener, token, deadlines))
     });
 
     let outcome = tokio::select! {
@@ -216,8 +227,8 @@ async fn serve(
     if let Some(task) = metrics_task {
         task.abort();
     }
-    if let Some(path) = admin_socket {
-        let _ = std::fs::remove_file(path);
+    if let Some(file) = socket_file {
+        file.remove();
     }
     let flushed = tokio::task::spawn_blocking(move || {
         let current = admin.current.lock().unwrap_or_else(|p| p.into_inner());

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use common::admin::http_exchange;
 use common::iscsi::{LoginParams, Session};
 use common::{free_port, run_echoed, run_with_timeout, Daemon};
 
@@ -47,27 +48,17 @@ fn write_private(path: &Path, text: &str, mode: u32) {
 /// `GET path` on `addr` with an optional `Authorization` value; the status
 /// code and the body.
 fn get(addr: &str, path: &str, authorization: Option<&str>) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
+    let stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let auth = authorization
         .map(|a| format!("Authorization: {a}\r\n"))
         .unwrap_or_default();
-    write!(
+    http_exchange(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: openarray\r\n{auth}Connection: close\r\n\r\n"
+        &format!("GET {path} HTTP/1.1\r\nHost: openarray\r\n{auth}Connection: close\r\n\r\n"),
     )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status code");
-    (status, body.to_string())
 }
 
 fn cli(args: &[&str], envs: &[(&str, &str)]) -> Output {

@@ -24,8 +24,23 @@ use super::{route, Admin, Request};
 const MAX_HEAD: usize = 16 * 1024;
 pub const MAX_BODY: usize = 4 << 20;
 
-/// A caller that stalls before its request head is complete is dropped.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a caller has to send its request: the head from the moment it
+/// connects, the body from the end of the head. A caller that stalls is
+/// dropped; others are served meanwhile (one task per connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadlines {
+    pub head: Duration,
+    pub body: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Deadlines {
+            head: Duration::from_secs(10),
+            body: Duration::from_secs(10),
+        }
+    }
+}
 
 /// The content type of the Prometheus text the encoder writes.
 const METRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -65,36 +80,45 @@ enum Service {
 }
 
 /// Answer requests on the unix socket until the task is dropped.
-pub async fn serve_unix(admin: Arc<Admin>, listener: UnixListener) {
+pub async fn serve_unix(admin: Arc<Admin>, listener: UnixListener, deadlines: Deadlines) {
     let service = Service::Admin { admin, token: None };
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => spawn_connection(stream, service.clone()),
+            Ok((stream, _)) => spawn_connection(stream, service.clone(), deadlines),
             Err(e) => accept_failed("admin socket", e).await,
         }
     }
 }
 
 /// Answer requests bearing `token` on a TCP listener until the task is dropped.
-pub async fn serve_tcp(admin: Arc<Admin>, listener: TcpListener, token: Token) {
+pub async fn serve_tcp(
+    admin: Arc<Admin>,
+    listener: TcpListener,
+    token: Token,
+    deadlines: Deadlines,
+) {
     let service = Service::Admin {
         admin,
         token: Some(Arc::new(token)),
     };
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => spawn_connection(stream, service.clone()),
+            Ok((stream, _)) => spawn_connection(stream, service.clone(), deadlines),
             Err(e) => accept_failed("admin API listener", e).await,
         }
     }
 }
 
 /// `--metrics-listen`: a TCP listener that answers `GET /metrics` only.
-pub async fn serve_metrics(stats: Arc<stats::Registry>, listener: TcpListener) {
+pub async fn serve_metrics(
+    stats: Arc<stats::Registry>,
+    listener: TcpListener,
+    deadlines: Deadlines,
+) {
     let service = Service::Metrics(stats);
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => spawn_connection(stream, service.clone()),
+            Ok((stream, _)) => spawn_connection(stream, service.clone(), deadlines),
             Err(e) => accept_failed("metrics listener", e).await,
         }
     }
@@ -106,24 +130,29 @@ async fn accept_failed(what: &str, e: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-fn spawn_connection<S>(stream: S, service: Service)
+fn spawn_connection<S>(stream: S, service: Service, deadlines: Deadlines)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
         let handler = service_fn(move |req| {
             let service = service.clone();
-            async move { Ok::<_, Infallible>(answer(&service, req).await) }
+            async move { Ok::<_, Infallible>(answer(&service, req, deadlines.body).await) }
         });
+        // hyper times the head from the start of the connection.
         let served = http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(HEAD_TIMEOUT)
+            .header_read_timeout(deadlines.head)
             .max_buf_size(MAX_HEAD)
             .keep_alive(false)
             .serve_connection(TokioIo::new(stream), handler)
             .await;
-        if let Err(e) = served {
-            tracing::debug!(error = %e, "admin request failed");
+        match served {
+            Err(e) if e.is_timeout() => {
+                tracing::info!(deadline = ?deadlines.head, "admin request dropped: its head did not arrive in time");
+            }
+            Err(e) => tracing::debug!(error = %e, "admin request failed"),
+            Ok(()) => {}
         }
     });
 }
@@ -154,7 +183,11 @@ fn metrics(stats: &Arc<stats::Registry>, method: &Method) -> Response<Full<Bytes
     response(200, METRICS_TYPE, stats::prometheus::encode_text(stats))
 }
 
-async fn answer(service: &Service, req: hyper::Request<Incoming>) -> Response<Full<Bytes>> {
+async fn answer(
+    service: &Service,
+    req: hyper::Request<Incoming>,
+    body_deadline: Duration,
+) -> Response<Full<Bytes>> {
     let (admin, token) = match service {
         Service::Metrics(stats) => {
             return match req.uri().path() {
@@ -194,12 +227,25 @@ async fn answer(service: &Service, req: hyper::Request<Incoming>) -> Response<Fu
         .get("x-config-origin")
         .and_then(|v| v.to_str().ok())
         .map(String::from);
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(body) => body.to_bytes().to_vec(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+    // hyper has no deadline for bodies.
+    let collected = tokio::time::timeout(
+        body_deadline,
+        Limited::new(req.into_body(), MAX_BODY).collect(),
+    )
+    .await;
+    let body = match collected {
+        Ok(Ok(body)) => body.to_bytes().to_vec(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             return error_response(413, "body too large")
         }
-        Err(e) => return error_response(400, &e.to_string()),
+        Ok(Err(e)) => return error_response(400, &e.to_string()),
+        Err(_) => {
+            tracing::info!(
+                deadline = ?body_deadline,
+                "admin request dropped: its body did not arrive in time"
+            );
+            return error_response(408, "the request body did not arrive in time");
+        }
     };
     let request = Request {
         method,

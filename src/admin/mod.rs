@@ -24,18 +24,18 @@
 
 mod http;
 pub mod portals;
+mod socket;
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use anyhow::Context;
 use serde_json::{json, Value};
-use tokio::net::UnixListener;
 
-pub use http::{serve_metrics, serve_tcp, serve_unix, Token};
+pub use http::{serve_metrics, serve_tcp, serve_unix, Deadlines, Token};
+pub use socket::bind;
 
 /// How long a change waits for a removed portal's listener to close.
 const PORTAL_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -68,23 +68,6 @@ impl Admin {
     fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
         self.current.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
-
-/// A unix socket only its owner can connect to. A socket file left by a
-/// daemon that is gone is replaced; one in use is not.
-pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
-    if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            anyhow::bail!("{} is in use by another daemon", path.display());
-        }
-        std::fs::remove_file(path)
-            .with_context(|| format!("cannot remove the stale socket {}", path.display()))?;
-    }
-    let listener =
-        UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("cannot restrict {}", path.display()))?;
-    Ok(listener)
 }
 
 /// A request as the routes see it.
@@ -379,6 +362,7 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn atomic_write_replaces_with_owner_only_mode() {

@@ -4,6 +4,7 @@
 
 use std::ffi::OsStr;
 use std::fmt::Write as _;
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -47,6 +48,21 @@ pub fn esx_config(
         );
     }
     text
+}
+
+/// Sends an HTTP/1.1 `request` on `stream` and reads the answer to its
+/// end: the status code and the body.
+pub fn http_exchange(mut stream: impl Read + Write, request: &str) -> (u16, String) {
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status code");
+    (status, body.to_string())
 }
 
 /// `openarray ARGS`, given a minute; what it printed goes to the test's

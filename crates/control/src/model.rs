@@ -63,6 +63,15 @@ pub struct Daemon {
     pub api_listen: Option<SocketAddr>,
     /// File holding the bearer token the TCP API requires.
     pub api_token_file: Option<PathBuf>,
+    /// Time an administration API caller has to send its request head.
+    pub api_header_timeout: Option<Duration>,
+    /// Time an administration API caller has to send its request body.
+    pub api_body_timeout: Option<Duration>,
+    /// Delay after the first failed CHAP attempt of an initiator name or
+    /// source address; it doubles with every further failure.
+    pub auth_fail_delay: Option<Duration>,
+    /// Longest delay between CHAP attempts after failures.
+    pub auth_fail_delay_max: Option<Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -146,6 +146,10 @@ pub fn daemon_fields(d: &Daemon) -> Vec<Field> {
             "max_queued_output",
             opt(&d.max_queued_output, |n| size(*n as u64), DEFAULT),
         ),
+        ("api_header_timeout", dur(&d.api_header_timeout)),
+        ("api_body_timeout", dur(&d.api_body_timeout)),
+        ("auth_fail_delay", dur(&d.auth_fail_delay)),
+        ("auth_fail_delay_max", dur(&d.auth_fail_delay_max)),
         ("api_listen", opt(&d.api_listen, shown, UNSET)),
         ("api_token_file", opt(&d.api_token_file, path, UNSET)),
     ]

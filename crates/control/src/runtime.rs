@@ -433,6 +433,17 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             .daemon
             .max_queued_output
             .unwrap_or(defaults.max_queued_output),
+        auth_throttle: Arc::new(iscsi::AuthThrottle::new(
+            config
+                .daemon
+                .auth_fail_delay
+                .unwrap_or(iscsi::AuthThrottle::DEFAULT_DELAY),
+            config
+                .daemon
+                .auth_fail_delay_max
+                .unwrap_or(iscsi::AuthThrottle::DEFAULT_DELAY_MAX),
+            stats.auth_failures_counter(),
+        )),
         ..defaults
     };
 

@@ -35,6 +35,17 @@ pub trait AuthExchange: Send {
     /// Whether an initiator may skip the security stage entirely (start
     /// its login in the operational stage).
     fn allows_skipping_security(&self) -> bool;
+
+    /// Whether the next step checks the initiator's proof of a secret
+    /// (what failure back-off applies to).
+    fn awaits_proof(&self) -> bool {
+        false
+    }
+
+    /// Why the exchange failed, once it has; never a secret.
+    fn failure_reason(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// Accepts every initiator without authentication (`AuthMethod=None`).

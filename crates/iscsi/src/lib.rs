@@ -5,6 +5,7 @@
 //! - [`text`], [`negotiation`], [`login`], [`auth`], [`auth_chap`]: the login
 //!   phase as pure functions and state machines (fuzzed from `fuzz/`);
 //! - [`access`]: initiator groups, their LUN views and CHAP credentials;
+//! - [`auth_backoff`]: the keyed back-off that slows down CHAP guessing;
 //! - [`cmdsn`], [`datain`], [`dataout`], [`discovery`], [`lun`]: the
 //!   arithmetic of the full feature phase;
 //! - the connection loop and session table (private), driven by [`Server`].
@@ -43,7 +44,9 @@ mod access_property;
 #[cfg(test)]
 mod alloc_count;
 pub mod auth;
+pub mod auth_backoff;
 pub mod auth_chap;
+mod auth_throttle;
 pub mod cmdsn;
 mod connection;
 pub mod datain;
@@ -61,6 +64,7 @@ mod session;
 mod shards;
 pub mod text;
 
+pub use auth_throttle::AuthThrottle;
 pub use negotiation::Digest;
 pub use options::ServerOptions;
 pub use server::{Server, Target};

@@ -681,6 +681,61 @@ mod tests {
     }
 
     #[test]
+    fn numbers_outside_each_range_are_rejected_and_change_nothing() {
+        let keys = [
+            "MaxRecvDataSegmentLength",
+            "MaxBurstLength",
+            "FirstBurstLength",
+            "DefaultTime2Wait",
+            "DefaultTime2Retain",
+            "MaxOutstandingR2T",
+            "MaxConnections",
+            "ErrorRecoveryLevel",
+            "iSCSIProtocolLevel",
+        ];
+        let wild = [
+            "4294967296",
+            "-1",
+            "",
+            "1e3",
+            " 512",
+            "0x",
+            "18446744073709551616",
+        ];
+        for key in keys {
+            // 0 is in four of these ranges and below the others; each key
+            // also gets a value just above its range.
+            let zero_ok = matches!(
+                key,
+                "DefaultTime2Wait"
+                    | "DefaultTime2Retain"
+                    | "ErrorRecoveryLevel"
+                    | "iSCSIProtocolLevel"
+            );
+            let mut values: Vec<&str> = wild.to_vec();
+            if !zero_ok {
+                values.push("0");
+            }
+            values.push(match key {
+                "DefaultTime2Wait" | "DefaultTime2Retain" => "3601",
+                "MaxOutstandingR2T" | "MaxConnections" => "65536",
+                "ErrorRecoveryLevel" => "3",
+                "iSCSIProtocolLevel" => "32",
+                _ => "16777216",
+            });
+            for value in values {
+                let mut n = Negotiator::new(TargetLimits::default());
+                let before = n.params.clone();
+                let a = n
+                    .negotiate(Stage::Operational, &kv(&[(key, value)]))
+                    .unwrap();
+                assert_eq!(a, kv(&[(key, "Reject")]), "{key}={value}");
+                assert_eq!(n.params, before, "{key}={value}");
+            }
+        }
+    }
+
+    #[test]
     fn first_burst_never_exceeds_max_burst() {
         let mut n = Negotiator::new(TargetLimits::default());
         let a = n

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::access::{AccessPolicy, OpenAccess};
 use crate::auth::{Authenticator, NoAuthentication};
+use crate::auth_throttle::AuthThrottle;
 use crate::negotiation::{Digest, TargetLimits};
 
 /// Limits the target negotiates with and the timers it runs.
@@ -63,6 +64,8 @@ pub struct ServerOptions {
     pub write_timeout: Duration,
     /// The login authentication step.
     pub authenticator: Arc<dyn Authenticator>,
+    /// The delays after failed CHAP proofs, and their count.
+    pub auth_throttle: Arc<AuthThrottle>,
     /// Which initiators may log in to which targets, and what they see.
     pub access: Arc<dyn AccessPolicy>,
 }
@@ -96,6 +99,7 @@ impl Default for ServerOptions {
             max_queued_output: 4 << 20,
             write_timeout: Duration::from_secs(20),
             authenticator: Arc::new(NoAuthentication),
+            auth_throttle: Arc::default(),
             access: Arc::new(OpenAccess),
         }
     }
@@ -121,11 +125,17 @@ impl std::fmt::Debug for ServerOptions {
             .field("nop_timeout", &self.nop_timeout)
             .field("max_queued_output", &self.max_queued_output)
             .field("write_timeout", &self.write_timeout)
+            .field("auth_throttle", &self.auth_throttle)
             .finish_non_exhaustive()
     }
 }
 
 impl ServerOptions {
+    /// Login attempts whose CHAP proof was wrong, since start.
+    pub fn auth_failures(&self) -> u64 {
+        self.auth_throttle.failures()
+    }
+
     /// The negotiation limits these options describe, clamped to what the
     /// protocol allows.
     pub fn limits(&self) -> TargetLimits {

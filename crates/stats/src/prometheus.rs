@@ -12,6 +12,12 @@
 //! | `openarray_scsi_latency_seconds{quantile="0.5"/"0.99"/"0.999"}` | gauge, since start, from the histogram |
 //! | `openarray_scsi_in_flight` | gauge: commands executing now |
 //!
+//! And for the whole daemon:
+//!
+//! | metric | type |
+//! | --- | --- |
+//! | `openarray_iscsi_auth_failures_total` | counter: logins whose CHAP proof was wrong |
+//!
 //! Label values are escaped by the encoder. The rate of the busy seconds
 //! is the mean queue depth over the scrape interval.
 
@@ -145,6 +151,13 @@ impl Collector for Metrics {
         for e in &entries {
             ConstGauge::new(e.in_flight as i64).encode(family.encode_family(&labels(e))?)?;
         }
+        let auth = encoder.encode_descriptor(
+            "openarray_iscsi_auth_failures",
+            "Login attempts whose CHAP proof was wrong",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(self.registry.auth_failures()).encode(auth)?;
         crate::samples::encode(&self.registry.samples(), &mut encoder)
     }
 }
@@ -176,6 +189,8 @@ mod tests {
         e.begin();
         e.end(OpKind::Write, 512, 1_000_000, false);
         e.begin(); // one still running
+        reg.auth_failures_counter()
+            .fetch_add(3, std::sync::atomic::Ordering::Relaxed);
         let text = encode_text(&reg);
         let l = r#"target="iqn.t",lun="201",initiator="iqn.host\"1""#;
         for line in [
@@ -185,6 +200,7 @@ mod tests {
             format!("openarray_scsi_errors_total{{{l},op=\"write\"}} 1"),
             format!("openarray_scsi_in_flight{{{l}}} 1"),
             "# TYPE openarray_scsi_latency_seconds gauge".to_string(),
+            "openarray_iscsi_auth_failures_total 3".to_string(),
         ] {
             assert!(text.lines().any(|x| x == line), "no {line} in\n{text}");
         }

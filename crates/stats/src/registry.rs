@@ -9,7 +9,7 @@
 //! per LUN under the initiator name [`OVERFLOW_INITIATOR`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -123,6 +123,8 @@ pub struct Registry {
     targets: Mutex<BTreeMap<String, Arc<TargetStats>>>,
     /// Numbers other parts of the daemon report at every scrape.
     sources: Mutex<Vec<Arc<dyn SampleSource>>>,
+    /// Failed login authentications, counted by the transport.
+    auth_failures: Arc<AtomicU64>,
 }
 
 impl Registry {
@@ -149,6 +151,17 @@ impl Registry {
     pub fn samples(&self) -> Vec<Sample> {
         let sources = self.sources.lock().clone();
         sources.iter().flat_map(|s| s.samples()).collect()
+    }
+
+    /// The counter of failed login authentications, for the transport
+    /// to count into (shared, so it outlives configuration changes).
+    pub fn auth_failures_counter(&self) -> Arc<AtomicU64> {
+        self.auth_failures.clone()
+    }
+
+    /// Failed login authentications since start.
+    pub fn auth_failures(&self) -> u64 {
+        self.auth_failures.load(Ordering::Relaxed)
     }
 
     /// Every entry, ordered by target, LUN and initiator.

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::io::read_pdu;
 use super::SessionCtx;
+use crate::auth_throttle;
 use crate::login::{LoginMachine, LoginResult, LoginStatus, LoginStep, Reply};
 use crate::negotiation::SessionType;
 use crate::pdu::initiator::Request;
@@ -104,14 +105,45 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 return None;
             }
         };
-        match machine.step(&req, &directory) {
+        // Wrong proofs delay this initiator's and this address's next ones.
+        let checks_proof = machine.auth().is_some_and(|a| a.awaits_proof()) && !req.continue_;
+        let proof = if checks_proof {
+            let keys = auth_throttle::keys(machine.initiator_name().unwrap_or(""), peer.ip());
+            let throttle = &server.options.auth_throttle;
+            let Some(start) = throttle.reserve(&keys, deadline.into_std()) else {
+                tracing::info!(
+                    initiator = machine.initiator_name().unwrap_or("?"),
+                    %peer,
+                    portal = %local,
+                    "login refused: CHAP attempts are delayed after failures, \
+                     and this one would wait past the login timeout"
+                );
+                let reply = machine.failure(&req, LoginStatus::SERVICE_UNAVAILABLE);
+                let _ = send_reply(stream, &reply).await;
+                return None;
+            };
+            tokio::select! {
+                _ = tokio::time::sleep_until(Instant::from_std(start)) => {}
+                _ = shutdown.wait_for(|s| *s) => return None,
+            }
+            Some(keys)
+        } else {
+            None
+        };
+        let step = machine.step(&req, &directory);
+        if let Some(keys) = &proof {
+            judge_proof(server, &machine, keys, &step, peer, local);
+        }
+        match step {
             LoginStep::Reply(reply) => {
                 if send_reply(stream, &reply).await.is_err() {
                     return None;
                 }
             }
             LoginStep::Fail(reply, status) => {
-                log_refused(&machine, peer, local, status);
+                if proof.is_none() || status != LoginStatus::AUTHENTICATION_FAILURE {
+                    log_refused(&machine, peer, local, status);
+                }
                 let _ = send_reply(stream, &reply).await;
                 return None;
             }
@@ -143,6 +175,43 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 log_accepted(&established.ctx);
                 return Some(established);
+            }
+        }
+    }
+}
+
+/// Counts a checked proof: a failure delays the keys' next attempts, a
+/// success clears them.
+fn judge_proof(
+    server: &Server,
+    machine: &LoginMachine,
+    keys: &[auth_throttle::Key],
+    step: &LoginStep,
+    peer: SocketAddr,
+    local: SocketAddr,
+) {
+    let throttle = &server.options.auth_throttle;
+    match step {
+        LoginStep::Fail(_, status) if *status == LoginStatus::AUTHENTICATION_FAILURE => {
+            let (failures, delay) = throttle.failed(keys);
+            tracing::info!(
+                initiator = machine.initiator_name().unwrap_or("?"),
+                target = machine.target_name().unwrap_or("-"),
+                %peer,
+                portal = %local,
+                reason = machine
+                    .auth()
+                    .and_then(|a| a.failure_reason())
+                    .unwrap_or("authentication failure"),
+                failures,
+                next_delay = ?delay,
+                "login refused: CHAP authentication failed"
+            );
+        }
+        LoginStep::Fail(..) => {}
+        LoginStep::Reply(_) | LoginStep::Complete(..) => {
+            if machine.auth().is_some_and(|a| a.complete()) {
+                throttle.succeeded(keys);
             }
         }
     }
