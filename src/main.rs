@@ -50,8 +50,9 @@ enum Command {
         listen: Vec<SocketAddr>,
 
         /// Serve the administration API (`openarray config ...`) on this
-        /// unix socket, usable by its owner only.
-        #[arg(long, value_name = "PATH")]
+        /// unix socket, usable by its owner only; `none` turns it off.
+        /// Without it, /run/openarray.sock.
+        #[arg(long, value_name = "PATH|none")]
         admin_socket: Option<PathBuf>,
 
         /// Also answer Prometheus scrapes (`GET /metrics`) on this TCP
@@ -148,7 +149,7 @@ fn main() -> ExitCode {
         } => match serve::run(
             config.as_deref(),
             &listen,
-            admin_socket.as_deref(),
+            &serve::AdminSocket::from_arg(admin_socket),
             metrics_listen,
         ) {
             Ok(()) => ExitCode::SUCCESS,

@@ -2,7 +2,7 @@
 //! or SIGINT end every session and flush every logical unit before exiting.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,13 +12,57 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::admin;
 use crate::admin::portals;
 
+/// Where the administration API listens.
+pub enum AdminSocket {
+    /// `--admin-socket none`.
+    Off,
+    /// Not given: the default path. A daemon already serving there stops
+    /// this one from starting; a path it may not create (not root) only
+    /// leaves the API off, with a warning.
+    Default(PathBuf),
+    /// `--admin-socket PATH`: serving there is required.
+    Given(PathBuf),
+}
+
+impl AdminSocket {
+    pub fn from_arg(arg: Option<PathBuf>) -> AdminSocket {
+        match arg {
+            Some(p) if p.as_os_str() == "none" => AdminSocket::Off,
+            Some(p) => AdminSocket::Given(p),
+            None => AdminSocket::Default(PathBuf::from(crate::api_client::DEFAULT_SOCKET)),
+        }
+    }
+
+    fn path(&self) -> Option<&Path> {
+        match self {
+            AdminSocket::Off => None,
+            AdminSocket::Default(p) | AdminSocket::Given(p) => Some(p),
+        }
+    }
+
+    fn bind(&self) -> anyhow::Result<Option<(tokio::net::UnixListener, admin::SocketFile)>> {
+        let Some(path) = self.path() else {
+            return Ok(None);
+        };
+        match admin::bind(path) {
+            Ok(bound) => Ok(Some(bound)),
+            Err(e) if matches!(self, AdminSocket::Default(_)) && !admin::held_by_a_daemon(&e) => {
+                tracing::warn!(socket = %path.display(), error = %format!("{e:#}"),
+                    "administration API not started (give --admin-socket PATH, or none)");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// How long shutdown waits for the accept loops to return.
 const ACCEPT_LOOP_GRACE: Duration = Duration::from_secs(10);
 
 pub fn run(
     config_path: Option<&Path>,
     listen: &[SocketAddr],
-    admin_socket: Option<&Path>,
+    admin_socket: &AdminSocket,
     metrics_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     keep_freed_memory();
@@ -117,7 +161,7 @@ fn api_deadlines(daemon: &control::Daemon) -> admin::Deadlines {
 
 async fn serve(
     mut current: admin::Current,
-    admin_socket: Option<&Path>,
+    admin_socket: &AdminSocket,
     metrics_listen: Option<SocketAddr>,
     api: Option<(SocketAddr, admin::Token)>,
     connection_runtimes: Vec<tokio::runtime::Handle>,
@@ -149,7 +193,7 @@ async fn serve(
         .add_source(Arc::new(crate::listener_metrics::ListenerSamples(
             server.clone(),
         )));
-    let admin_listener = admin_socket.map(admin::bind).transpose()?;
+    let admin_listener = admin_socket.bind()?;
     let api_listener = match &api {
         Some((addr, _)) => Some(
             portals::bind(*addr).with_context(|| format!("cannot listen for the API on {addr}"))?,
@@ -185,7 +229,7 @@ async fn serve(
     tokio::spawn(admin.schedules.clone().run(admin.clone()));
     let (admin_listener, socket_file) = admin_listener.unzip();
     let admin_task = admin_listener.map(|listener| {
-        if let Some(path) = admin_socket {
+        if let Some(path) = admin_socket.path() {
             tracing::info!(socket = %path.display(), "administration API listening");
         }
         tokio::spawn(admin::serve_unix(admin.clone(), listener, deadlines))

@@ -183,6 +183,7 @@ fn a_token_file_others_can_read_is_a_config_error() {
     .unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
     cmd.arg("serve")
+        .args(["--admin-socket", "none"])
         .arg("--config")
         .arg(&config)
         .arg("--listen")

@@ -63,9 +63,13 @@ impl Served {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("serve.log");
         let out = std::fs::File::create(&log).unwrap();
-        let child = openarray()
-            .arg("serve")
-            .args(args)
+        let mut cmd = openarray();
+        cmd.arg("serve").args(args);
+        // Tests run many daemons at once: none takes the default socket.
+        if !args.iter().any(|a| a == "--admin-socket") {
+            cmd.args(["--admin-socket", "none"]);
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -342,4 +346,59 @@ fn serve_offers_the_configured_targets_and_luns() {
     }
     served.signal(libc::SIGTERM);
     assert!(served.wait_exit().success());
+}
+
+/// `openarray serve` with no socket option opens the default one, which
+/// `openarray target list` finds with no option either; a second daemon
+/// refuses to start over it, and a clean stop removes it.
+#[test]
+fn the_admin_socket_is_on_by_default() {
+    const DEFAULT: &str = "/run/openarray.sock";
+    let spawn = |port: u16| {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("serve.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = openarray()
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("start openarray serve");
+        Served {
+            child,
+            log,
+            _dir: dir,
+        }
+    };
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let mut first = spawn(addr.port());
+    first.wait_listening(&[addr]).expect("first daemon listens");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !first.log().contains("administration API listening") {
+        assert!(Instant::now() < deadline, "{}", first.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(first.log().contains(DEFAULT), "{}", first.log());
+    let listed = run(&["target", "list"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains("iqn.2026-11.org.openarray:default"),
+        "{listed:?}"
+    );
+
+    let mut second = spawn(free_port());
+    let status = second.wait_exit();
+    assert!(!status.success());
+    assert!(
+        second
+            .log()
+            .contains(&format!("another daemon is serving on {DEFAULT}")),
+        "{}",
+        second.log()
+    );
+
+    first.signal(libc::SIGTERM);
+    assert!(first.wait_exit().success(), "{}", first.log());
+    assert!(!Path::new(DEFAULT).exists(), "the socket is left behind");
 }

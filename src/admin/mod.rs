@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Value};
 
 pub use http::{serve_metrics, serve_tcp, serve_unix, Deadlines, Token};
-pub use socket::bind;
+pub use socket::{bind, held_by_a_daemon, SocketFile};
 
 /// How long a change waits for a removed portal's listener to close.
 const PORTAL_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);

@@ -30,6 +30,25 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
         .map(|m| (m.dev(), m.ino()))
 }
 
+/// Something at the socket's path that must not be replaced: a daemon
+/// serving there, or a file that is not a socket.
+#[derive(Debug)]
+pub struct Occupied(String);
+
+impl std::fmt::Display for Occupied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Occupied {}
+
+/// Whether `bind` failed because something at the path must be kept,
+/// rather than because the path could not be made.
+pub fn held_by_a_daemon(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<Occupied>().is_some()
+}
+
 /// What is at the socket's path now.
 enum Existing {
     Nothing,
@@ -44,14 +63,15 @@ fn existing(path: &Path) -> anyhow::Result<Existing> {
         Err(e) => return Err(e).with_context(|| format!("cannot examine {}", path.display())),
     };
     if !meta.file_type().is_socket() {
-        anyhow::bail!(
+        return Err(Occupied(format!(
             "{} exists and is not a socket; refusing to replace it (remove it or choose \
              another --admin-socket path)",
             path.display()
-        );
+        ))
+        .into());
     }
     match std::os::unix::net::UnixStream::connect(path) {
-        Ok(_) => anyhow::bail!("another daemon is serving on {}", path.display()),
+        Ok(_) => Err(Occupied(format!("another daemon is serving on {}", path.display())).into()),
         Err(e) if e.kind() == ErrorKind::ConnectionRefused => Ok(Existing::Stale),
         // Gone between the two looks.
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(Existing::Nothing),

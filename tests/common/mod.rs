@@ -113,6 +113,10 @@ impl Daemon {
             cmd.arg("--config").arg(config);
         }
         cmd.args(extra);
+        // Tests run many daemons at once: none takes the default socket.
+        if !extra.iter().any(|a| a == "--admin-socket") {
+            cmd.arg("--admin-socket").arg("none");
+        }
         for port in &ports {
             cmd.arg("--listen").arg(format!("127.0.0.1:{port}"));
         }
