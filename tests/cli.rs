@@ -60,16 +60,22 @@ impl Served {
     }
 
     fn spawn(args: &[String]) -> Served {
+        let mut args = args.to_vec();
+        // Tests run many daemons at once: none takes the default socket.
+        if !args.iter().any(|a| a == "--admin-socket") {
+            args.extend(["--admin-socket".into(), "none".into()]);
+        }
+        Served::spawn_exactly(&args)
+    }
+
+    /// `openarray serve ARGS`, nothing added.
+    fn spawn_exactly(args: &[String]) -> Served {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("serve.log");
         let out = std::fs::File::create(&log).unwrap();
-        let mut cmd = openarray();
-        cmd.arg("serve").args(args);
-        // Tests run many daemons at once: none takes the default socket.
-        if !args.iter().any(|a| a == "--admin-socket") {
-            cmd.args(["--admin-socket", "none"]);
-        }
-        let child = cmd
+        let child = openarray()
+            .arg("serve")
+            .args(args)
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -354,23 +360,8 @@ fn serve_offers_the_configured_targets_and_luns() {
 #[test]
 fn the_admin_socket_is_on_by_default() {
     const DEFAULT: &str = "/run/openarray.sock";
-    let spawn = |port: u16| {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("serve.log");
-        let out = std::fs::File::create(&log).unwrap();
-        let child = openarray()
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("start openarray serve");
-        Served {
-            child,
-            log,
-            _dir: dir,
-        }
-    };
+    let spawn =
+        |port: u16| Served::spawn_exactly(&["--listen".into(), format!("127.0.0.1:{port}")]);
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut first = spawn(addr.port());
     first.wait_listening(&[addr]).expect("first daemon listens");
