@@ -1,10 +1,11 @@
-//! A device that misbehaves on purpose, for crash and error-path tests.
+//! A device that misbehaves on purpose, for crash and error-path tests and
+//! for admins rehearsing failures (`kind = "faulty"`).
 //!
 //! It acts like a disk with a volatile write cache: writes are held in an
-//! overlay until `flush` (or a FUA write) carries them to the inner device,
-//! so [`FaultyDevice::drop_unflushed`] simulates power loss by losing
-//! exactly the writes no flush has covered. It can also fail reads or
-//! writes and slow every call down.
+//! overlay until `flush` (or a FUA write) carries them to the child, so
+//! [`Faults::drop_unflushed`] simulates power loss by losing exactly the
+//! writes no flush has covered. It can also fail reads or writes, corrupt
+//! ranges silently, and slow every call down.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,33 +15,37 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 
 use crate::overlay::{Overlay, Pending};
+use crate::wrapper::{Wrapped, Wrapper};
 use crate::{check_range, Allocation, BlockDevice, Capabilities};
 
-pub struct FaultyDevice {
-    inner: Arc<dyn BlockDevice>,
+/// The faults of a [`FaultyDevice`], set live.
+#[derive(Default)]
+pub struct Faults {
     /// Writes since the last flush. Reads hold the read lock across the
-    /// inner read and the patch, so a concurrent flush can't slip between.
+    /// child's read and the patch, so a concurrent flush can't slip between.
     pending: RwLock<Overlay>,
     fail_reads: AtomicBool,
     fail_writes: AtomicBool,
     delay: Mutex<Option<Duration>>,
+    /// Ranges whose stored bytes read back inverted until rewritten, as
+    /// silently corrupted media would.
+    corrupt: Mutex<Vec<(u64, u64)>>,
+}
+
+/// A device with [`Faults`] over its child.
+pub type FaultyDevice = Wrapped<Faults>;
+
+impl Wrapped<Faults> {
+    pub fn new(inner: Arc<dyn BlockDevice>) -> FaultyDevice {
+        Wrapped::over(inner, Faults::default())
+    }
 }
 
 fn injected(what: &str) -> io::Error {
     io::Error::other(format!("faulty device: injected {what} failure"))
 }
 
-impl FaultyDevice {
-    pub fn new(inner: Arc<dyn BlockDevice>) -> FaultyDevice {
-        FaultyDevice {
-            inner,
-            pending: RwLock::new(Overlay::default()),
-            fail_reads: AtomicBool::new(false),
-            fail_writes: AtomicBool::new(false),
-            delay: Mutex::new(None),
-        }
-    }
-
+impl Faults {
     /// Loses every write, discard and zeroing since the last flush, as a
     /// power cut would.
     pub fn drop_unflushed(&self) {
@@ -58,6 +63,25 @@ impl FaultyDevice {
     /// Sleep this long before every operation.
     pub fn set_delay(&self, delay: Option<Duration>) {
         *self.delay.lock() = delay;
+    }
+
+    /// Make `len` bytes at `offset` read back with every bit inverted, and
+    /// no error, until they are written again.
+    pub fn corrupt(&self, offset: u64, len: u64) {
+        if len > 0 {
+            self.corrupt
+                .lock()
+                .push((offset, offset.saturating_add(len)));
+        }
+    }
+
+    /// Clear every fault: no failures, no corruption, no delay. Unflushed
+    /// writes stay (they are not a fault).
+    pub fn heal(&self) {
+        self.set_fail_reads(false);
+        self.set_fail_writes(false);
+        self.set_delay(None);
+        self.corrupt.lock().clear();
     }
 
     /// Bytes of written data waiting for a flush.
@@ -80,100 +104,156 @@ impl FaultyDevice {
         Ok(())
     }
 
-    fn queue(&self, offset: u64, change: Pending) -> io::Result<()> {
-        check_range(self.inner.size(), offset, change.len())?;
+    fn queue(&self, child: &dyn BlockDevice, offset: u64, change: Pending) -> io::Result<()> {
+        check_range(child.size(), offset, change.len())?;
         self.before_write()?;
+        self.rewritten(offset, change.len());
         self.pending.write().insert(offset, change);
         Ok(())
     }
-}
 
-impl BlockDevice for FaultyDevice {
-    fn size(&self) -> u64 {
-        self.inner.size()
+    /// Bytes written again are no longer corrupt.
+    fn rewritten(&self, offset: u64, len: u64) {
+        let end = offset.saturating_add(len);
+        let mut corrupt = self.corrupt.lock();
+        if corrupt.is_empty() {
+            return;
+        }
+        let mut kept = Vec::with_capacity(corrupt.len());
+        for &(s, e) in corrupt.iter() {
+            if e <= offset || s >= end {
+                kept.push((s, e));
+                continue;
+            }
+            if s < offset {
+                kept.push((s, offset));
+            }
+            if e > end {
+                kept.push((end, e));
+            }
+        }
+        *corrupt = kept;
     }
 
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        check_range(self.inner.size(), offset, buf.len() as u64)?;
+    fn invert_corrupt(&self, buf: &mut [u8], offset: u64) {
+        let end = offset + buf.len() as u64;
+        for &(s, e) in self.corrupt.lock().iter() {
+            let (from, to) = (s.max(offset), e.min(end));
+            if from < to {
+                for b in &mut buf[(from - offset) as usize..(to - offset) as usize] {
+                    *b = !*b;
+                }
+            }
+        }
+    }
+}
+
+impl Wrapper for Faults {
+    fn describe(&self, child: &dyn BlockDevice) -> String {
+        format!("faulty({})", child.describe())
+    }
+
+    fn read_at(&self, child: &dyn BlockDevice, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        check_range(child.size(), offset, buf.len() as u64)?;
         self.pause();
         if self.fail_reads.load(Ordering::SeqCst) {
             return Err(injected("read"));
         }
         let pending = self.pending.read();
-        self.inner.read_at(buf, offset)?;
+        child.read_at(buf, offset)?;
         pending.patch(buf, offset);
+        drop(pending);
+        self.invert_corrupt(buf, offset);
         Ok(())
     }
 
-    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+    fn write_at(
+        &self,
+        child: &dyn BlockDevice,
+        buf: &[u8],
+        offset: u64,
+        fua: bool,
+    ) -> io::Result<()> {
         if !fua {
-            return self.queue(offset, Pending::Data(buf.to_vec()));
+            return self.queue(child, offset, Pending::Data(buf.to_vec()));
         }
-        check_range(self.inner.size(), offset, buf.len() as u64)?;
+        check_range(child.size(), offset, buf.len() as u64)?;
         self.before_write()?;
         // Stable at once; only this write, not the other cached ones.
         let mut pending = self.pending.write();
-        self.inner.write_at(buf, offset, true)?;
+        child.write_at(buf, offset, true)?;
         pending.punch(offset, offset + buf.len() as u64);
+        self.rewritten(offset, buf.len() as u64);
         Ok(())
     }
 
-    fn flush(&self) -> io::Result<()> {
+    fn flush(&self, child: &dyn BlockDevice) -> io::Result<()> {
         self.before_write()?;
         let mut pending = self.pending.write();
         for (offset, change) in pending.iter() {
             match change {
-                Pending::Data(data) => self.inner.write_at(data, offset, false)?,
-                Pending::Zeroes(len) => self.inner.write_zeroes(offset, *len)?,
-                Pending::Discard(len) => self.inner.discard(offset, *len)?,
+                Pending::Data(data) => child.write_at(data, offset, false)?,
+                Pending::Zeroes(len) => child.write_zeroes(offset, *len)?,
+                Pending::Discard(len) => child.discard(offset, *len)?,
             }
         }
-        self.inner.flush()?;
+        child.flush()?;
         pending.clear();
         Ok(())
     }
 
-    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.queue(offset, Pending::Discard(len))
+    fn discard(&self, child: &dyn BlockDevice, offset: u64, len: u64) -> io::Result<()> {
+        self.queue(child, offset, Pending::Discard(len))
     }
 
-    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.queue(offset, Pending::Zeroes(len))
+    fn write_zeroes(&self, child: &dyn BlockDevice, offset: u64, len: u64) -> io::Result<()> {
+        self.queue(child, offset, Pending::Zeroes(len))
     }
 
-    fn allocation(&self, offset: u64, len: u64) -> io::Result<(Allocation, u64)> {
-        check_range(self.inner.size(), offset, len)?;
+    fn allocate_zeroes(&self, child: &dyn BlockDevice, offset: u64, len: u64) -> io::Result<()> {
+        // Written zeros, never a deallocation, cached like any write.
+        const CHUNK: u64 = 1 << 20;
+        let zeros = vec![0u8; CHUNK.min(len) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = CHUNK.min(len - done);
+            self.write_at(child, &zeros[..n as usize], offset + done, false)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn allocation(
+        &self,
+        child: &dyn BlockDevice,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<(Allocation, u64)> {
+        check_range(child.size(), offset, len)?;
         let pending = self.pending.read();
         let (containing, next) = pending.at(offset);
         if let Some((start, change)) = containing {
             let state = match change {
                 Pending::Data(_) => Allocation::Mapped,
-                _ if self.inner.capabilities().thin => Allocation::Deallocated,
+                _ if child.capabilities().thin => Allocation::Deallocated,
                 _ => Allocation::Mapped,
             };
             return Ok((state, (start + change.len() - offset).min(len)));
         }
-        // Inner state, but only up to where the next pending change starts.
+        // The child's state, but only up to where the next pending change
+        // starts.
         let limit = next.map_or(len, |n| (n - offset).min(len));
-        self.inner.allocation(offset, limit)
+        child.allocation(offset, limit)
     }
 
-    fn granularity(&self) -> u64 {
-        self.inner.granularity()
-    }
-
-    fn capabilities(&self) -> Capabilities {
+    fn capabilities(&self, child: &dyn BlockDevice) -> Capabilities {
         Capabilities {
             volatile_cache: true,
             // Delays sleep in the calling thread.
             may_block: true,
             discard_zeroes: true,
-            ..self.inner.capabilities()
+            ..child.capabilities()
         }
-    }
-
-    fn describe(&self) -> String {
-        format!("faulty({})", self.inner.describe())
     }
 }
 
@@ -268,6 +348,26 @@ mod tests {
         dev.read_at(&mut [0], 0).unwrap();
         assert!(start.elapsed() >= Duration::from_millis(20));
         dev.set_delay(None);
+    }
+
+    #[test]
+    fn corruption_reads_back_inverted_until_rewritten_or_healed() {
+        let (_, dev) = faulty(1 << 20);
+        dev.write_at(&[0x0f; 4096], 0, false).unwrap();
+        dev.flush().unwrap();
+        dev.corrupt(1000, 100);
+        let back = read(&dev, 900, 300);
+        assert_eq!(&back[..100], &[0x0f; 100]);
+        assert_eq!(&back[100..200], &[0xf0; 100], "silently wrong");
+        assert_eq!(&back[200..], &[0x0f; 100]);
+        // A write over part of the range makes that part good again.
+        dev.write_at(&[7; 50], 1000, false).unwrap();
+        assert_eq!(read(&dev, 1000, 100), [[7u8; 50], [0xf0; 50]].concat());
+        dev.heal();
+        assert_eq!(read(&dev, 1050, 50), [0x0f; 50]);
+        dev.set_fail_reads(true);
+        dev.heal();
+        dev.read_at(&mut [0], 0).unwrap();
     }
 
     #[test]

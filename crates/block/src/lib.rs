@@ -12,6 +12,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 mod aligned;
+mod delay;
 mod faulty;
 mod file;
 mod mem;
@@ -20,14 +21,17 @@ mod null;
 mod overlay;
 mod sys;
 mod uring;
+mod wrapper;
 
 pub use aligned::AlignedBuf;
-pub use faulty::FaultyDevice;
+pub use delay::{Delay, DelayDevice, DelayLimits};
+pub use faulty::{Faults, FaultyDevice};
 pub use file::{FileDevice, FileOptions};
 pub use mem::MemDevice;
 pub use memory_map::{MappedBytes, MemoryMap};
 pub use null::NullDevice;
 pub use sys::path_on_memory_file_system as on_memory_file_system;
+pub use wrapper::{FastPaths, Wrapped, Wrapper};
 
 /// What a device can do; the SCSI layer reports these to initiators.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -287,31 +287,19 @@ mod tests {
     }
 
     /// A disk that cannot zero a range by deallocating it.
-    struct NoCheapZeros(MemDevice);
+    struct NoCheapZeros;
 
-    impl BlockDevice for NoCheapZeros {
-        fn size(&self) -> u64 {
-            self.0.size()
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-            self.0.read_at(buf, offset)
-        }
-        fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
-            self.0.write_at(buf, offset, fua)
-        }
-        fn flush(&self) -> io::Result<()> {
-            Ok(())
-        }
-        fn write_zeroes(&self, _: u64, _: u64) -> io::Result<()> {
+    impl block::Wrapper for NoCheapZeros {
+        fn write_zeroes(&self, _: &dyn BlockDevice, _: u64, _: u64) -> io::Result<()> {
             panic!("a unit's fill writes its zeros along with the data");
         }
-        fn capabilities(&self) -> block::Capabilities {
+        fn capabilities(&self, child: &dyn BlockDevice) -> block::Capabilities {
             block::Capabilities {
                 discard_zeroes: false,
-                ..self.0.capabilities()
+                ..child.capabilities()
             }
         }
-        fn describe(&self) -> String {
+        fn describe(&self, _: &dyn BlockDevice) -> String {
             "no-cheap-zeros".into()
         }
     }
@@ -323,7 +311,10 @@ mod tests {
         let mem = Arc::new(MemDevice::new(3 * UNIT));
         let devices: [Arc<dyn BlockDevice>; 2] = [
             mem.clone(),
-            Arc::new(NoCheapZeros(MemDevice::new(3 * UNIT))),
+            Arc::new(block::Wrapped::over(
+                Arc::new(MemDevice::new(3 * UNIT)),
+                NoCheapZeros,
+            )),
         ];
         for device in devices {
             let layout = Layout::new(UNIT, vec![(device.clone(), 2)]);

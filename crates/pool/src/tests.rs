@@ -486,16 +486,12 @@ fn a_snapshot_shared_unit_of_a_file_pool_is_copied_in_the_kernel() {
 /// so and waits to be let go, so a test can act while a copy-on-write
 /// holds the bytes it copied.
 struct PausingReads {
-    inner: MemDevice,
     pause: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
 }
 
-impl BlockDevice for PausingReads {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)?;
+impl block::Wrapper for PausingReads {
+    fn read_at(&self, child: &dyn BlockDevice, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        child.read_at(buf, offset)?;
         let pause = self.pause.lock().unwrap().take();
         if let Some((paused, resume)) = pause {
             paused.send(()).unwrap();
@@ -503,32 +499,19 @@ impl BlockDevice for PausingReads {
         }
         Ok(())
     }
-    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> std::io::Result<()> {
-        self.inner.write_at(buf, offset, fua)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.discard(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.write_zeroes(offset, len)
-    }
-    fn capabilities(&self) -> block::Capabilities {
-        self.inner.capabilities()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
+    fn describe(&self, child: &dyn BlockDevice) -> String {
+        child.describe()
     }
 }
 
 #[test]
 fn a_unit_being_copied_takes_no_write_in_place_even_once_exclusive() {
-    let data = Arc::new(PausingReads {
-        inner: MemDevice::new(17 * UNIT),
-        pause: std::sync::Mutex::new(None),
-    });
+    let data = Arc::new(block::Wrapped::over(
+        Arc::new(MemDevice::new(17 * UNIT)),
+        PausingReads {
+            pause: std::sync::Mutex::new(None),
+        },
+    ));
     let meta = MetadataLocation::Device(Arc::new(MemDevice::new(8 << 20)));
     let pool = Pool::create("p", vec![data.clone() as Arc<dyn BlockDevice>], &meta, UNIT).unwrap();
     pool.create_volume("v", 4 * UNIT).unwrap();

@@ -330,39 +330,23 @@ mod tests {
 
     /// A thin device with an allocation unit, as a pool volume is.
     struct Granular {
-        inner: block::MemDevice,
         unit: u64,
     }
 
-    impl block::BlockDevice for Granular {
-        fn size(&self) -> u64 {
-            self.inner.size()
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-            self.inner.read_at(buf, offset)
-        }
-        fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> std::io::Result<()> {
-            self.inner.write_at(buf, offset, fua)
-        }
-        fn flush(&self) -> std::io::Result<()> {
-            self.inner.flush()
-        }
-        fn granularity(&self) -> u64 {
+    impl block::Wrapper for Granular {
+        fn granularity(&self, _: &dyn block::BlockDevice) -> u64 {
             self.unit
         }
-        fn capabilities(&self) -> block::Capabilities {
-            self.inner.capabilities()
-        }
-        fn describe(&self) -> String {
+        fn describe(&self, _: &dyn block::BlockDevice) -> String {
             "granular".into()
         }
     }
 
     fn granular_lu(unit: u64, block_size: u32) -> std::sync::Arc<LogicalUnit> {
-        let dev = Granular {
-            inner: block::MemDevice::new(4 << 20),
-            unit,
-        };
+        let dev = block::Wrapped::over(
+            std::sync::Arc::new(block::MemDevice::new(4 << 20)),
+            Granular { unit },
+        );
         let config = crate::config::LuConfig {
             naa: crate::config::naa_from_seed("granular"),
             block_size,

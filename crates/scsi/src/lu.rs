@@ -881,37 +881,26 @@ mod tests {
 
     /// A RAM device whose size can change under the LU.
     struct Resizable {
-        inner: block::MemDevice,
         size: AtomicU64,
     }
 
-    impl BlockDevice for Resizable {
-        fn size(&self) -> u64 {
+    impl block::Wrapper for Resizable {
+        fn size(&self, _: &dyn BlockDevice) -> u64 {
             self.size.load(Ordering::Relaxed)
         }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-            self.inner.read_at(buf, offset)
-        }
-        fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
-            self.inner.write_at(buf, offset, fua)
-        }
-        fn flush(&self) -> io::Result<()> {
-            Ok(())
-        }
-        fn capabilities(&self) -> Capabilities {
-            self.inner.capabilities()
-        }
-        fn describe(&self) -> String {
+        fn describe(&self, _: &dyn BlockDevice) -> String {
             "resizable".into()
         }
     }
 
     #[test]
     fn resizing_the_device_tells_every_nexus() {
-        let dev = Arc::new(Resizable {
-            inner: block::MemDevice::new(1 << 20),
-            size: AtomicU64::new(1 << 19),
-        });
+        let dev = Arc::new(block::Wrapped::over(
+            Arc::new(block::MemDevice::new(1 << 20)),
+            Resizable {
+                size: AtomicU64::new(1 << 19),
+            },
+        ));
         let lu = LogicalUnit::new(dev.clone(), LuConfig::default()).unwrap();
         let (a, b) = (nexus("a"), nexus("b"));
         ready(&lu, &a);

@@ -425,34 +425,24 @@ mod tests {
 
     /// A RAM disk that says it reads in batches and ends each batch's
     /// reads last to first, as a device may.
-    struct Reversing(block::MemDevice);
+    struct Reversing;
 
-    impl block::BlockDevice for Reversing {
-        fn size(&self) -> u64 {
-            self.0.size()
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-            self.0.read_at(buf, offset)
-        }
-        fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> std::io::Result<()> {
-            self.0.write_at(buf, offset, fua)
-        }
-        fn flush(&self) -> std::io::Result<()> {
-            self.0.flush()
-        }
-        fn reads_in_batches(&self) -> bool {
+    impl block::Wrapper for Reversing {
+        fn reads_in_batches(&self, _: &dyn block::BlockDevice) -> bool {
             true
         }
-        fn read_batch(&self, reads: &mut [BatchRead], done: &mut dyn FnMut(usize, &mut BatchRead)) {
+        fn read_batch(
+            &self,
+            child: &dyn block::BlockDevice,
+            reads: &mut [BatchRead],
+            done: &mut dyn FnMut(usize, &mut BatchRead),
+        ) {
             for (i, r) in reads.iter_mut().enumerate().rev() {
-                r.result = self.0.read_at(&mut r.buf, r.offset);
+                r.result = child.read_at(&mut r.buf, r.offset);
                 done(i, r);
             }
         }
-        fn capabilities(&self) -> block::Capabilities {
-            self.0.capabilities()
-        }
-        fn describe(&self) -> String {
+        fn describe(&self, _: &dyn block::BlockDevice) -> String {
             "reversing".into()
         }
     }
@@ -572,7 +562,10 @@ mod tests {
         };
         let alone = lu_with(1 << 20, config());
         let batched = LogicalUnit::new(
-            std::sync::Arc::new(Reversing(block::MemDevice::new(1 << 20))),
+            std::sync::Arc::new(block::Wrapped::over(
+                std::sync::Arc::new(block::MemDevice::new(1 << 20)),
+                Reversing,
+            )),
             config(),
         )
         .unwrap();

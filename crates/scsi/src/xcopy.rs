@@ -467,26 +467,14 @@ mod tests {
     /// A device that copies by itself: it records the copies it was asked
     /// for and does them, or declines them all.
     struct SelfCopying {
-        inner: block::MemDevice,
         offload: bool,
         asked: parking_lot::Mutex<Vec<(u64, u64, u64)>>,
     }
 
-    impl block::BlockDevice for SelfCopying {
-        fn size(&self) -> u64 {
-            self.inner.size()
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-            self.inner.read_at(buf, offset)
-        }
-        fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> std::io::Result<()> {
-            self.inner.write_at(buf, offset, fua)
-        }
-        fn flush(&self) -> std::io::Result<()> {
-            Ok(())
-        }
+    impl block::Wrapper for SelfCopying {
         fn copy_from(
             &self,
+            child: &dyn block::BlockDevice,
             src: &dyn block::BlockDevice,
             src_offset: u64,
             dst_offset: u64,
@@ -499,13 +487,10 @@ mod tests {
             let mut buf = vec![0u8; len as usize];
             Some(
                 src.read_at(&mut buf, src_offset)
-                    .and_then(|()| self.inner.write_at(&buf, dst_offset, false)),
+                    .and_then(|()| child.write_at(&buf, dst_offset, false)),
             )
         }
-        fn capabilities(&self) -> block::Capabilities {
-            self.inner.capabilities()
-        }
-        fn describe(&self) -> String {
+        fn describe(&self, _: &dyn block::BlockDevice) -> String {
             "self-copying".into()
         }
     }
@@ -513,11 +498,13 @@ mod tests {
     #[test]
     fn the_destination_device_is_offered_the_copy_first() {
         for offload in [true, false] {
-            let dev = Arc::new(SelfCopying {
-                inner: block::MemDevice::new(1 << 20),
-                offload,
-                asked: parking_lot::Mutex::new(Vec::new()),
-            });
+            let dev = Arc::new(block::Wrapped::over(
+                Arc::new(block::MemDevice::new(1 << 20)),
+                SelfCopying {
+                    offload,
+                    asked: parking_lot::Mutex::new(Vec::new()),
+                },
+            ));
             let config = LuConfig {
                 naa: naa_from_seed("self"),
                 ..LuConfig::default()
