@@ -3,8 +3,8 @@
 //! clones named in `refresh` are re-pointed at the newest snapshot once no
 //! session uses them. `GET /v1/schedules` reports what each did last.
 //!
-//! Runs are on the blocking pool, one at a time: a snapshot is a metadata
-//! commit of the pool, and schedules are minutes or days apart.
+//! A run with something to do is a job of its pool (`scheduled snapshot`
+//! in `GET /v1/pools/{pool}/jobs`), one at a time per schedule.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -27,6 +27,8 @@ struct Outcome {
     /// Clones waiting for their sessions to end before a refresh.
     waiting: Vec<String>,
     error: Option<String>,
+    /// The job carrying out the last run, while it runs.
+    job: Option<u64>,
 }
 
 #[derive(Default)]
@@ -88,7 +90,7 @@ impl Scheduler {
             .collect()
     }
 
-    fn run_due(&self, admin: &Admin) {
+    fn run_due(self: &Arc<Self>, admin: &Admin) {
         let jobs = Self::jobs(admin);
         let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
         // Schedules removed from the configuration are forgotten.
@@ -98,20 +100,49 @@ impl Scheduler {
         });
         for job in jobs {
             let key = (job.schedule.pool.clone(), job.schedule.spec.volume.clone());
-            let outcome = outcomes.entry(key).or_default();
-            let result = match &job.pool {
-                Ok(pool) => run_one(&job, pool, outcome),
-                Err(e) => Err(format!("pool {}: {e}", job.schedule.pool)),
-            };
-            if let Err(e) = result {
-                if outcome.error.as_ref() != Some(&e) {
-                    tracing::warn!(volume = %job.schedule.spec.volume, error = %e, "scheduled snapshot failed");
+            let outcome = outcomes.entry(key.clone()).or_default();
+            if outcome.job.is_some_and(still_running) {
+                continue;
+            }
+            let pool = match &job.pool {
+                Ok(pool) => pool.clone(),
+                Err(e) => {
+                    let e = format!("pool {}: {e}", job.schedule.pool);
+                    record(outcome, Err(e), &job.schedule.spec.volume);
+                    continue;
                 }
-                outcome.error = Some(e);
-            } else {
-                outcome.error = None;
+            };
+            if !has_work(&job, &pool, outcome) {
+                continue;
+            }
+            let me = self.clone();
+            let volume = job.schedule.spec.volume.clone();
+            let work = Box::new(move |pool: &Pool, _: &mut dyn FnMut(u64, u64)| {
+                let mut outcome = me.outcome(&key);
+                let result = run_one(&job, pool, &mut outcome);
+                record(&mut outcome, result.clone(), &job.schedule.spec.volume);
+                me.outcomes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(
+                        key,
+                        Outcome {
+                            job: None,
+                            ..outcome
+                        },
+                    );
+                result.map_err(std::io::Error::other)
+            });
+            match crate::volume_api::jobs::start(pool, "scheduled snapshot", &volume, work) {
+                Ok(started) => outcome.job = started["id"].as_u64(),
+                Err(e) => record(outcome, Err(e), &volume),
             }
         }
+    }
+
+    fn outcome(&self, key: &(String, String)) -> Outcome {
+        let outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
+        outcomes.get(key).cloned().unwrap_or_default()
     }
 
     /// `GET /v1/schedules`.
@@ -149,12 +180,88 @@ impl Scheduler {
     }
 }
 
-fn snapshots_of<'a>(
+fn still_running(id: u64) -> bool {
+    crate::volume_api::jobs::get(id).is_some_and(|j| j["state"] == "running")
+}
+
+/// Keep the last error, logging it when it changes.
+fn record(outcome: &mut Outcome, result: Result<(), String>, volume: &str) {
+    match result {
+        Err(e) => {
+            if outcome.error.as_ref() != Some(&e) {
+                tracing::warn!(volume, error = %e, "scheduled snapshot failed");
+            }
+            outcome.error = Some(e);
+        }
+        Ok(()) => outcome.error = None,
+    }
+}
+
+/// The plan for now, and the newest scheduled snapshot before it runs.
+fn plan_now(spec: &schedule::Spec, vols: &[VolumeInfo]) -> (schedule::Plan, Option<String>) {
+    let volume = spec.volume.as_str();
+    let names: Vec<String> = vols
+        .iter()
+        .filter(|v| v.kind == VolumeKind::Snapshot && v.parent.as_deref() == Some(volume))
+        .map(|v| v.name.clone())
+        .collect();
+    let depended_on = |n: &str| vols.iter().any(|v| v.parent.as_deref() == Some(n));
+    let newest = names
+        .iter()
+        .filter_map(|n| schedule::taken_at(volume, n).map(|t| (t, n)))
+        .max()
+        .map(|(_, n)| n.clone());
+    (schedule::plan(spec, now(), &names, depended_on), newest)
+}
+
+/// Clones of `job` not yet on `newest` that no session uses now.
+fn clones_to_refresh<'a>(
+    job: &'a Job,
     vols: &'a [VolumeInfo],
-    volume: &'a str,
-) -> impl Iterator<Item = &'a VolumeInfo> {
-    vols.iter()
-        .filter(move |v| v.kind == VolumeKind::Snapshot && v.parent.as_deref() == Some(volume))
+    newest: &'a str,
+) -> impl Iterator<Item = &'a String> {
+    job.schedule.refresh.iter().filter(move |c| {
+        let behind = vols
+            .iter()
+            .any(|v| v.name == **c && v.parent.as_deref() != Some(newest));
+        behind && !job.in_use.get(*c).copied().unwrap_or(false)
+    })
+}
+
+/// Whether a run would change anything now; notes what waits or is
+/// missing without a job.
+fn has_work(job: &Job, pool: &Pool, outcome: &mut Outcome) -> bool {
+    let spec = &job.schedule.spec;
+    let vols = pool.volumes();
+    if !vols.iter().any(|v| v.name == spec.volume) {
+        let e = format!("pool {} has no volume {}", job.schedule.pool, spec.volume);
+        record(outcome, Err(e), &spec.volume);
+        return false;
+    }
+    let (plan, newest) = plan_now(spec, &vols);
+    if plan.take.is_some() || !plan.prune.is_empty() {
+        return true;
+    }
+    let Some(newest) = newest else {
+        return false;
+    };
+    let waiting: Vec<String> = job
+        .schedule
+        .refresh
+        .iter()
+        .filter(|c| job.in_use.get(*c).copied().unwrap_or(false))
+        .filter(|c| {
+            vols.iter()
+                .any(|v| v.name == **c && v.parent.as_deref() != Some(newest.as_str()))
+        })
+        .cloned()
+        .collect();
+    for clone in waiting.iter().filter(|c| !outcome.waiting.contains(c)) {
+        tracing::info!(clone = %clone, snapshot = %newest, "clone refresh waits: a logged-in session may use it");
+    }
+    outcome.waiting = waiting;
+    let refresh = clones_to_refresh(job, &vols, &newest).next().is_some();
+    refresh
 }
 
 fn run_one(job: &Job, pool: &Pool, outcome: &mut Outcome) -> Result<(), String> {
@@ -162,19 +269,11 @@ fn run_one(job: &Job, pool: &Pool, outcome: &mut Outcome) -> Result<(), String> 
     let volume = spec.volume.as_str();
     let err = |what: &str, name: &str, e: std::io::Error| format!("{what} {name}: {e}");
     let vols = pool.volumes();
-    if !vols.iter().any(|v| v.name == volume) {
-        return Err(format!("pool {} has no volume {volume}", job.schedule.pool));
-    }
-    let names: Vec<String> = snapshots_of(&vols, volume)
-        .map(|v| v.name.clone())
-        .collect();
-    let depended_on = |n: &str| vols.iter().any(|v| v.parent.as_deref() == Some(n));
-    let now = now();
-    let plan = schedule::plan(spec, now, &names, depended_on);
+    let (plan, newest) = plan_now(spec, &vols);
     if let Some(name) = &plan.take {
         pool.snapshot(volume, name)
             .map_err(|e| err("snapshot", name, e))?;
-        outcome.last_run = Some(now);
+        outcome.last_run = Some(now());
         outcome.taken += 1;
         tracing::info!(pool = %job.schedule.pool, volume, snapshot = %name, "scheduled snapshot taken");
     }
@@ -187,36 +286,16 @@ fn run_one(job: &Job, pool: &Pool, outcome: &mut Outcome) -> Result<(), String> 
         tracing::info!(volume, snapshot = %name, "snapshot past keep kept: a clone depends on it");
     }
     outcome.held = plan.held;
-    let newest = plan.take.or_else(|| {
-        names
-            .iter()
-            .filter_map(|n| schedule::taken_at(volume, n).map(|t| (t, n)))
-            .max()
-            .map(|(_, n)| n.clone())
-    });
+    let newest = plan.take.or(newest);
     outcome.newest = newest.clone();
     let Some(newest) = newest else {
         return Ok(());
     };
-    let mut waiting = Vec::new();
-    for clone in &job.schedule.refresh {
-        let info = pool
-            .volume_info(clone)
-            .map_err(|e| err("refresh", clone, e))?;
-        if info.parent.as_deref() == Some(newest.as_str()) {
-            continue;
-        }
-        if job.in_use.get(clone).copied().unwrap_or(false) {
-            if !outcome.waiting.contains(clone) {
-                tracing::info!(clone = %clone, snapshot = %newest, "clone refresh waits: a logged-in session may use it");
-            }
-            waiting.push(clone.clone());
-            continue;
-        }
+    let vols = pool.volumes();
+    for clone in clones_to_refresh(job, &vols, &newest) {
         pool.refresh_clone(clone, &newest)
             .map_err(|e| err("refresh", clone, e))?;
         tracing::info!(clone = %clone, snapshot = %newest, "clone refreshed");
     }
-    outcome.waiting = waiting;
     Ok(())
 }

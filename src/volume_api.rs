@@ -25,7 +25,7 @@
 //! volume, 409 a name taken or a volume a LUN still serves (delete or
 //! shrink), 400 a bad request, 507 the pool is full.
 
-mod jobs;
+pub(crate) mod jobs;
 
 use std::io;
 use std::sync::Arc;

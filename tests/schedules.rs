@@ -191,6 +191,15 @@ fn snapshots_are_taken_pruned_and_a_clone_refreshed_when_free() {
     let mut vdi = session(port, VDI);
     assert_eq!(first_block(&mut vdi), vec![0xb2; 4096]);
     vdi.logout().unwrap();
+    // Each run with work to do was a job of the pool.
+    let jobs = get(&d.socket, "/v1/pools/tank/jobs");
+    let runs = jobs["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter(|j| j["operation"] == "scheduled snapshot" && j["state"] == "done")
+        .count();
+    assert!(runs >= 5, "{jobs}");
     let log = d.log();
     assert!(log.contains("clone refresh waits"), "{log}");
     assert!(log.contains("scheduled snapshot pruned"), "{log}");
