@@ -8,6 +8,7 @@
 
 use crate::cdb::{be16, be32, be64, put16, put32, put64, u8_at};
 use crate::sense::{asc, Sense};
+use crate::thresholds::{PAGE_PROVISIONING, SUBPAGE_PROVISIONING};
 
 pub const PAGE_CACHING: u8 = 0x08;
 pub const PAGE_CONTROL: u8 = 0x0A;
@@ -50,7 +51,13 @@ pub struct Medium {
     pub block_size: u32,
     /// Hardware or configured write protection (WP is also set by SWP).
     pub read_only: bool,
+    /// The Logical Block Provisioning subpage (thresholds.rs), current and
+    /// changeable, for an LU that reports thresholds.
+    pub provisioning: Option<(Vec<u8>, Vec<u8>)>,
 }
+
+/// SUBPAGE CODE of MODE SENSE asking for every subpage of a page.
+const ALL_SUBPAGES: u8 = 0xFF;
 
 /// One page in the requested form. Page byte 0 carries PS = 0: nothing is
 /// saveable.
@@ -120,10 +127,17 @@ pub fn mode_sense(
     };
     let code = u8_at(cdb, 2) & 0x3F;
     let subpage = u8_at(cdb, 3);
+    let lbp = medium.provisioning.as_ref();
+    let lbp_wanted = match (code, subpage) {
+        (ALL_PAGES | PAGE_PROVISIONING, ALL_SUBPAGES)
+        | (PAGE_PROVISIONING, SUBPAGE_PROVISIONING) => lbp.is_some(),
+        _ => false,
+    };
     let codes: Vec<u8> = match (code, subpage) {
-        (ALL_PAGES, 0x00 | 0xFF) => PAGES.to_vec(),
-        (c, 0x00 | 0xFF) if PAGES.contains(&c) => vec![c],
-        (c, 0x00 | 0xFF) if c != ALL_PAGES => return Err(Sense::invalid_cdb(2, Some(5))),
+        (ALL_PAGES, 0x00 | ALL_SUBPAGES) => PAGES.to_vec(),
+        (c, 0x00 | ALL_SUBPAGES) if PAGES.contains(&c) => vec![c],
+        (c, 0x00 | ALL_SUBPAGES) if c != ALL_PAGES => return Err(Sense::invalid_cdb(2, Some(5))),
+        _ if lbp_wanted => Vec::new(),
         _ => return Err(Sense::invalid_cdb(3, Some(7))),
     };
     let shown = match pc {
@@ -152,6 +166,14 @@ pub fn mode_sense(
     let bd_len = data.len() - header_len;
     for c in codes {
         data.extend_from_slice(&page(c, shown, pc));
+    }
+    if let Some((current, changeable)) = lbp.filter(|_| lbp_wanted) {
+        let pg = if pc == PageControl::Changeable {
+            changeable
+        } else {
+            current
+        };
+        data.extend_from_slice(pg);
     }
     if ten {
         let len = (data.len() - 2) as u16;
@@ -224,8 +246,8 @@ pub fn mode_select(
     while pos < param.len() {
         let code = param[pos] & 0x3F;
         if param[pos] & 0x40 != 0 {
-            // No subpages are implemented.
-            return Err(Sense::invalid_param(pos, Some(6)));
+            pos += same_subpage(param, pos, medium)?;
+            continue;
         }
         if !PAGES.contains(&code) {
             return Err(Sense::invalid_param(pos, Some(5)));
@@ -259,6 +281,35 @@ pub fn mode_select(
     Ok(new)
 }
 
+/// A subpage sent by MODE SELECT: only the Logical Block Provisioning
+/// one exists, and nothing in it is changeable, so it must come back as
+/// it is. Returns its length.
+fn same_subpage(param: &[u8], pos: usize, medium: &Medium) -> Result<usize, Sense> {
+    let code = param[pos] & 0x3F;
+    let subpage = u8_at(param, pos + 1);
+    let current = match &medium.provisioning {
+        Some((current, _)) if code == PAGE_PROVISIONING && subpage == SUBPAGE_PROVISIONING => {
+            current
+        }
+        _ => return Err(Sense::invalid_param(pos, Some(5))),
+    };
+    let len = usize::from(be16(param, pos + 2)) + 4;
+    if len != current.len() {
+        return Err(Sense::invalid_param(pos + 2, None));
+    }
+    let Some(sent) = param.get(pos..pos + len) else {
+        return Err(Sense::param_list_length());
+    };
+    for i in 4..len {
+        let diff = sent[i] ^ current[i];
+        if diff != 0 {
+            let bit = 7 - diff.leading_zeros() as u8;
+            return Err(Sense::invalid_param(pos + i, Some(bit)));
+        }
+    }
+    Ok(len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +318,7 @@ mod tests {
         blocks: 2048,
         block_size: 512,
         read_only: false,
+        provisioning: None,
     };
 
     fn sense6(pc: u8, page: u8, dbd: bool) -> Vec<u8> {
