@@ -19,6 +19,7 @@ use crate::raw::{RawChap, RawConfig, RawDevice, RawGroup, RawKind, RawLun, RawPo
 use crate::size::parse_size;
 
 mod daemon;
+mod pool_limits;
 
 /// Highest LUN the flat addressing of SAM can carry.
 pub const MAX_LUN: u64 = 16383;
@@ -429,6 +430,10 @@ impl Checker<'_> {
                     PathBuf::from(first)
                 }
             };
+            let soft_threshold =
+                self.soft_threshold(raw.soft_threshold.as_ref(), field("soft_threshold"));
+            let max_overcommit =
+                self.max_overcommit(raw.max_overcommit.as_ref(), field("max_overcommit"));
             self.pools.push(name.clone());
             if self.issues.len() != before {
                 continue;
@@ -439,6 +444,8 @@ impl Checker<'_> {
                 device_size,
                 metadata,
                 unit_size,
+                soft_threshold,
+                max_overcommit,
                 at: self.at(&table),
             });
         }
