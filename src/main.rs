@@ -6,6 +6,7 @@ mod api_client;
 mod edit_cli;
 mod listener_metrics;
 mod pool_cli;
+mod pool_metrics;
 mod serve;
 mod stat_cli;
 mod volume_api;

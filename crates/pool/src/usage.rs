@@ -225,7 +225,7 @@ impl Pool {
         self.allocation_failures.record(|held_back| {
             tracing::warn!(
                 pool = %self.name(),
-                volume,
+                volume = %volume,
                 used = space.used(),
                 held = space.held_units * space.unit_size,
                 size = space.size(),
