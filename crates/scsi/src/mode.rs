@@ -261,13 +261,7 @@ pub fn mode_select(
         let Some(sent) = param.get(pos..pos + len) else {
             return Err(Sense::param_list_length());
         };
-        for i in 2..len {
-            let diff = (sent[i] ^ current[i]) & !changeable[i];
-            if diff != 0 {
-                let bit = 7 - diff.leading_zeros() as u8;
-                return Err(Sense::invalid_param(pos + i, Some(bit)));
-            }
-        }
+        unchanged(sent, &current, Some(&changeable), 2, pos)?;
         match code {
             PAGE_CACHING => new.wce = sent[2] & 0x04 != 0,
             PAGE_CONTROL => {
@@ -300,14 +294,28 @@ fn same_subpage(param: &[u8], pos: usize, medium: &Medium) -> Result<usize, Sens
     let Some(sent) = param.get(pos..pos + len) else {
         return Err(Sense::param_list_length());
     };
-    for i in 4..len {
-        let diff = sent[i] ^ current[i];
+    unchanged(sent, current, None, 4, pos)?;
+    Ok(len)
+}
+
+/// INVALID FIELD IN PARAMETER LIST at the first bit of the page `sent`
+/// (at `pos` in the list), from byte `from` on, that differs from
+/// `current` where `changeable` (nothing, when `None`) does not allow it.
+fn unchanged(
+    sent: &[u8],
+    current: &[u8],
+    changeable: Option<&[u8]>,
+    from: usize,
+    pos: usize,
+) -> Result<(), Sense> {
+    for i in from..sent.len() {
+        let diff = (sent[i] ^ current[i]) & !changeable.map_or(0, |c| c[i]);
         if diff != 0 {
             let bit = 7 - diff.leading_zeros() as u8;
             return Err(Sense::invalid_param(pos + i, Some(bit)));
         }
     }
-    Ok(len)
+    Ok(())
 }
 
 #[cfg(test)]
