@@ -20,7 +20,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,8 +27,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::admin::AdminDaemon;
-use common::free_port;
 use common::iscsi::{rw10_cdb, Completion, LoginParams, Session, STATUS_GOOD};
+use common::{free_port, http_get, prometheus_sample};
 
 const IQN: &str = "iqn.2026-11.org.openarray.test:alerts";
 const UNIT: usize = 64 << 10;
@@ -120,22 +119,23 @@ fn write_unit(s: &mut Session, unit: u32, fill: u8) -> Completion {
 
 /// `GET /metrics` on the administration socket.
 fn metrics(socket: &Path) -> String {
-    let mut stream = UnixStream::connect(socket).expect("admin socket");
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: openarray\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    answer
+    let stream = UnixStream::connect(socket).expect("admin socket");
+    http_get(stream, "/metrics").1
 }
 
+/// An integer sample of `/metrics`.
 fn sample(text: &str, name: &str, labels: &str) -> Option<u64> {
-    let prefix = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map(|v| v.trim().parse().expect("an integer"))
+    prometheus_sample(text, name, labels).map(|v| v as u64)
+}
+
+/// The daemon serving [`config`] from a new directory, kept with it.
+fn start(threshold: bool) -> (tempfile::TempDir, u16, AdminDaemon) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let path = dir.path().join("openarray.toml");
+    std::fs::write(&path, config(dir.path(), port, threshold)).unwrap();
+    let daemon = AdminDaemon::start(&path, dir.path(), port);
+    (dir, port, daemon)
 }
 
 /// Writes and reads back the other pool's volume until told to stop;
@@ -159,11 +159,7 @@ fn other_pool_io(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u6
 
 #[test]
 fn a_pool_past_its_soft_threshold_tells_every_nexus_then_refuses_writes_when_full() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let path = dir.path().join("openarray.toml");
-    std::fs::write(&path, config(dir.path(), port, true)).unwrap();
-    let daemon = AdminDaemon::start(&path, dir.path(), port);
+    let (_dir, port, daemon) = start(true);
     let mut a = login(port, "a");
     let mut b = login(port, "b");
     let stop = Arc::new(AtomicBool::new(false));
@@ -307,11 +303,7 @@ fn a_pool_past_its_soft_threshold_tells_every_nexus_then_refuses_writes_when_ful
 
 #[test]
 fn without_a_threshold_filling_the_pool_says_nothing_until_it_is_full() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let path = dir.path().join("openarray.toml");
-    std::fs::write(&path, config(dir.path(), port, false)).unwrap();
-    let daemon = AdminDaemon::start(&path, dir.path(), port);
+    let (_dir, port, daemon) = start(false);
     let mut a = login(port, "a");
     let vpd = a
         .command_good(0, &[0x12, 1, 0xB2, 0, 64, 0], &[], 64)
