@@ -3,7 +3,8 @@
 //! session keeps writing and reading a volume of another pool:
 //!
 //! - the pool's soft threshold (50%) shows in the Logical Block
-//!   Provisioning VPD page and mode page; the write that brings the pool
+//!   Provisioning VPD page (as libiscsi's `iscsi-inq` reads it too) and
+//!   mode page; the write that brings the pool
 //!   to it completes, and then every I_T nexus of the volume (two
 //!   initiators) is told THIN PROVISIONING SOFT THRESHOLD REACHED once,
 //!   the other pool's LUN nothing; the daemon logs a warning and
@@ -22,13 +23,14 @@ mod common;
 
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::admin::AdminDaemon;
 use common::iscsi::{rw10_cdb, Completion, LoginParams, Session, STATUS_GOOD};
-use common::{free_port, http_get, prometheus_sample};
+use common::{free_port, http_get, prometheus_sample, require_tool, run_with_timeout};
 
 const IQN: &str = "iqn.2026-11.org.openarray.test:alerts";
 const UNIT: usize = 64 << 10;
@@ -182,6 +184,15 @@ fn a_pool_past_its_soft_threshold_tells_every_nexus_then_refuses_writes_when_ful
         u32::from_be_bytes(lbp[20..24].try_into().unwrap()),
         THRESHOLD_UNITS
     );
+
+    // libiscsi reads the same exponent.
+    require_tool("iscsi-inq");
+    let mut inq = Command::new("iscsi-inq");
+    inq.args(["-e", "1", "-c", "178"])
+        .arg(format!("iscsi://127.0.0.1:{port}/{IQN}/0"));
+    let out = run_with_timeout(inq, Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Threshold Exponent:7"), "iscsi-inq: {text}");
 
     for unit in 0..THRESHOLD_UNITS - 1 {
         assert_eq!(write_unit(&mut a, unit, 1).status, STATUS_GOOD);
