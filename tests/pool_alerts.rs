@@ -17,7 +17,8 @@
 //!   volume beyond it.
 //!
 //! The same run without a threshold gets no unit attention at all, which
-//! is what the first test would see if the threshold were not delivered.
+//! is what the first test would see if the threshold were not delivered;
+//! a threshold applied live to the full pool is then reached at once.
 
 mod common;
 
@@ -313,8 +314,8 @@ fn a_pool_past_its_soft_threshold_tells_every_nexus_then_refuses_writes_when_ful
 }
 
 #[test]
-fn without_a_threshold_filling_the_pool_says_nothing_until_it_is_full() {
-    let (_dir, port, daemon) = start(false);
+fn without_a_threshold_filling_the_pool_says_nothing_until_one_is_applied() {
+    let (dir, port, daemon) = start(false);
     let mut a = login(port, "a");
     let vpd = a
         .command_good(0, &[0x12, 1, 0xB2, 0, 64, 0], &[], 64)
@@ -343,4 +344,18 @@ fn without_a_threshold_filling_the_pool_says_nothing_until_it_is_full() {
         sample(&m, "openarray_pool_soft_threshold_bytes", "pool=\"tank\""),
         None
     );
+
+    // A threshold applied to the running daemon below the space in use is
+    // reached at once, and the volume's LU (kept across the change) tells
+    // its nexus.
+    let limited = dir.path().join("limited.toml");
+    std::fs::write(&limited, config(dir.path(), port, true)).unwrap();
+    let applied = daemon.config_cli(&["apply", limited.to_str().unwrap()]);
+    assert!(applied.status.success(), "config apply failed");
+    assert_eq!(sense(&test_unit_ready(&mut a, 0)), (0x06, 0x38, 0x07));
+    assert!(daemon.log().contains("pool reached its soft threshold"));
+    let page = a
+        .command_good(0, &[0x5A, 0x08, 0x1C, 0x02, 0, 0, 0, 0, 255, 0], &[], 255)
+        .unwrap();
+    assert_eq!(page[8 + 16], 0x81, "enabled now");
 }
