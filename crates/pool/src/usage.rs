@@ -133,9 +133,9 @@ impl Limits {
         }
     }
 
-    /// Refuses a change that brings the writable volumes' sizes to
-    /// `provisioned` bytes beyond the over-commit limit; growth below the
-    /// limit, or shrinking, is always allowed.
+    /// Refuses a change that takes the writable volumes' sizes from
+    /// `before` to `after` bytes beyond the over-commit limit; growth up to
+    /// the limit, and shrinking (even while beyond it), always go.
     pub fn check_overcommit(&self, before: u64, after: u64) -> io::Result<()> {
         let Some(max) = self.max_overcommit else {
             return Ok(());

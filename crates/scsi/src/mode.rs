@@ -2,9 +2,11 @@
 //!
 //! Pages: caching (0x08, WCE changeable), control (0x0A, D_SENSE and SWP
 //! changeable) and informational exceptions control (0x1C, nothing
-//! changeable: there is no failure prediction to report). Parameters are
-//! not saveable; current values start at the defaults and return to them
-//! on logical unit reset.
+//! changeable: there is no failure prediction to report); for a volume of
+//! a pool, the Logical Block Provisioning subpage (0x1C/0x02, nothing
+//! changeable: the configuration sets the threshold, thresholds.rs).
+//! Parameters are not saveable; current values start at the defaults and
+//! return to them on logical unit reset.
 
 use crate::cdb::{be16, be32, be64, put16, put32, put64, u8_at};
 use crate::sense::{asc, Sense};
