@@ -6,6 +6,7 @@ mod api_client;
 mod edit_cli;
 mod listener_metrics;
 mod pool_cli;
+mod pool_metrics;
 mod schedules;
 mod serve;
 mod stat_cli;

@@ -267,7 +267,53 @@ fn print_pool(p: &Value) {
             ""
         }
     );
+    println!("  {}", space_line(p));
     print_volumes(&p["volumes"]);
+}
+
+/// How far the pool is over-committed, its soft threshold and the writes
+/// it refused.
+fn space_line(p: &Value) -> String {
+    let mut line = format!(
+        "provisioned {} ({:.2}× the pool{})",
+        p["provisioned"],
+        p["overcommit"].as_f64().unwrap_or(0.0),
+        p["max_overcommit"]
+            .as_f64()
+            .map(|m| format!(", at most {m}×"))
+            .unwrap_or_default()
+    );
+    match p["soft_threshold"].as_u64() {
+        Some(t) => line.push_str(&format!(
+            "; soft threshold {t} (reached {} times)",
+            p["soft_threshold_reached"]
+        )),
+        None => line.push_str("; no soft threshold"),
+    }
+    line.push_str(&format!(
+        "; {} writes refused for want of space",
+        p["allocation_failures"]
+    ));
+    line
+}
+
+/// After a volume is created, cloned or grown: how far its pool is
+/// over-committed now.
+fn print_overcommit(v: &Value) {
+    let Some(ratio) = v["pool_overcommit"].as_f64() else {
+        return;
+    };
+    let how = if ratio > 1.0 {
+        "over-committed"
+    } else {
+        "not over-committed"
+    };
+    println!(
+        "pool {}: volumes of {} bytes on {} bytes, {how} ({ratio:.2}×)",
+        v["pool"].as_str().unwrap_or(""),
+        v["pool_provisioned"],
+        v["pool_size"],
+    );
 }
 
 /// The pools named, or every pool.
@@ -459,6 +505,8 @@ fn volume_command(cmd: VolumeCommand) -> anyhow::Result<()> {
     };
     let via = Via::choose(&at.at)?;
     let answer = via.call(method, &path, body)?;
+    print_overcommit(&answer);
+    print_overcommit(&answer["volume"]);
     if !answer["job"].is_null() {
         via.follow(&answer["job"])?;
     }

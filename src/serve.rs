@@ -193,6 +193,9 @@ async fn serve(
         .add_source(Arc::new(crate::listener_metrics::ListenerSamples(
             server.clone(),
         )));
+    runtime
+        .stats
+        .add_source(Arc::new(crate::pool_metrics::PoolSamples));
     let admin_listener = admin_socket.bind()?;
     let api_listener = match &api {
         Some((addr, _)) => Some(

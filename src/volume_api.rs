@@ -282,7 +282,7 @@ fn create(source: &dyn PoolSource, pool: &str, body: &Value) -> Answer {
     }
     let info = p.create_volume(name, size)?;
     if !thick {
-        return Ok((201, volume_json(&p, &info, source)));
+        return Ok((201, with_overcommit(&p, volume_json(&p, &info, source))));
     }
     let volume = name.to_string();
     let job = jobs::start(
@@ -294,7 +294,7 @@ fn create(source: &dyn PoolSource, pool: &str, body: &Value) -> Answer {
     .map_err(|e| Failure(503, e))?;
     Ok((
         202,
-        json!({ "volume": volume_json(&p, &info, source), "job": job }),
+        json!({ "volume": with_overcommit(&p, volume_json(&p, &info, source)), "job": job }),
     ))
 }
 
@@ -329,7 +329,7 @@ fn operate(source: &dyn PoolSource, pool: &str, name: &str, op: &str, body: &Val
         }
         "clone" => {
             let info = p.clone_snapshot(name, text_field(body, "name")?)?;
-            Ok((201, volume_json(&p, &info, source)))
+            Ok((201, with_overcommit(&p, volume_json(&p, &info, source))))
         }
         "rollback" => {
             p.rollback(name, text_field(body, "snapshot")?)?;
@@ -352,7 +352,8 @@ fn operate(source: &dyn PoolSource, pool: &str, name: &str, op: &str, body: &Val
                 }
             }
             p.resize(name, size)?;
-            Ok((200, volume_json(&p, &p.volume_info(name)?, source)))
+            let volume = volume_json(&p, &p.volume_info(name)?, source);
+            Ok((200, with_overcommit(&p, volume)))
         }
         _ => Err(Failure(404, format!("no volume operation {op}"))),
     }
@@ -420,7 +421,8 @@ pub fn percent_encode(name: &str) -> String {
 }
 
 fn pool_json(p: &Pool, with_volumes: Option<&dyn PoolSource>) -> Value {
-    let s = p.space();
+    let u = p.usage();
+    let s = u.space;
     let mut v = json!({
         "name": p.name(),
         "unit_size": s.unit_size,
@@ -428,6 +430,13 @@ fn pool_json(p: &Pool, with_volumes: Option<&dyn PoolSource>) -> Value {
         "used": s.used(),
         "free": s.free(),
         "held": s.held_units * s.unit_size,
+        "provisioned": u.provisioned,
+        "referenced": u.referenced,
+        "overcommit": u.overcommit(),
+        "max_overcommit": u.max_overcommit,
+        "soft_threshold": u.soft_threshold,
+        "soft_threshold_reached": u.threshold_reached,
+        "allocation_failures": u.allocation_failures,
         "volumes": p.volumes().len(),
         "simulated_volatile_cache": p.volatile_cache(),
     });
@@ -435,6 +444,16 @@ fn pool_json(p: &Pool, with_volumes: Option<&dyn PoolSource>) -> Value {
         v["volumes"] = Value::from(volumes_json(p, source));
     }
     v
+}
+
+/// A volume's answer to a change of the pool's provisioned size, with how
+/// far the pool is over-committed now.
+fn with_overcommit(p: &Pool, mut volume: Value) -> Value {
+    let u = p.usage();
+    volume["pool_provisioned"] = json!(u.provisioned);
+    volume["pool_size"] = json!(u.space.size());
+    volume["pool_overcommit"] = json!(u.overcommit());
+    volume
 }
 
 fn volumes_json(p: &Pool, source: &dyn PoolSource) -> Vec<Value> {

@@ -20,6 +20,7 @@ mod memory_map;
 mod null;
 mod overlay;
 mod sys;
+mod threshold;
 mod uring;
 mod wrapper;
 
@@ -31,6 +32,7 @@ pub use mem::MemDevice;
 pub use memory_map::{MappedBytes, MemoryMap};
 pub use null::NullDevice;
 pub use sys::path_on_memory_file_system as on_memory_file_system;
+pub use threshold::SpaceThreshold;
 pub use wrapper::{FastPaths, Wrapped, Wrapper};
 
 /// What a device can do; the SCSI layer reports these to initiators.
@@ -254,6 +256,13 @@ pub trait BlockDevice: Send + Sync {
     /// for every other device.
     fn mapped_bytes(&self, offset: u64, len: usize) -> Option<MappedBytes> {
         let _ = (offset, len);
+        None
+    }
+
+    /// The soft threshold on the space this thin device allocates from,
+    /// shared with the other devices allocating there; `None` for devices
+    /// without one.
+    fn space_threshold(&self) -> Option<Arc<SpaceThreshold>> {
         None
     }
 

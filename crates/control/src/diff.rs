@@ -310,6 +310,14 @@ read_only = true
                 "~ pool tank metadata: /srv/tank0.img.meta → /srv/other.img.meta".to_string(),
             ]
         );
+        let limited = format!("{with_pool}soft_threshold = \"80%\"\nmax_overcommit = 2.5\n");
+        assert_eq!(
+            diff(&config(&with_pool), &config(&limited)),
+            vec![
+                "~ pool tank soft_threshold: (not set) → 80%".to_string(),
+                "~ pool tank max_overcommit: (not set) → 2.5".to_string(),
+            ]
+        );
         assert_eq!(
             diff(&config(BASE), &config(&with_pool)),
             vec!["+ pool tank".to_string()]

@@ -35,7 +35,7 @@ pub use model::{
     DEFAULT_DEVICE_SIZE, DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
 };
 pub use names::check_iscsi_name;
-pub use pools::open_pool;
+pub use pools::{open_pool, open_pools_now};
 pub use runtime::{build, rebuild, Runtime};
 pub use show::show_object;
 pub use size::parse_size;

@@ -140,7 +140,7 @@ fn pool_refusals(issues: &mut Vec<Issue>, i: usize, old: &PoolConfig, new: &Pool
     }
     let name = &old.name;
     for ((field, was), (_, now)) in pool_fields(old).into_iter().zip(pool_fields(new)) {
-        if was == now {
+        if was == now || render::LIVE_POOL_FIELDS.contains(&field) {
             continue;
         }
         let why = match field {

@@ -109,6 +109,12 @@ pub struct PoolConfig {
     pub metadata: PathBuf,
     /// Allocation unit used when the pool is created.
     pub unit_size: u64,
+    /// Space in use at which initiators are told (a unit attention) and
+    /// a warning is logged.
+    pub soft_threshold: Option<pool::SoftThreshold>,
+    /// Most the writable volumes' sizes may add up to per byte of pool,
+    /// in hundredths (3.0 is 300).
+    pub max_overcommit: Option<u32>,
     pub at: Option<Location>,
 }
 

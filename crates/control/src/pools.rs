@@ -57,11 +57,35 @@ pub fn open_pool(p: &PoolConfig) -> io::Result<Arc<Pool>> {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     open.retain(|_, pool| pool.strong_count() > 0);
     if let Some(pool) = open.get(&p.metadata).and_then(Weak::upgrade) {
+        set_limits(&pool, p);
         return Ok(pool);
     }
     let pool = open_pool_files(p)?;
+    set_limits(&pool, p);
     open.insert(p.metadata.clone(), Arc::downgrade(&pool));
     Ok(pool)
+}
+
+/// Every pool open in this process.
+pub fn open_pools_now() -> Vec<Arc<Pool>> {
+    let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    open.values().filter_map(Weak::upgrade).collect()
+}
+
+/// Gives the pools of `configs` that are open their configured limits,
+/// which a running pool takes at once.
+pub fn apply_limits(configs: &[PoolConfig]) {
+    let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    for p in configs {
+        if let Some(pool) = open.get(&p.metadata).and_then(Weak::upgrade) {
+            set_limits(&pool, p);
+        }
+    }
+}
+
+fn set_limits(pool: &Pool, p: &PoolConfig) {
+    pool.set_soft_threshold(p.soft_threshold);
+    pool.set_max_overcommit(p.max_overcommit.map(|h| f64::from(h) / 100.0));
 }
 
 fn open_pool_files(p: &PoolConfig) -> io::Result<Arc<Pool>> {

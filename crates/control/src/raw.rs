@@ -88,6 +88,10 @@ pub struct RawPool {
     pub metadata: Option<Spanned<String>>,
     /// Allocation unit when the pool is created, e.g. "64K".
     pub unit_size: Option<Spanned<toml::Value>>,
+    /// Space in use that initiators are warned of: "80%" or a size.
+    pub soft_threshold: Option<Spanned<toml::Value>>,
+    /// Most the volumes' sizes may add up to per byte of pool, e.g. 3.0.
+    pub max_overcommit: Option<Spanned<toml::Value>>,
 }
 
 #[derive(Deserialize)]

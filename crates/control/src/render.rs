@@ -96,6 +96,14 @@ pub fn pool_fields(p: &PoolConfig) -> Vec<Field> {
         ("device_size", opt(&p.device_size, |n| size(*n), UNSET)),
         ("metadata", path(&p.metadata)),
         ("unit_size", size(p.unit_size)),
+        (
+            "soft_threshold",
+            opt(&p.soft_threshold, |t| soft_threshold(*t), UNSET),
+        ),
+        (
+            "max_overcommit",
+            opt(&p.max_overcommit, |m| overcommit(*m), UNSET),
+        ),
     ]
 }
 
@@ -111,6 +119,26 @@ pub fn schedule_fields(s: &Schedule) -> Vec<Field> {
         ("keep", s.spec.keep.to_string()),
         ("refresh", list(&s.refresh, String::clone, "(none)")),
     ]
+}
+
+/// The pool settings a running pool takes at once.
+pub const LIVE_POOL_FIELDS: [&str; 2] = ["soft_threshold", "max_overcommit"];
+
+pub fn soft_threshold(t: pool::SoftThreshold) -> String {
+    match t {
+        pool::SoftThreshold::Percent(p) => format!("{p}%"),
+        pool::SoftThreshold::Bytes(n) => size(n),
+    }
+}
+
+/// A ratio kept in hundredths, as written: `3.0`, `2.5`, `1.25`.
+pub fn overcommit(hundredths: u32) -> String {
+    let whole = hundredths / 100;
+    match hundredths % 100 {
+        0 => format!("{whole}.0"),
+        f if f % 10 == 0 => format!("{whole}.{}", f / 10),
+        f => format!("{whole}.{f:02}"),
+    }
 }
 
 pub fn daemon_fields(d: &Daemon) -> Vec<Field> {
@@ -178,5 +206,10 @@ mod tests {
         assert_eq!(duration(Duration::from_secs(15)), "15s");
         assert_eq!(duration(Duration::from_secs(120)), "2m");
         assert_eq!(duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(overcommit(300), "3.0");
+        assert_eq!(overcommit(250), "2.5");
+        assert_eq!(overcommit(125), "1.25");
+        assert_eq!(soft_threshold(pool::SoftThreshold::Percent(80)), "80%");
+        assert_eq!(soft_threshold(pool::SoftThreshold::Bytes(1 << 30)), "1G");
     }
 }

@@ -301,6 +301,8 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
     if !issues.is_empty() {
         return Err(ConfigError::new(origin, issues));
     }
+    // Pools kept open under running LUNs take new limits too.
+    crate::pools::apply_limits(&config.pools);
 
     let registry = previous
         .and_then(|p| p.live.registry.clone())

@@ -483,3 +483,71 @@ fn sessions_per_initiator_limit() {
         &["test.toml:2:30: daemon.max_sessions_per_initiator: 0 is outside 1..=65535"],
     );
 }
+
+#[test]
+fn pool_limits_parse_and_bad_ones_name_their_line_and_field() {
+    let pool = "[[pool]]\nname = \"tank\"\ndevices = [\"/srv/t0.img\"]\n";
+    let good = format!("{pool}soft_threshold = \"80%\"\nmax_overcommit = 2.5\n");
+    let c = parse_config(&good, "test.toml").unwrap();
+    assert_eq!(
+        c.pools[0].soft_threshold,
+        Some(pool::SoftThreshold::Percent(80))
+    );
+    assert_eq!(c.pools[0].max_overcommit, Some(250));
+    let sized = format!("{pool}soft_threshold = \"800M\"\nmax_overcommit = 3\n");
+    let c = parse_config(&sized, "test.toml").unwrap();
+    assert_eq!(
+        c.pools[0].soft_threshold,
+        Some(pool::SoftThreshold::Bytes(800 << 20))
+    );
+    assert_eq!(c.pools[0].max_overcommit, Some(300));
+    let unset = parse_config(pool, "test.toml").unwrap();
+    assert_eq!(unset.pools[0].soft_threshold, None);
+    assert_eq!(unset.pools[0].max_overcommit, None);
+
+    for (value, line, expect) in [
+        (
+            "soft_threshold = \"120%\"",
+            4,
+            "pool[0].soft_threshold: \"120%\" is not a whole percentage",
+        ),
+        (
+            "soft_threshold = \"0%\"",
+            4,
+            "pool[0].soft_threshold: \"0%\" is not a whole percentage",
+        ),
+        (
+            "soft_threshold = \"8O%\"",
+            4,
+            "pool[0].soft_threshold: \"8O%\" is not",
+        ),
+        (
+            "soft_threshold = \"lots\"",
+            4,
+            "pool[0].soft_threshold: `lots` is not a size",
+        ),
+        (
+            "soft_threshold = 0.8",
+            4,
+            "pool[0].soft_threshold: expected a percentage",
+        ),
+        (
+            "max_overcommit = 0.5",
+            4,
+            "pool[0].max_overcommit: 0.5 is outside 1.0..=1000",
+        ),
+        (
+            "max_overcommit = \"3x\"",
+            4,
+            "pool[0].max_overcommit: expected a number",
+        ),
+    ] {
+        let text = format!("{pool}{value}\n");
+        let err = errors(&text);
+        let at = format!("test.toml:{line}:");
+        assert!(
+            err.starts_with(&at) && err.contains(expect),
+            "{value}: {err}"
+        );
+    }
+}

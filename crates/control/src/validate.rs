@@ -11,14 +11,15 @@ use toml::Spanned;
 
 use crate::error::{ConfigError, Issue, Location};
 use crate::model::{
-    Chap, Config, Device, DeviceKind, Group, Lun, PoolConfig, Portal, Target, DEFAULT_DEVICE_SIZE,
+    Chap, Config, Device, DeviceKind, Group, Lun, Portal, Target, DEFAULT_DEVICE_SIZE,
     DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
 };
 use crate::names::{check_ascii_field, check_device_name, check_iscsi_name, parse_naa};
-use crate::raw::{RawChap, RawConfig, RawDevice, RawGroup, RawKind, RawLun, RawPool, RawTarget};
+use crate::raw::{RawChap, RawConfig, RawDevice, RawGroup, RawKind, RawLun, RawTarget};
 use crate::size::parse_size;
 
 mod daemon;
+mod pools;
 mod schedules;
 
 /// Highest LUN the flat addressing of SAM can carry.
@@ -364,86 +365,6 @@ impl Checker<'_> {
             _ => Err("expected a positive size such as 65536 or \"64K\"".to_string()),
         };
         self.check(&v.span(), || field, parsed)
-    }
-
-    fn pools(&mut self, raw: Vec<Spanned<RawPool>>) -> Vec<PoolConfig> {
-        let mut out: Vec<PoolConfig> = Vec::new();
-        for (i, entry) in raw.into_iter().enumerate() {
-            let table = entry.span();
-            let raw = entry.into_inner();
-            let before = self.issues.len();
-            let field = |name: &str| format!("pool[{i}].{name}");
-            let name = raw.name.get_ref().clone();
-            self.check(&raw.name.span(), || field("name"), check_device_name(&name));
-            if out.iter().any(|p| p.name == name) {
-                self.fail(
-                    &raw.name.span(),
-                    field("name"),
-                    format!("pool `{name}` is already defined"),
-                );
-            }
-            let devices: Vec<PathBuf> = raw
-                .devices
-                .get_ref()
-                .iter()
-                .map(|d| PathBuf::from(d.get_ref()))
-                .collect();
-            if devices.is_empty() || devices.iter().any(|d| d.as_os_str().is_empty()) {
-                self.fail(
-                    &raw.devices.span(),
-                    field("devices"),
-                    "list one or more data files",
-                );
-            }
-            let device_size = raw
-                .device_size
-                .as_ref()
-                .and_then(|v| self.size_value(v, field("device_size")));
-            let unit_size = match &raw.unit_size {
-                None => pool::DEFAULT_UNIT_SIZE,
-                Some(v) => match self.size_value(v, field("unit_size")) {
-                    Some(n) if n.is_power_of_two() && (4096..=64 << 20).contains(&n) => n,
-                    Some(_) => {
-                        self.fail(
-                            &v.span(),
-                            field("unit_size"),
-                            "a power of two from 4K to 64M",
-                        );
-                        0
-                    }
-                    None => 0,
-                },
-            };
-            let metadata = match &raw.metadata {
-                Some(m) if m.get_ref().is_empty() => {
-                    self.fail(&m.span(), field("metadata"), "must not be empty");
-                    PathBuf::new()
-                }
-                Some(m) => PathBuf::from(m.get_ref()),
-                None => {
-                    let mut first = devices
-                        .first()
-                        .cloned()
-                        .unwrap_or_default()
-                        .into_os_string();
-                    first.push(".meta");
-                    PathBuf::from(first)
-                }
-            };
-            self.pools.push(name.clone());
-            if self.issues.len() != before {
-                continue;
-            }
-            out.push(PoolConfig {
-                name,
-                devices,
-                device_size,
-                metadata,
-                unit_size,
-                at: self.at(&table),
-            });
-        }
-        out
     }
 
     fn targets(

@@ -23,6 +23,7 @@ mod space;
 mod steps;
 mod store;
 mod unit_map;
+mod usage;
 mod volume;
 
 #[cfg(test)]
@@ -33,4 +34,5 @@ pub use check::CheckReport;
 pub use pool::{MetadataLocation, Pool, PoolSpace, DEFAULT_UNIT_SIZE};
 pub use record::{VolumeInfo, VolumeKind};
 pub use steps::Progress;
+pub use usage::{PoolUsage, SoftThreshold, VolumeUsage};
 pub use volume::VolumeDevice;

@@ -16,6 +16,7 @@ use crate::sending::SendHolds;
 use crate::space::Space;
 use crate::store::{Delta, PoolMeta, Store};
 use crate::unit_map::UnitMap;
+use crate::usage::Limits;
 use crate::volume::VolumeDevice;
 
 /// The `meta` flag of a pool whose data devices simulate a volatile cache.
@@ -78,6 +79,7 @@ pub(crate) struct State {
     pub next_volume_id: u64,
     pub space: Space,
     pub dirty: Dirty,
+    pub limits: Limits,
 }
 
 impl State {
@@ -94,7 +96,9 @@ impl State {
             return;
         }
         if let Some(u) = unit {
-            self.space.increment(u);
+            if self.space.increment(u) {
+                self.limits.rose_to(self.space.used());
+            }
             self.dirty.refs.insert(u);
         }
         if let Some(o) = old {
@@ -248,6 +252,8 @@ pub struct Pool {
     may_block: bool,
     /// Units whose pages wait to be sent, kept from reuse meanwhile.
     pub(crate) send_holds: SendHolds,
+    /// Writes refused because no unit was free, logged now and then.
+    pub(crate) allocation_failures: peer_limits::EventLog,
 }
 
 /// Whether the metadata store may wait on storage: a file on a file
@@ -412,6 +418,7 @@ impl Pool {
         let may_block = metadata_may_block || slots.iter().any(|(d, _)| d.capabilities().may_block);
         let layout = Layout::new(meta.unit_size, slots);
         let space = Space::new(layout.total_units(), loaded.refs.clone())?;
+        let limits = Limits::new(name, layout.total_units(), meta.unit_size);
         let volumes = loaded
             .volumes
             .into_iter()
@@ -429,11 +436,13 @@ impl Pool {
                 next_volume_id: loaded.next_volume_id,
                 space,
                 dirty: Dirty::default(),
+                limits,
             }),
             commit_lock: Mutex::new(()),
             volatile_cache,
             may_block,
             send_holds: SendHolds::default(),
+            allocation_failures: Pool::new_failure_log(),
         }))
     }
 
@@ -564,6 +573,9 @@ impl Pool {
         }
         self.operate(|st| {
             st.name_free(name)?;
+            let provisioned = st.provisioned();
+            st.limits
+                .check_overcommit(provisioned, provisioned.saturating_add(size))?;
             let id = st.new_id();
             st.put_record(
                 id,
@@ -608,6 +620,9 @@ impl Pool {
                 return Err(invalid("only a snapshot can be cloned"));
             }
             st.name_free(name)?;
+            let provisioned = st.provisioned();
+            st.limits
+                .check_overcommit(provisioned, provisioned.saturating_add(rec.size))?;
             let id = st.new_id();
             let record = VolumeRecord {
                 name: name.to_string(),
@@ -773,6 +788,9 @@ impl Pool {
             if r.kind != VolumeKind::Volume {
                 return Err(invalid("a snapshot cannot be resized"));
             }
+            let provisioned = st.provisioned();
+            st.limits
+                .check_overcommit(provisioned, provisioned - r.size + size)?;
             if size < r.size {
                 if !size.is_multiple_of(unit_size) {
                     return Err(invalid(&format!(

@@ -140,12 +140,14 @@ impl Space {
         self.reserved.remove(&unit);
     }
 
-    pub fn increment(&mut self, unit: u64) {
+    /// Adds one reference; returns true when the unit came into use.
+    pub fn increment(&mut self, unit: u64) -> bool {
         let c = &mut self.refs[unit as usize];
-        if *c == 0 {
+        *c += 1;
+        if *c == 1 {
             self.used += 1;
         }
-        *c += 1;
+        *c == 1
     }
 
     /// Drops one reference; returns true when the unit became unreferenced

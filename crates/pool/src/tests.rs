@@ -585,3 +585,66 @@ fn a_read_across_units_that_follow_on_the_device_is_sent_from_their_pages() {
     drop(across);
     assert_eq!(pool.space().free_units, 3);
 }
+
+#[test]
+fn writes_refused_for_want_of_a_unit_are_counted() {
+    let (pool, _, _) = new_pool(2);
+    pool.create_volume("v", 1 << 20).unwrap();
+    let v = pool.volume("v").unwrap();
+    v.write_at(&[1; 4096], 0, false).unwrap();
+    v.write_at(&[1; 4096], 4096, false).unwrap();
+    assert_eq!(pool.usage().allocation_failures, 0);
+    for i in 2..5 {
+        let e = v.write_at(&[1; 4096], i * 4096, false).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::StorageFull);
+    }
+    // In place: no unit needed, nothing refused.
+    v.write_at(&[2; 4096], 0, false).unwrap();
+    assert_eq!(pool.usage().allocation_failures, 3);
+}
+
+#[test]
+fn usage_sums_the_volumes_and_the_threshold_follows_the_space_in_use() {
+    let (pool, _, _) = new_pool(10);
+    pool.set_soft_threshold(Some(crate::SoftThreshold::Percent(30)));
+    pool.create_volume("a", 1 << 20).unwrap();
+    let a = pool.volume("a").unwrap();
+    let t = a.space_threshold().unwrap();
+    assert_eq!(t.bytes(), Some(3 * UNIT));
+    assert_eq!((t.capacity(), t.granularity()), (10 * UNIT, UNIT));
+    a.write_at(&[1; 8192], 0, false).unwrap();
+    assert_eq!(t.reached(), 0);
+    a.write_at(&[1; 4096], 8192, false).unwrap();
+    assert_eq!(t.reached(), 1);
+    pool.snapshot("a", "s").unwrap();
+    let u = pool.usage();
+    assert_eq!(u.provisioned, 1 << 20, "snapshots do not count");
+    assert_eq!(u.referenced, 6 * UNIT, "each mapping counts");
+    assert_eq!(u.space.used(), 3 * UNIT);
+    assert_eq!(u.soft_threshold, Some(3 * UNIT));
+    assert_eq!(u.threshold_reached, 1);
+    assert!((u.overcommit() - (1 << 20) as f64 / (10 * UNIT) as f64).abs() < 1e-9);
+    let volumes = pool.volume_usage();
+    assert_eq!(volumes.len(), 2);
+    assert!(volumes.iter().all(|v| v.mapped == 3 * UNIT));
+}
+
+#[test]
+fn max_overcommit_refuses_creation_clones_and_growth_beyond_it() {
+    let (pool, _, _) = new_pool(16);
+    let size = 16 * UNIT;
+    pool.set_max_overcommit(Some(2.0));
+    pool.create_volume("a", size).unwrap();
+    pool.create_volume("b", size).unwrap();
+    let e = pool.create_volume("c", 512).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::StorageFull);
+    assert!(e.to_string().contains("over-committed 2.01×"), "{e}");
+    pool.snapshot("a", "s").unwrap();
+    assert!(pool.clone_snapshot("s", "c").is_err());
+    assert!(pool.resize("a", size + 512).is_err());
+    pool.resize("b", size / 2).unwrap();
+    pool.resize("a", size + size / 2).unwrap();
+    pool.set_max_overcommit(None);
+    pool.clone_snapshot("s", "c").unwrap();
+    assert_eq!(pool.usage().provisioned, 3 * size);
+}

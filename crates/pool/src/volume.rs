@@ -126,7 +126,15 @@ impl VolumeDevice {
                         InPlace::Done | InPlace::DoneUncommitted => return Ok(()),
                     }
                 }
-                let new = st.space.reserve()?;
+                let new = match st.space.reserve() {
+                    Ok(unit) => unit,
+                    Err(e) => {
+                        let name = st.volumes[&self.id].record.name.clone();
+                        drop(st);
+                        self.pool.allocation_failed(&name);
+                        return Err(e);
+                    }
+                };
                 if let Some(unit) = source {
                     st.space.start_copy(unit);
                 }
@@ -377,6 +385,10 @@ impl BlockDevice for VolumeDevice {
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
+    }
+
+    fn space_threshold(&self) -> Option<Arc<block::SpaceThreshold>> {
+        Some(self.pool.space_threshold())
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -123,6 +123,7 @@ impl LogicalUnit {
             }
             VPD_PROVISIONING => {
                 d.resize(8, 0);
+                d[4] = self.threshold_exponent();
                 if self.thin() {
                     // LBPU, LBPWS, LBPWS10
                     d[5] = 0x80 | 0x40 | 0x20;

@@ -29,6 +29,7 @@ mod sense;
 mod started_read;
 mod started_write;
 mod target;
+mod thresholds;
 mod transfer;
 mod xcopy;
 

@@ -153,6 +153,10 @@ pub struct LogicalUnit {
     pub(crate) sanitize_waiters: Mutex<Vec<Waiter>>,
     /// Capacity in blocks as last reported, to notice resizes.
     capacity_seen: AtomicU64,
+    /// The pool's soft threshold, for a volume of a pool.
+    pub(crate) space_threshold: Option<Arc<block::SpaceThreshold>>,
+    /// How many times the pool had reached it at this LU's last command.
+    pub(crate) threshold_seen: AtomicU64,
 }
 
 /// Makes designators of LUs configured without identity unique within the
@@ -206,6 +210,8 @@ impl LogicalUnit {
         let caps = device.capabilities();
         let default_mode = ModeParams::defaults(config.write_cache);
         let capacity = device.size() / u64::from(bs);
+        let space_threshold = device.space_threshold();
+        let threshold_seen = space_threshold.as_ref().map_or(0, |t| t.reached());
         Ok(Arc::new_cyclic(|me| LogicalUnit {
             me: me.clone(),
             device,
@@ -226,6 +232,8 @@ impl LogicalUnit {
             locks: RangeLock::default(),
             sanitize_waiters: Mutex::new(Vec::new()),
             capacity_seen: AtomicU64::new(capacity),
+            space_threshold,
+            threshold_seen: AtomicU64::new(threshold_seen),
             config,
         }))
     }
@@ -375,6 +383,7 @@ impl LogicalUnit {
             return Err(Sense::invalid_cdb(0, None).into());
         };
         self.notice_capacity_change();
+        self.notice_threshold();
         let checked = match commands::lookup(cdb, |c| self.supports(c)) {
             Lookup::Found(c) => c.check_cdb(cdb).map(|()| c),
             Lookup::UnknownOpcode => Err(Sense::invalid_opcode()),

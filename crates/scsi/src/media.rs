@@ -6,7 +6,7 @@ use scsi_api::ScsiResponse;
 use crate::cdb::{be16, be32, truncate, u8_at};
 use crate::commands::op;
 use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome};
-use crate::mode::{self, Medium};
+use crate::mode::{self, Medium, PageControl};
 use crate::sense::{asc, Sense};
 
 impl LogicalUnit {
@@ -15,6 +15,9 @@ impl LogicalUnit {
             blocks: self.blocks(),
             block_size: self.block_size,
             read_only: self.read_only() || ctx.read_only,
+            provisioning: self
+                .provisioning_page(PageControl::Current)
+                .zip(self.provisioning_page(PageControl::Changeable)),
         }
     }
 

@@ -2,12 +2,15 @@
 //!
 //! Pages: caching (0x08, WCE changeable), control (0x0A, D_SENSE and SWP
 //! changeable) and informational exceptions control (0x1C, nothing
-//! changeable: there is no failure prediction to report). Parameters are
-//! not saveable; current values start at the defaults and return to them
-//! on logical unit reset.
+//! changeable: there is no failure prediction to report); for a volume of
+//! a pool, the Logical Block Provisioning subpage (0x1C/0x02, nothing
+//! changeable: the configuration sets the threshold, thresholds.rs).
+//! Parameters are not saveable; current values start at the defaults and
+//! return to them on logical unit reset.
 
 use crate::cdb::{be16, be32, be64, put16, put32, put64, u8_at};
 use crate::sense::{asc, Sense};
+use crate::thresholds::{PAGE_PROVISIONING, SUBPAGE_PROVISIONING};
 
 pub const PAGE_CACHING: u8 = 0x08;
 pub const PAGE_CONTROL: u8 = 0x0A;
@@ -50,7 +53,13 @@ pub struct Medium {
     pub block_size: u32,
     /// Hardware or configured write protection (WP is also set by SWP).
     pub read_only: bool,
+    /// The Logical Block Provisioning subpage (thresholds.rs), current and
+    /// changeable, for an LU that reports thresholds.
+    pub provisioning: Option<(Vec<u8>, Vec<u8>)>,
 }
+
+/// SUBPAGE CODE of MODE SENSE asking for every subpage of a page.
+const ALL_SUBPAGES: u8 = 0xFF;
 
 /// One page in the requested form. Page byte 0 carries PS = 0: nothing is
 /// saveable.
@@ -120,10 +129,17 @@ pub fn mode_sense(
     };
     let code = u8_at(cdb, 2) & 0x3F;
     let subpage = u8_at(cdb, 3);
+    let lbp = medium.provisioning.as_ref();
+    let lbp_wanted = match (code, subpage) {
+        (ALL_PAGES | PAGE_PROVISIONING, ALL_SUBPAGES)
+        | (PAGE_PROVISIONING, SUBPAGE_PROVISIONING) => lbp.is_some(),
+        _ => false,
+    };
     let codes: Vec<u8> = match (code, subpage) {
-        (ALL_PAGES, 0x00 | 0xFF) => PAGES.to_vec(),
-        (c, 0x00 | 0xFF) if PAGES.contains(&c) => vec![c],
-        (c, 0x00 | 0xFF) if c != ALL_PAGES => return Err(Sense::invalid_cdb(2, Some(5))),
+        (ALL_PAGES, 0x00 | ALL_SUBPAGES) => PAGES.to_vec(),
+        (c, 0x00 | ALL_SUBPAGES) if PAGES.contains(&c) => vec![c],
+        (c, 0x00 | ALL_SUBPAGES) if c != ALL_PAGES => return Err(Sense::invalid_cdb(2, Some(5))),
+        _ if lbp_wanted => Vec::new(),
         _ => return Err(Sense::invalid_cdb(3, Some(7))),
     };
     let shown = match pc {
@@ -152,6 +168,14 @@ pub fn mode_sense(
     let bd_len = data.len() - header_len;
     for c in codes {
         data.extend_from_slice(&page(c, shown, pc));
+    }
+    if let Some((current, changeable)) = lbp.filter(|_| lbp_wanted) {
+        let pg = if pc == PageControl::Changeable {
+            changeable
+        } else {
+            current
+        };
+        data.extend_from_slice(pg);
     }
     if ten {
         let len = (data.len() - 2) as u16;
@@ -224,8 +248,8 @@ pub fn mode_select(
     while pos < param.len() {
         let code = param[pos] & 0x3F;
         if param[pos] & 0x40 != 0 {
-            // No subpages are implemented.
-            return Err(Sense::invalid_param(pos, Some(6)));
+            pos += same_subpage(param, pos, medium)?;
+            continue;
         }
         if !PAGES.contains(&code) {
             return Err(Sense::invalid_param(pos, Some(5)));
@@ -239,13 +263,7 @@ pub fn mode_select(
         let Some(sent) = param.get(pos..pos + len) else {
             return Err(Sense::param_list_length());
         };
-        for i in 2..len {
-            let diff = (sent[i] ^ current[i]) & !changeable[i];
-            if diff != 0 {
-                let bit = 7 - diff.leading_zeros() as u8;
-                return Err(Sense::invalid_param(pos + i, Some(bit)));
-            }
-        }
+        unchanged(sent, &current, Some(&changeable), 2, pos)?;
         match code {
             PAGE_CACHING => new.wce = sent[2] & 0x04 != 0,
             PAGE_CONTROL => {
@@ -259,6 +277,49 @@ pub fn mode_select(
     Ok(new)
 }
 
+/// A subpage sent by MODE SELECT: only the Logical Block Provisioning
+/// one exists, and nothing in it is changeable, so it must come back as
+/// it is. Returns its length.
+fn same_subpage(param: &[u8], pos: usize, medium: &Medium) -> Result<usize, Sense> {
+    let code = param[pos] & 0x3F;
+    let subpage = u8_at(param, pos + 1);
+    let current = match &medium.provisioning {
+        Some((current, _)) if code == PAGE_PROVISIONING && subpage == SUBPAGE_PROVISIONING => {
+            current
+        }
+        _ => return Err(Sense::invalid_param(pos, Some(5))),
+    };
+    let len = usize::from(be16(param, pos + 2)) + 4;
+    if len != current.len() {
+        return Err(Sense::invalid_param(pos + 2, None));
+    }
+    let Some(sent) = param.get(pos..pos + len) else {
+        return Err(Sense::param_list_length());
+    };
+    unchanged(sent, current, None, 4, pos)?;
+    Ok(len)
+}
+
+/// INVALID FIELD IN PARAMETER LIST at the first bit of the page `sent`
+/// (at `pos` in the list), from byte `from` on, that differs from
+/// `current` where `changeable` (nothing, when `None`) does not allow it.
+fn unchanged(
+    sent: &[u8],
+    current: &[u8],
+    changeable: Option<&[u8]>,
+    from: usize,
+    pos: usize,
+) -> Result<(), Sense> {
+    for i in from..sent.len() {
+        let diff = (sent[i] ^ current[i]) & !changeable.map_or(0, |c| c[i]);
+        if diff != 0 {
+            let bit = 7 - diff.leading_zeros() as u8;
+            return Err(Sense::invalid_param(pos + i, Some(bit)));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +328,7 @@ mod tests {
         blocks: 2048,
         block_size: 512,
         read_only: false,
+        provisioning: None,
     };
 
     fn sense6(pc: u8, page: u8, dbd: bool) -> Vec<u8> {
