@@ -35,6 +35,11 @@ pub trait AuthExchange: Send {
     /// Whether an initiator may skip the security stage entirely (start
     /// its login in the operational stage).
     fn allows_skipping_security(&self) -> bool;
+
+    /// Why the exchange failed, once it has; never a secret.
+    fn failure_reason(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// Accepts every initiator without authentication (`AuthMethod=None`).

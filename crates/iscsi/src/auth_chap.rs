@@ -128,6 +128,8 @@ pub struct ChapExchange {
     id: u8,
     challenge: [u8; CHALLENGE_LEN],
     state: State,
+    /// Why the exchange failed, for the log (never a secret).
+    failure: Option<&'static str>,
 }
 
 fn value<'a>(keys: &'a [(String, String)], name: &str) -> Option<&'a str> {
@@ -145,11 +147,13 @@ impl ChapExchange {
             id,
             challenge,
             state: State::Start,
+            failure: None,
         }
     }
 
-    fn fail(&mut self) -> AuthStep {
+    fn fail(&mut self, reason: &'static str) -> AuthStep {
         self.state = State::Failed;
+        self.failure = Some(reason);
         AuthStep::Failed
     }
 
@@ -161,7 +165,7 @@ impl ChapExchange {
                 if v.split(',').any(|m| m == "None") {
                     answers.push((key.clone(), "None".to_string()));
                 } else {
-                    return self.fail();
+                    return self.fail("AuthMethod offers no None, and none is required");
                 }
             } else {
                 answers.push((key.clone(), "Irrelevant".to_string()));
@@ -173,7 +177,7 @@ impl ChapExchange {
 
     fn offer_challenge(&mut self, algorithms: &str) -> AuthStep {
         if !algorithms.split(',').any(|a| a.trim() == ALGORITHM_MD5) {
-            return self.fail();
+            return self.fail("no CHAP_A=5 (MD5) offered");
         }
         self.state = State::Challenged;
         AuthStep::Continue(vec![
@@ -185,10 +189,10 @@ impl ChapExchange {
 
     fn check_response(&mut self, req: &ChapRequirement, keys: &[(String, String)]) -> AuthStep {
         let (Some(name), Some(response)) = (value(keys, "CHAP_N"), value(keys, "CHAP_R")) else {
-            return self.fail();
+            return self.fail("CHAP_N or CHAP_R missing");
         };
         let Some(response) = decode_binary(response) else {
-            return self.fail();
+            return self.fail("CHAP_R is not a binary value");
         };
         let expected = chap_response(self.id, req.initiator.secret.expose(), &self.challenge);
         // Compare the name and the response both, always, so timing says
@@ -196,7 +200,12 @@ impl ChapExchange {
         let name_ok = constant_time_eq(name.as_bytes(), req.initiator.user.as_bytes());
         let response_ok = constant_time_eq(&response, &expected);
         if !(name_ok & response_ok) {
-            return self.fail();
+            // Decided after both comparisons: the log may say which.
+            return self.fail(if name_ok {
+                "wrong CHAP secret"
+            } else {
+                "unknown CHAP user"
+            });
         }
         let peer_id = value(keys, "CHAP_I");
         let peer_challenge = value(keys, "CHAP_C");
@@ -204,16 +213,17 @@ impl ChapExchange {
             (None, None, None) => Vec::new(),
             (Some(target), Some(id), Some(challenge)) => {
                 let Some(id) = parse_id(id) else {
-                    return self.fail();
+                    return self.fail("mutual CHAP_I is not a number");
                 };
                 let Some(challenge) = decode_binary(challenge) else {
-                    return self.fail();
+                    return self.fail("mutual CHAP_C is not a binary value");
                 };
                 if challenge.is_empty()
                     || challenge.len() > MAX_PEER_CHALLENGE
                     || challenge == self.challenge
                 {
-                    return self.fail();
+                    return self
+                        .fail("mutual CHAP_C empty, too long, or the target's own challenge");
                 }
                 let answer = chap_response(id, target.secret.expose(), &challenge);
                 vec![
@@ -222,7 +232,7 @@ impl ChapExchange {
                 ]
             }
             // Mutual CHAP asked for by one side only.
-            _ => return self.fail(),
+            _ => return self.fail("mutual CHAP asked for by one side only"),
         };
         self.state = State::Done;
         AuthStep::Done(answers)
@@ -237,10 +247,10 @@ impl AuthExchange for ChapExchange {
         match self.state {
             State::Start => {
                 let Some(methods) = value(keys, "AuthMethod") else {
-                    return self.fail();
+                    return self.fail("AuthMethod missing");
                 };
                 if !methods.split(',').any(|m| m == "CHAP") {
-                    return self.fail();
+                    return self.fail("AuthMethod without CHAP");
                 }
                 self.state = State::Algorithm;
                 match value(keys, "CHAP_A") {
@@ -257,12 +267,14 @@ impl AuthExchange for ChapExchange {
             }
             State::Algorithm => match value(keys, "CHAP_A") {
                 Some(a) => self.offer_challenge(a),
-                None => self.fail(),
+                None => self.fail("CHAP_A missing"),
             },
             State::Challenged => self.check_response(&req, keys),
             // Authentication is over; any further key is out of place.
             State::Done if keys.is_empty() => AuthStep::Done(Vec::new()),
-            State::Done | State::Failed => self.fail(),
+            State::Done | State::Failed => {
+                self.fail("authentication keys after the exchange ended")
+            }
         }
     }
 
@@ -272,6 +284,10 @@ impl AuthExchange for ChapExchange {
 
     fn allows_skipping_security(&self) -> bool {
         self.requirement.is_none()
+    }
+
+    fn failure_reason(&self) -> Option<&'static str> {
+        self.failure
     }
 }
 

@@ -237,6 +237,11 @@ impl LoginMachine {
         self.negotiator.target_name.as_deref()
     }
 
+    /// The authentication exchange, once the initiator has named itself.
+    pub fn auth(&self) -> Option<&dyn AuthExchange> {
+        self.auth.as_deref()
+    }
+
     /// Target found for this login, once known.
     pub fn target(&self) -> Option<&TargetInfo> {
         self.target.as_ref()

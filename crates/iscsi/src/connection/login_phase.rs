@@ -111,13 +111,14 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 }
             }
             LoginStep::Fail(reply, status) => {
-                log_refused(&machine, peer, local, status);
+                log_refused(server, &machine, peer, local, status);
                 let _ = send_reply(stream, &reply).await;
                 return None;
             }
             LoginStep::Complete(mut reply, result) => {
                 let Some(slot) = portal.try_take() else {
                     let status = LoginStatus::OUT_OF_RESOURCES;
+                    server.logins.count_refused(crate::Refusal::PortalFull);
                     server.events.portal_full.record(|held_back| {
                         tracing::info!(%peer, portal = %local, held_back, "login refused: portal at its limit of logged-in connections");
                     });
@@ -130,7 +131,7 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                         e
                     }
                     Err(status) => {
-                        log_refused(&machine, peer, local, status);
+                        log_refused(server, &machine, peer, local, status);
                         let reply = machine.failure(&req, status);
                         let _ = send_reply(stream, &reply).await;
                         return None;
@@ -141,6 +142,7 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                     established.abandon(server).await;
                     return None;
                 }
+                server.logins.count_accepted();
                 log_accepted(&established.ctx);
                 return Some(established);
             }
@@ -148,14 +150,22 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-fn log_refused(machine: &LoginMachine, peer: SocketAddr, local: SocketAddr, status: LoginStatus) {
+fn log_refused(
+    server: &Server,
+    machine: &LoginMachine,
+    peer: SocketAddr,
+    local: SocketAddr,
+    status: LoginStatus,
+) {
+    let refused = crate::login_outcome::Refused::of(status, machine.auth());
+    server.logins.count_refused(refused.refusal);
     tracing::info!(
         initiator = machine.initiator_name().unwrap_or("?"),
         target = machine.target_name().unwrap_or("-"),
         %peer,
         portal = %local,
         status = format_args!("{:#06x}", status.code()),
-        reason = status.reason(),
+        reason = refused.reason.as_str(),
         "login refused"
     );
 }
@@ -312,6 +322,8 @@ async fn establish(
         params: result.params,
         peer,
         local,
+        initiator_alias: result.initiator_alias,
+        usage: crate::session_info::SessionUsage::new(),
     });
     Ok(Established {
         ctx,
