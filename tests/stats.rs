@@ -6,13 +6,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::iscsi::{LoginParams, Session};
 use common::{free_port, listening_on, require_tool, run_with_timeout, serve_command};
+use common::{http_get as get, metric_sample as sample};
 
 const TARGET: &str = "iqn.2026-11.org.test:stats";
 const WRITER: &str = "iqn.2026-11.org.test:writer";
@@ -104,27 +104,6 @@ impl Daemon {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-}
-
-/// `GET path` over `stream`; the status line and the body.
-fn get(mut stream: impl Read + Write, path: &str) -> (String, String) {
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: openarray\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
-    (head.lines().next().unwrap().to_string(), body.to_string())
-}
-
-/// The value of the sample `name{labels}` in Prometheus text.
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let prefix = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map(|v| v.parse().expect("a number"))
 }
 
 fn labels(lun: u64, initiator: &str, extra: &str) -> String {

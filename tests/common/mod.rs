@@ -18,7 +18,7 @@ pub mod iscsi;
 pub mod rng;
 pub mod verified_io;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -318,4 +318,26 @@ pub fn run_echoed(cmd: Command, limit: Duration) -> Output {
     let [stdout, stderr] = [&out.stdout, &out.stderr].map(|b| String::from_utf8_lossy(b));
     eprintln!("{shown}: {}\n{stdout}{stderr}", out.status);
     out
+}
+
+/// `GET path` over `stream` (HTTP/1.1, one request); the status line and
+/// the body.
+pub fn http_get(mut stream: impl Read + Write, path: &str) -> (String, String) {
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: openarray\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+/// The value of the sample `name{labels}` in Prometheus text.
+pub fn metric_sample(text: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.parse().expect("a number"))
 }
