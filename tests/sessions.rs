@@ -13,7 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::admin::AdminDaemon;
+use common::admin::{pool_config, AdminDaemon};
 use common::free_port;
 use common::iscsi::{rw10_cdb, LoginParams, Session};
 use common::verified_io::BackgroundIo;
@@ -26,39 +26,15 @@ const VICTIM: &str = "iqn.2026-11.org.test:victim";
 /// 64 KiB units on an 8 MiB data file: 127 units for data.
 const POOL_UNITS: u64 = 127;
 const UNIT: usize = 64 << 10;
+/// The volume of the pool, and the RAM disk.
+const VOLUME: u64 = 0;
+const RAM: u64 = 1;
 
+/// The pool's volume as LUN 0 (its data file is 8M), a RAM disk as LUN 1.
 fn config(dir: &std::path::Path, port: u16) -> String {
-    format!(
-        r#"[[portal]]
-listen = "127.0.0.1:{port}"
-
-[[pool]]
-name = "tank"
-devices = ["{dir}/tank0.img"]
-device_size = "8M"
-
-[[device]]
-name = "ram"
-kind = "mem"
-size = "16M"
-
-[[device]]
-name = "vol"
-kind = "volume"
-pool = "tank"
-size = "16M"
-
-[[target]]
-name = "{TARGET}"
-[[target.lun]]
-lun = 0
-device = "ram"
-[[target.lun]]
-lun = 1
-device = "vol"
-"#,
-        dir = dir.display()
-    )
+    let ram = "[[target.lun]]\nlun = 1\ndevice = \"ram\"\n\n\
+               [[device]]\nname = \"ram\"\nkind = \"mem\"\nsize = \"16M\"\n";
+    pool_config(dir, port, TARGET, "8M", ram)
 }
 
 fn json_of(out: &Output) -> Value {
@@ -119,7 +95,7 @@ fn sessions_are_listed_killed_and_counted_and_status_tells_health() {
 
     // Two initiators: one with verified I/O on LUN 0, the other by hand,
     // with an alias, on LUN 1.
-    let keeper = BackgroundIo::start(port, KEEPER, TARGET, 0);
+    let keeper = BackgroundIo::start(port, KEEPER, TARGET, RAM);
     keeper.wait_rounds(5);
     let stream = TcpStream::connect(d.addr()).unwrap();
     stream
@@ -135,11 +111,11 @@ fn sessions_are_listed_killed_and_counted_and_status_tells_health() {
     let blocks = (UNIT / 512) as u16;
     for unit in 0..POOL_UNITS - 7 {
         let lba = (unit * UNIT as u64 / 512) as u32;
-        good(&mut victim, 1, &rw10_cdb(0x2a, lba, blocks), &chunk);
+        good(&mut victim, VOLUME, &rw10_cdb(0x2a, lba, blocks), &chunk);
     }
-    good(&mut victim, 1, &[0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[]);
-    prout(&mut victim, 1, 0, 0, 0, 0xabc);
-    prout(&mut victim, 1, 1, 1, 0xabc, 0);
+    good(&mut victim, VOLUME, &[0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[]);
+    prout(&mut victim, VOLUME, 0, 0, 0, 0xabc);
+    prout(&mut victim, VOLUME, 1, 1, 0xabc, 0);
 
     // Refused: a target nobody serves.
     let stranger =
@@ -155,7 +131,7 @@ fn sessions_are_listed_killed_and_counted_and_status_tells_health() {
     let v = by_initiator(&list, VICTIM);
     assert_eq!(k["target"], TARGET);
     assert_eq!(k["initiator_alias"], Value::Null);
-    assert_eq!(k["luns_used"], serde_json::json!([0]));
+    assert_eq!(k["luns_used"], serde_json::json!([RAM]));
     assert_eq!(v["initiator_alias"], "victim host");
     assert_eq!(v["target"], TARGET);
     assert_eq!(v["type"], "normal");
@@ -175,7 +151,7 @@ fn sessions_are_listed_killed_and_counted_and_status_tells_health() {
     assert_eq!(v["first_burst_length"], 65536);
     assert_eq!(v["immediate_data"], true);
     assert_eq!(v["initial_r2t"], true);
-    assert_eq!(v["luns_used"], serde_json::json!([1]));
+    assert_eq!(v["luns_used"], serde_json::json!([VOLUME]));
     assert_eq!(v["logout_requested"], false);
     let login_time = v["login_time"].as_str().unwrap();
     assert!(
@@ -190,17 +166,17 @@ fn sessions_are_listed_killed_and_counted_and_status_tells_health() {
     let shown = json_of(&out);
     let luns = shown["luns"].as_array().unwrap();
     assert_eq!(luns.len(), 2, "{luns:?}");
-    assert_eq!(luns[0]["lun"], 0);
-    assert_eq!(luns[0]["registered_key"], Value::Null);
-    assert_eq!(luns[1]["lun"], 1);
-    assert_eq!(luns[1]["registered_key"], "0x0000000000000abc");
-    assert_eq!(luns[1]["reservation"], "write exclusive");
+    assert_eq!(luns[0]["lun"], VOLUME);
+    assert_eq!(luns[0]["registered_key"], "0x0000000000000abc");
+    assert_eq!(luns[0]["reservation"], "write exclusive");
+    assert_eq!(luns[1]["lun"], RAM);
+    assert_eq!(luns[1]["registered_key"], Value::Null);
     let text =
         String::from_utf8(d.cli(&["session", "show", &victim_id.to_string()]).stdout).unwrap();
     assert!(text.contains("holds write exclusive reservation"), "{text}");
     let keeper_id = k["id"].as_u64().unwrap();
     let out = d.cli(&["session", "show", &keeper_id.to_string(), "--json"]);
-    assert_eq!(json_of(&out)["luns"][1]["reservation"], Value::Null);
+    assert_eq!(json_of(&out)["luns"][0]["reservation"], Value::Null);
 
     // Degraded: the pool is above 90% used; exit 1.
     let out = d.cli(&["status", "--json"]);

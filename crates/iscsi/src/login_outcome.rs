@@ -191,33 +191,28 @@ mod tests {
     use crate::auth::AuthStep;
     use crate::auth_chap::{chap_response, ChapCredentials, ChapExchange, ChapRequirement, Secret};
 
-    fn kv(items: &[(&str, &str)]) -> Vec<(String, String)> {
-        items
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    fn creds(user: &str, secret: &str) -> ChapCredentials {
-        ChapCredentials {
-            user: user.into(),
-            secret: Secret::new(secret).unwrap(),
-        }
-    }
-
     const CHALLENGE: [u8; 16] = [9; 16];
 
-    /// Runs a CHAP exchange to its end with `answer` as the initiator's
-    /// last request; what a refusal of it says.
-    fn refused_after(mutual: bool, first: &[(&str, &str)], answer: &[(&str, &str)]) -> Refused {
+    /// Runs a CHAP exchange to its end, the initiator sending the login
+    /// text `first` and then `answer` (NUL-separated keys); what a refusal
+    /// of it says.
+    fn refused_after(mutual: bool, first: &str, answer: &str) -> Refused {
+        let keys = |text: &str| crate::text::parse(text.replace(';', "\0").as_bytes()).unwrap();
+        let secret = |s: &str| Secret::new(s).unwrap();
         let req = ChapRequirement {
-            initiator: creds("alice", "alice-secret-1"),
-            mutual: mutual.then(|| creds("array", "array-secret-1")),
+            initiator: ChapCredentials {
+                user: "alice".into(),
+                secret: secret("alice-secret-1"),
+            },
+            mutual: mutual.then(|| ChapCredentials {
+                user: "array".into(),
+                secret: secret("array-secret-1"),
+            }),
         };
         let mut ex = ChapExchange::new(Some(req), 42, CHALLENGE);
-        let mut step = ex.step(&kv(first));
+        let mut step = ex.step(&keys(first));
         if matches!(step, AuthStep::Continue(_)) && !answer.is_empty() {
-            step = ex.step(&kv(answer));
+            step = ex.step(&keys(answer));
         }
         assert_eq!(step, AuthStep::Failed);
         Refused::of(LoginStatus::AUTHENTICATION_FAILURE, Some(&ex))
@@ -233,32 +228,32 @@ mod tests {
 
     #[test]
     fn chap_failures_are_told_apart() {
-        let offer = [("AuthMethod", "CHAP"), ("CHAP_A", "5")];
+        let offer = "AuthMethod=CHAP;CHAP_A=5;";
         let good = response("alice-secret-1");
         let wrong = response("alice-secret-2");
         let cases = [
             (
-                refused_after(false, &[("AuthMethod", "None")], &[]),
+                refused_after(false, "AuthMethod=None;", ""),
                 Refusal::NoChap,
                 "authentication failure: AuthMethod without CHAP",
             ),
             (
-                refused_after(false, &offer, &[("CHAP_N", "mallory"), ("CHAP_R", &good)]),
+                refused_after(false, offer, &format!("CHAP_N=mallory;CHAP_R={good};")),
                 Refusal::UnknownUser,
                 "authentication failure: unknown CHAP user",
             ),
             (
-                refused_after(false, &offer, &[("CHAP_N", "alice"), ("CHAP_R", &wrong)]),
+                refused_after(false, offer, &format!("CHAP_N=alice;CHAP_R={wrong};")),
                 Refusal::WrongSecret,
                 "authentication failure: wrong CHAP secret",
             ),
             (
-                refused_after(true, &offer, &[("CHAP_N", "alice"), ("CHAP_R", &good)]),
+                refused_after(true, offer, &format!("CHAP_N=alice;CHAP_R={good};")),
                 Refusal::MutualChap,
                 "authentication failure: mutual CHAP asked for by one side only",
             ),
             (
-                refused_after(false, &[("AuthMethod", "CHAP"), ("CHAP_A", "7")], &[]),
+                refused_after(false, "AuthMethod=CHAP;CHAP_A=7;", ""),
                 Refusal::ChapOther,
                 "authentication failure: no CHAP_A=5 (MD5) offered",
             ),
