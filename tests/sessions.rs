@@ -10,19 +10,21 @@ mod common;
 
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::process::Output;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::admin::{pool_config, AdminDaemon};
 use common::free_port;
 use common::iscsi::{rw10_cdb, LoginParams, Session};
 use common::verified_io::BackgroundIo;
-use common::{http_get, metric_sample};
+use common::{http_get, metric_sample, require_tool, run_with_timeout};
 use serde_json::Value;
 
 const TARGET: &str = "iqn.2026-11.org.test:sessions";
 const KEEPER: &str = "iqn.2026-11.org.test:keeper";
 const VICTIM: &str = "iqn.2026-11.org.test:victim";
+const GUARDED: &str = "iqn.2026-11.org.test:guarded";
+const SECRET: &str = "alice-secret-123";
 /// 64 KiB units on an 8 MiB data file: 127 units for data.
 const POOL_UNITS: u64 = 127;
 const UNIT: usize = 64 << 10;
@@ -30,11 +32,42 @@ const UNIT: usize = 64 << 10;
 const VOLUME: u64 = 0;
 const RAM: u64 = 1;
 
-/// The pool's volume as LUN 0 (its data file is 8M), a RAM disk as LUN 1.
+/// The pool's volume as LUN 0 (its data file is 8M), a RAM disk as LUN 1;
+/// a second target, guarded by CHAP, shows the RAM disk too.
 fn config(dir: &std::path::Path, port: u16) -> String {
-    let ram = "[[target.lun]]\nlun = 1\ndevice = \"ram\"\n\n\
-               [[device]]\nname = \"ram\"\nkind = \"mem\"\nsize = \"16M\"\n";
-    pool_config(dir, port, TARGET, "8M", ram)
+    let more = format!(
+        r#"[[target.lun]]
+lun = 1
+device = "ram"
+
+[[device]]
+name = "ram"
+kind = "mem"
+size = "16M"
+
+[[target]]
+name = "{GUARDED}"
+chap = {{ user = "alice", secret = "{SECRET}" }}
+[[target.lun]]
+lun = 0
+device = "ram"
+"#
+    );
+    pool_config(dir, port, TARGET, "8M", &more)
+}
+
+/// `iscsi-inq` of LUN 0 of [`GUARDED`] as CHAP `user` with `secret`:
+/// whether it succeeded.
+fn chap_inquiry(d: &AdminDaemon, user: &str, secret: &str) -> bool {
+    require_tool("iscsi-inq");
+    let mut cmd = Command::new("iscsi-inq");
+    cmd.arg("-i").arg("iqn.2026-11.org.test:chap").arg(format!(
+        "iscsi://{user}%{secret}@127.0.0.1:{}/{GUARDED}/0",
+        d.port
+    ));
+    run_with_timeout(cmd, Duration::from_secs(60))
+        .status
+        .success()
 }
 
 fn json_of(out: &Output) -> Value {
@@ -124,6 +157,9 @@ fn sessions_are_listed_killed_and_counted_and_status_tells_health() {
         .err()
         .expect("a refused login");
     assert!(err.to_string().contains("detail 0x3"), "{err}");
+    // Refused by CHAP: a wrong secret, an unknown user.
+    assert!(!chap_inquiry(&d, "alice", "alice-secret-124"));
+    assert!(!chap_inquiry(&d, "mallory", SECRET));
 
     let list = sessions(&d);
     assert_eq!(list.len(), 2, "{list:?}");
@@ -217,12 +253,27 @@ fn sessions_are_listed_killed_and_counted_and_status_tells_health() {
     };
     assert_eq!(refused("target_unknown"), Some(1.0));
     assert_eq!(refused("initiator_not_allowed"), Some(0.0));
+    assert_eq!(refused("wrong_secret"), Some(1.0));
+    assert_eq!(refused("unknown_user"), Some(1.0));
+    assert_eq!(refused("no_chap"), Some(0.0));
     let log = d.log();
     assert!(
         log.lines().any(|l| l.contains("login refused")
             && l.contains("iqn.2026-11.org.test:stranger")
             && l.contains("target not found: no target of that name")),
         "{log}"
+    );
+    for why in ["wrong CHAP secret", "unknown CHAP user"] {
+        let line = format!("reason=\"authentication failure: {why}\"");
+        assert!(
+            log.lines()
+                .any(|l| l.contains("login refused") && l.contains(GUARDED) && l.contains(&line)),
+            "{log}"
+        );
+    }
+    assert!(
+        !log.contains("alice-secret"),
+        "a secret reached the log:\n{log}"
     );
 
     // Kill the victim: it is asked to log out, does not, and is dropped
