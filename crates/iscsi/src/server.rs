@@ -329,9 +329,6 @@ impl Server {
             peer = %ctx.peer,
             "administrator ends the session: asking it to log out"
         );
-        ctx.usage
-            .logout_requested
-            .store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = handle.control.send(Control::RequestLogout);
         true
     }

@@ -91,10 +91,11 @@ async fn sessions_are_listed_counted_and_ended_on_request() {
     assert!(!server.request_logout(sb.id + 100));
     let asked = Instant::now();
     assert!(server.request_logout(sb.id));
-    assert!(server.session(sb.id).unwrap().logout_requested);
     let p = b.recv().await;
     assert_eq!(p.bhs.opcode(), Some(Opcode::AsyncMessage));
     assert_eq!(p.bhs.byte(36), 1, "logout request");
+    assert!(server.session(sb.id).unwrap().logout_requested);
+    assert!(!server.session(sa.id).unwrap().logout_requested);
     assert!(b.closed_within(Duration::from_secs(5)).await);
     assert!(
         asked.elapsed() >= Duration::from_millis(900),
