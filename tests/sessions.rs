@@ -33,7 +33,8 @@ const VOLUME: u64 = 0;
 const RAM: u64 = 1;
 
 /// The pool's volume as LUN 0 (its data file is 8M), a RAM disk as LUN 1;
-/// a second target, guarded by CHAP, shows the RAM disk too.
+/// a second target, guarded by CHAP, shows the RAM disk too and a file
+/// device as its LUN 1.
 fn config(dir: &std::path::Path, port: u16) -> String {
     let more = format!(
         r#"[[target.lun]]
@@ -51,7 +52,17 @@ chap = {{ user = "alice", secret = "{SECRET}" }}
 [[target.lun]]
 lun = 0
 device = "ram"
-"#
+[[target.lun]]
+lun = 1
+device = "disk"
+
+[[device]]
+name = "disk"
+kind = "file"
+path = "{disk}"
+size = "1M"
+"#,
+        disk = dir.join("disk.img").display()
     );
     pool_config(dir, port, TARGET, "8M", &more)
 }
@@ -317,6 +328,24 @@ fn sessions_are_listed_killed_and_counted_and_status_tells_health() {
     let outcome = keeper.finish().expect("the keeper's I/O");
     assert!(outcome.rounds >= done, "{} < {done}", outcome.rounds);
     assert!(!outcome.lun_gone && !outcome.luns_changed);
+
+    // The file under a LUN removed: that LUN is degraded too.
+    std::fs::remove_file(dir.path().join("disk.img")).unwrap();
+    let out = d.cli(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let status = json_of(&out);
+    let degraded = status["degraded"].as_array().unwrap();
+    assert_eq!(degraded.len(), 2, "{degraded:?}");
+    let lun = degraded
+        .iter()
+        .find(|p| p["kind"] == "lun")
+        .expect("a degraded LUN");
+    assert_eq!(lun["name"], format!("{GUARDED} LUN 1"));
+    assert!(degraded.iter().any(|p| p["kind"] == "pool"));
+    let problem = lun["problem"].as_str().unwrap();
+    assert!(problem.contains("removed or replaced"), "{problem}");
+    assert_eq!(status["targets"][1]["luns"][1]["state"], "degraded");
+    assert_eq!(status["targets"][1]["luns"][0]["state"], "ok");
 
     // A daemon that cannot be reached: exit 2.
     drop(d);
