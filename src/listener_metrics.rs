@@ -64,5 +64,102 @@ impl SampleSource for ListenerSamples {
                 value: self.0.logging_in() as u64,
             },
         ]
+        .into_iter()
+        .chain(session_samples(&self.0))
+        .collect()
+    }
+}
+
+/// Sessions and connections logged in now, and logins by outcome.
+fn session_samples(server: &iscsi::Server) -> Vec<Sample> {
+    let counts = server.session_counts();
+    let gauge = |name, help, labels, value: usize| Sample {
+        name,
+        help,
+        kind: SampleKind::Gauge,
+        labels,
+        value: value as u64,
+    };
+    const SESSIONS: &str = "openarray_sessions";
+    const SESSIONS_HELP: &str = "Sessions logged in, by target (discovery sessions: target \"\")";
+    let mut samples: Vec<Sample> = counts
+        .by_target
+        .iter()
+        .map(|(target, n)| {
+            let mut labels = transport();
+            labels.push(("target", target.clone()));
+            gauge(SESSIONS, SESSIONS_HELP, labels, *n)
+        })
+        .collect();
+    let mut labels = transport();
+    labels.push(("target", String::new()));
+    samples.push(gauge(SESSIONS, SESSIONS_HELP, labels, counts.discovery));
+    samples.push(gauge(
+        "openarray_connections",
+        "Connections logged in (normal and discovery)",
+        transport(),
+        counts.connections,
+    ));
+    const LOGINS: &str = "openarray_logins";
+    const LOGINS_HELP: &str = "Logins accepted, and refused by reason";
+    let logins = server.logins();
+    let mut labels = transport();
+    labels.push(("result", "accepted".to_string()));
+    samples.push(Sample {
+        name: LOGINS,
+        help: LOGINS_HELP,
+        kind: SampleKind::Counter,
+        labels,
+        value: logins.accepted(),
+    });
+    for (refusal, n) in logins.refused() {
+        let mut labels = transport();
+        labels.push(("result", "refused".to_string()));
+        labels.push(("reason", refusal.label().to_string()));
+        samples.push(Sample {
+            name: LOGINS,
+            help: LOGINS_HELP,
+            kind: SampleKind::Counter,
+            labels,
+            value: n,
+        });
+    }
+    samples
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_target_has_a_session_gauge_and_every_reason_a_counter() {
+        let target = iscsi::Target {
+            name: "iqn.2026-11.org.test:m".into(),
+            alias: None,
+            portal_group: 1,
+            portals: Vec::new(),
+            scsi: std::sync::Arc::new(scsi_api::testing::NoLuns),
+        };
+        let server = iscsi::Server::new(iscsi::ServerOptions::default(), vec![target]);
+        let samples = ListenerSamples(server).samples();
+        let find = |name: &str, label: (&str, &str)| {
+            samples
+                .iter()
+                .find(|s| s.name == name && s.labels.iter().any(|(k, v)| (*k, v.as_str()) == label))
+                .map(|s| s.value)
+        };
+        assert_eq!(
+            find("openarray_sessions", ("target", "iqn.2026-11.org.test:m")),
+            Some(0)
+        );
+        assert_eq!(find("openarray_sessions", ("target", "")), Some(0));
+        assert_eq!(
+            find("openarray_connections", ("transport", "iscsi")),
+            Some(0)
+        );
+        assert_eq!(find("openarray_logins", ("result", "accepted")), Some(0));
+        for r in iscsi::Refusal::ALL {
+            assert_eq!(find("openarray_logins", ("reason", r.label())), Some(0));
+        }
     }
 }

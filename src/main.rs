@@ -9,7 +9,9 @@ mod pool_cli;
 mod pool_metrics;
 mod schedules;
 mod serve;
+mod session_cli;
 mod stat_cli;
+mod status_cli;
 mod volume_api;
 
 use std::io::IsTerminal;
@@ -88,6 +90,16 @@ enum Command {
     /// I/O per target, LUN and initiator of a running daemon, like iostat:
     /// IOPS, throughput, latency percentiles and queue depth per interval.
     Stat(stat_cli::StatArgs),
+    /// Live iSCSI sessions of a running daemon: list, show, kill.
+    Session {
+        #[command(flatten)]
+        api: api_client::ApiArgs,
+        #[command(subcommand)]
+        command: session_cli::SessionCommand,
+    },
+    /// Targets, portals, sessions, LUNs and pools of a running daemon and
+    /// what is degraded; exit status 0 healthy, 1 degraded, 2 not reached.
+    Status(status_cli::StatusArgs),
 }
 
 fn init_logging(level: Option<&str>) -> Result<(), String> {
@@ -168,6 +180,8 @@ fn main() -> ExitCode {
         Command::Volume(cmd) => pool_cli::run_volume(cmd),
         Command::Config { api, command } => admin_cli::run(&api, command),
         Command::Stat(args) => stat_cli::run(args),
+        Command::Session { api, command } => session_cli::run(&api, command),
+        Command::Status(args) => status_cli::run(args),
         Command::Edit(cmd) => edit_cli::run(cmd),
         Command::DefaultConfig => {
             print!("{}", control::DEFAULT_CONFIG_TOML);

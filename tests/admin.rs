@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
-use common::admin::{esx_config, run_openarray, AdminDaemon};
+use common::admin::{esx_config, pool_config, run_openarray, AdminDaemon};
 use common::verified_io::BackgroundIo;
 use common::{free_port, require_tool};
 
@@ -138,40 +138,12 @@ fn the_cli_says_when_no_daemon_listens() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the daemon"));
 }
 
-/// A pool `tank` of `device_size` serving volume `thin0` as LUN 0, and
-/// `extra` more text.
-fn pool_config(dir: &Path, device_size: &str, extra: &str) -> String {
-    format!(
-        r#"[[portal]]
-listen = "127.0.0.1:3260"
-
-[[pool]]
-name = "tank"
-devices = ["{d}/tank0.img"]
-device_size = "{device_size}"
-
-[[device]]
-name = "thin0"
-kind = "volume"
-pool = "tank"
-size = "16M"
-
-[[target]]
-name = "{TARGET}"
-[[target.lun]]
-lun = 0
-device = "thin0"
-{extra}"#,
-        d = dir.display()
-    )
-}
-
 #[test]
 fn pool_changes_are_diffed_and_applied_or_refused_by_name() {
     use common::iscsi::{LoginParams, Session};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("openarray.toml");
-    let v1 = pool_config(dir.path(), "128M", "");
+    let v1 = pool_config(dir.path(), 3260, TARGET, "128M", "");
     std::fs::write(&path, &v1).unwrap();
     let daemon = AdminDaemon::start_listening(&path, dir.path(), free_port());
     let write = |name: &str, text: &str| {
@@ -181,7 +153,10 @@ fn pool_changes_are_diffed_and_applied_or_refused_by_name() {
     };
 
     // Growing the formatted pool's devices: shown, and refused by name.
-    let grown = write("grown.toml", &pool_config(dir.path(), "256M", ""));
+    let grown = write(
+        "grown.toml",
+        &pool_config(dir.path(), 3260, TARGET, "256M", ""),
+    );
     let diff = daemon.config_cli(&["diff", &grown]);
     assert_eq!(diff.status.code(), Some(1));
     assert_eq!(stdout(&diff), "~ pool tank device_size: 128M → 256M\n");
@@ -204,7 +179,7 @@ fn pool_changes_are_diffed_and_applied_or_refused_by_name() {
         "\n[[pool]]\nname = \"spare\"\ndevices = [\"{}/spare0.img\"]\ndevice_size = \"64M\"\n",
         dir.path().display()
     );
-    let v2 = pool_config(dir.path(), "128M", &spare);
+    let v2 = pool_config(dir.path(), 3260, TARGET, "128M", &spare);
     let added = write("added.toml", &v2);
     let diff = daemon.config_cli(&["diff", &added]);
     assert_eq!(stdout(&diff), "+ pool spare\n");

@@ -403,7 +403,7 @@ fn chap_guessing_is_slowed_down_and_the_right_secret_still_works() {
     assert_eq!(failures.len(), 200, "{log}");
     assert!(failures
         .iter()
-        .all(|l| l.contains("wrong CHAP name or response") && l.contains(HOST)));
+        .all(|l| l.contains("authentication failure: wrong CHAP secret") && l.contains(HOST)));
     assert!(!log.contains("guess-") && !log.contains(SECRET), "{log}");
 }
 

@@ -12,6 +12,8 @@
 //! | `POST /v1/edit[?force=true]` (JSON [`control::Edit`]) | `{"changes": [...], "applied"}` |
 //! | `GET /v1/stats` | `{"entries": [...]}`: I/O counters and latency histograms per target, LUN and initiator |
 //! | `GET /metrics` | the same in the Prometheus text format |
+//! | `/v1/sessions...` | live sessions; ending one (`sessions.rs`) |
+//! | `GET /v1/status` | everything on one page, with what is degraded (`status.rs`) |
 //!
 //! Errors answer 4xx/5xx with `{"error"}`; a configuration error names the
 //! file, line, field and reason. `apply` and `edit` validate the whole
@@ -24,7 +26,9 @@
 
 mod http;
 pub mod portals;
+mod sessions;
 mod socket;
+mod status;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -145,7 +149,9 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
             "/v1/config" | "/v1/objects" | "/v1/config/diff" | "/v1/config/apply"
             | "/v1/config/save" | "/v1/stats" | "/v1/edit",
         ) => error(405, "method not allowed"),
-        (method, path) => crate::volume_api::route(admin, method, path, &req.body)
+        (method, path) => sessions::route(admin, method, path)
+            .or_else(|| status::route(admin, method, path))
+            .or_else(|| crate::volume_api::route(admin, method, path, &req.body))
             .unwrap_or_else(|| error(404, format!("no such resource {path}"))),
     }
 }

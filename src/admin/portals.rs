@@ -50,6 +50,15 @@ impl Portals {
         self.running.keys().copied().collect()
     }
 
+    /// Every portal with a listener, and whether it still accepts (its
+    /// accept loop has not ended).
+    pub fn listening(&self) -> Vec<(SocketAddr, bool)> {
+        self.running
+            .iter()
+            .map(|(addr, r)| (*addr, !r.task.is_finished()))
+            .collect()
+    }
+
     /// Starts accepting on `listener` (bound to `addr`). Needs the I/O
     /// runtime's context.
     pub fn start(&mut self, addr: SocketAddr, listener: TcpListener) {

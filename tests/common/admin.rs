@@ -65,6 +65,35 @@ pub fn http_exchange(mut stream: impl Read + Write, request: &str) -> (u16, Stri
     (status, body.to_string())
 }
 
+/// A portal on 127.0.0.1:`port` and a pool `tank` of `device_size`
+/// under `dir` serving volume `thin0` (16M) as LUN 0 of `target`, and
+/// `extra` more text.
+pub fn pool_config(dir: &Path, port: u16, target: &str, device_size: &str, extra: &str) -> String {
+    format!(
+        r#"[[portal]]
+listen = "127.0.0.1:{port}"
+
+[[pool]]
+name = "tank"
+devices = ["{d}/tank0.img"]
+device_size = "{device_size}"
+
+[[device]]
+name = "thin0"
+kind = "volume"
+pool = "tank"
+size = "16M"
+
+[[target]]
+name = "{target}"
+[[target.lun]]
+lun = 0
+device = "thin0"
+{extra}"#,
+        d = dir.display()
+    )
+}
+
 /// `openarray ARGS`, given a minute; what it printed goes to the test's
 /// output so a failure shows the command's own words.
 pub fn run_openarray<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Output {

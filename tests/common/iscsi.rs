@@ -301,6 +301,16 @@ impl Session {
 
     /// Log in on an already connected stream.
     pub fn login_on(stream: TcpStream, params: &LoginParams) -> io::Result<Session> {
+        Session::login_declaring(stream, params, &[])
+    }
+
+    /// Log in on `stream`, declaring `extra` keys (InitiatorAlias, ...)
+    /// in the security stage besides the usual ones.
+    pub fn login_declaring(
+        stream: TcpStream,
+        params: &LoginParams,
+        extra: &[(&str, &str)],
+    ) -> io::Result<Session> {
         let mut s = Session {
             stream,
             digests: Digests::default(),
@@ -326,6 +336,7 @@ impl Session {
         if let Some(target) = &params.target {
             security.push(("TargetName", target.as_str()));
         }
+        security.extend_from_slice(extra);
         s.login_stage(params.isid, 0, 1, &text(&security))?;
 
         let digest = |on: bool| if on { "CRC32C" } else { "None" };

@@ -150,6 +150,11 @@ impl BackgroundIo {
         }
     }
 
+    /// Rounds verified so far.
+    pub fn rounds(&self) -> u64 {
+        self.progress.load(Ordering::Relaxed)
+    }
+
     /// Block until at least `rounds` rounds were verified; panics if the
     /// I/O ends or makes no progress for a minute.
     pub fn wait_rounds(&self, rounds: u64) {

@@ -232,6 +232,19 @@ impl FileDevice {
         &self.path
     }
 
+    /// Whether the path it was opened by still names this file. When not
+    /// (deleted, or replaced by another file), I/O goes on to the open
+    /// file, which nothing will find again after a restart.
+    pub fn path_names_it(&self) -> io::Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let open = self.file.metadata()?;
+        match std::fs::metadata(&self.path) {
+            Ok(now) => Ok(now.dev() == open.dev() && now.ino() == open.ino()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     fn writer(&self, fua: bool) -> io::Result<&File> {
         match (&self.sync_file, fua) {
             (None, _) => Err(read_only_error()),

@@ -36,7 +36,7 @@ pub use model::{
 };
 pub use names::check_iscsi_name;
 pub use pools::{open_pool, open_pools_now};
-pub use runtime::{build, rebuild, Runtime};
+pub use runtime::{build, rebuild, DeviceHealth, Runtime};
 pub use show::show_object;
 pub use size::parse_size;
 pub use validate::{parse_listen, MAX_LUN};

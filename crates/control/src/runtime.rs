@@ -617,6 +617,9 @@ impl Views<'_> {
     }
 }
 
+mod health;
+pub use health::DeviceHealth;
+
 #[cfg(test)]
 #[path = "runtime_tests.rs"]
 mod tests;

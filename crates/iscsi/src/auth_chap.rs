@@ -200,7 +200,12 @@ impl ChapExchange {
         let name_ok = constant_time_eq(name.as_bytes(), req.initiator.user.as_bytes());
         let response_ok = constant_time_eq(&response, &expected);
         if !(name_ok & response_ok) {
-            return self.fail("wrong CHAP name or response");
+            // Decided after both comparisons: the log may say which.
+            return self.fail(if name_ok {
+                "wrong CHAP secret"
+            } else {
+                "unknown CHAP user"
+            });
         }
         let peer_id = value(keys, "CHAP_I");
         let peer_challenge = value(keys, "CHAP_C");
@@ -455,7 +460,8 @@ mod tests {
 
     #[test]
     fn wrong_secret_name_or_shape_fails() {
-        let wrong = "wrong CHAP name or response";
+        let wrong = "wrong CHAP secret";
+        let unknown = "unknown CHAP user";
         let missing = "CHAP_N or CHAP_R missing";
         let garbled = "CHAP_R is not a binary value";
         for (keys, reason) in [
@@ -465,7 +471,7 @@ mod tests {
             ),
             (
                 kv(&[("CHAP_N", "mallory"), ("CHAP_R", &answer("alice-secret-1"))]),
-                wrong,
+                unknown,
             ),
             (kv(&[("CHAP_N", "alice")]), missing),
             (kv(&[("CHAP_R", &answer("alice-secret-1"))]), missing),

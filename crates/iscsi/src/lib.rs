@@ -55,16 +55,20 @@ pub mod discovery;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
 pub mod login;
+mod login_outcome;
 pub mod lun;
 pub mod negotiation;
 mod options;
 pub mod pdu;
 mod server;
 mod session;
+mod session_info;
 mod shards;
 pub mod text;
 
 pub use auth_throttle::AuthThrottle;
+pub use login_outcome::{LoginCounters, Refusal};
 pub use negotiation::Digest;
 pub use options::ServerOptions;
-pub use server::{Server, Target};
+pub use server::{Server, SessionCounts, Target};
+pub use session_info::{ConnectionInfo, SessionInfo};

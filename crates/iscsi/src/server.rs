@@ -14,9 +14,11 @@ use crate::access::{AccessPolicy, Admission};
 use crate::connection;
 use crate::discovery::Listing;
 use crate::login::{TargetDirectory, TargetInfo};
+use crate::login_outcome::LoginCounters;
 use crate::negotiation::TargetLimits;
 use crate::options::ServerOptions;
 use crate::session::{Control, Registry};
+use crate::session_info::SessionInfo;
 use crate::shards::Shards;
 
 /// One iSCSI target: a name, where it is reachable and the SCSI device
@@ -130,6 +132,19 @@ pub struct Server {
     /// Connections accepted and not logged in yet, on every portal.
     prelogin: Arc<PreLoginBudget>,
     pub(crate) events: ListenerEvents,
+    /// Logins accepted and refused, by reason.
+    pub(crate) logins: LoginCounters,
+}
+
+/// How many sessions are logged in, for metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionCounts {
+    /// Normal sessions by target name: every target served (with 0), and
+    /// any a session still uses after it was removed.
+    pub by_target: Vec<(String, usize)>,
+    pub discovery: usize,
+    /// Logged-in connections, normal and discovery (one per session).
+    pub connections: usize,
 }
 
 impl std::fmt::Debug for Server {
@@ -209,6 +224,7 @@ impl Server {
             shards: Shards::new(runtimes),
             prelogin: PreLoginBudget::new(options.max_logins_per_source, options.max_logins),
             events: ListenerEvents::default(),
+            logins: LoginCounters::default(),
             options,
         })
     }
@@ -279,6 +295,72 @@ impl Server {
     /// Sessions logged in to `target` now.
     pub fn sessions_on(&self, target: &str) -> usize {
         self.registry.lock().for_target(target).len()
+    }
+
+    /// How long a session asked to log out has before it is closed.
+    pub fn logout_timeout(&self) -> Duration {
+        self.options.logout_timeout
+    }
+
+    /// Logins accepted and refused so far, for metrics.
+    pub fn logins(&self) -> &LoginCounters {
+        &self.logins
+    }
+
+    /// Every logged-in session, by id. Each LU of a session's map is
+    /// locked briefly to read its reservations.
+    pub fn sessions(&self) -> Vec<SessionInfo> {
+        // Snapshots are taken outside the registry's lock.
+        let described = self.registry.lock().described();
+        described.iter().map(|c| SessionInfo::of(c)).collect()
+    }
+
+    /// The logged-in session `id`, if there is one.
+    pub fn session(&self, id: u64) -> Option<SessionInfo> {
+        let found = self.registry.lock().described_one(id);
+        found.map(|(ctx, _)| SessionInfo::of(&ctx))
+    }
+
+    /// Ask session `id` to log out (Async Message); it is closed if it
+    /// has not after `logout_timeout`, as when access is withdrawn. False
+    /// when there is no such session.
+    pub fn request_logout(&self, id: u64) -> bool {
+        let Some((ctx, handle)) = self.registry.lock().described_one(id) else {
+            return false;
+        };
+        tracing::info!(
+            initiator = %ctx.initiator_name,
+            tsih = ctx.tsih,
+            peer = %ctx.peer,
+            "administrator ends the session: asking it to log out"
+        );
+        let _ = handle.control.send(Control::RequestLogout);
+        true
+    }
+
+    /// Sessions per target and connections, without locking any LU.
+    pub fn session_counts(&self) -> SessionCounts {
+        let mut counts = SessionCounts {
+            by_target: self
+                .targets
+                .read()
+                .iter()
+                .map(|t| (t.name.clone(), 0))
+                .collect(),
+            ..SessionCounts::default()
+        };
+        for s in self.registry.lock().all() {
+            counts.connections += 1;
+            let Some(name) = s.target_name() else {
+                counts.discovery += 1;
+                continue;
+            };
+            match counts.by_target.iter_mut().find(|(t, _)| t == name) {
+                Some((_, n)) => *n += 1,
+                None => counts.by_target.push((name.to_string(), 1)),
+            }
+        }
+        counts
     }
 
     /// Connections logging in now, on every portal.

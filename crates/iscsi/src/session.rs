@@ -8,6 +8,8 @@ use std::sync::Arc;
 use peer_limits::OutgoingBudget;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::connection::SessionCtx;
+
 /// Identifies a normal session for reinstatement (RFC 7143 6.3.5).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct SessionKey {
@@ -92,12 +94,15 @@ pub(crate) enum RegisterError {
     NoFreeTsih,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Registry {
     sessions: HashMap<u64, SessionHandle>,
     by_key: HashMap<SessionKey, u64>,
     tsihs: HashSet<u16>,
     next_tsih: u16,
+    /// What logged-in sessions are, for listings; a session appears here
+    /// once its final Login Response is on its way.
+    described: HashMap<u64, Arc<SessionCtx>>,
 }
 
 impl Registry {
@@ -130,6 +135,26 @@ impl Registry {
 
     pub fn all(&self) -> Vec<SessionHandle> {
         self.sessions.values().cloned().collect()
+    }
+
+    /// Record what a registered session is; nothing if it is gone already.
+    pub fn describe(&mut self, ctx: Arc<SessionCtx>) {
+        if self.sessions.contains_key(&ctx.id) {
+            self.described.insert(ctx.id, ctx);
+        }
+    }
+
+    /// Every described session, by id.
+    pub fn described(&self) -> Vec<Arc<SessionCtx>> {
+        let mut all: Vec<_> = self.described.values().cloned().collect();
+        all.sort_by_key(|c| c.id);
+        all
+    }
+
+    /// The described session `id`, with its handle.
+    pub fn described_one(&self, id: u64) -> Option<(Arc<SessionCtx>, SessionHandle)> {
+        let ctx = self.described.get(&id)?.clone();
+        Some((ctx, self.sessions.get(&id)?.clone()))
     }
 
     /// Pick an unused non-zero TSIH.
@@ -181,6 +206,7 @@ impl Registry {
     /// Remove session `id`; its key mapping goes only if it still points
     /// at this session (a reinstating login may already own the key).
     pub fn remove(&mut self, id: u64) {
+        self.described.remove(&id);
         if let Some(h) = self.sessions.remove(&id) {
             self.tsihs.remove(&h.tsih);
             if let Some(k) = h.key {

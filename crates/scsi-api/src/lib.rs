@@ -340,6 +340,22 @@ pub enum WriteStart {
     Declined,
 }
 
+/// One LUN as an I_T nexus sees it, with what that nexus holds there;
+/// for listings of sessions, not for the data path.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LunHolding {
+    pub lun: u64,
+    /// Writes through this mapping are refused.
+    pub read_only: bool,
+    /// The persistent reservation key the nexus registered, if any.
+    pub registered_key: Option<u64>,
+    /// The type code (SPC-4 table 188) of the persistent reservation the
+    /// nexus holds, if it holds one.
+    pub reservation_type: Option<u8>,
+    /// The nexus holds a RESERVE(6)/RESERVE(10) reservation.
+    pub reserved: bool,
+}
+
 /// A SCSI target device as the transport sees it: a set of logical units
 /// behind one target name.
 pub trait ScsiTarget: Send + Sync {
@@ -425,6 +441,13 @@ pub trait ScsiTarget: Send + Sync {
     /// A new I_T nexus was established (login). Targets use this to queue
     /// the power-on/reset unit attention for it.
     fn nexus_added(&self, nexus: &Nexus);
+
+    /// The LUNs `nexus` sees, in order, with its reservations there. Takes
+    /// each logical unit's state lock briefly: for administration only.
+    fn nexus_luns(&self, nexus: &Nexus) -> Vec<LunHolding> {
+        let _ = nexus;
+        Vec::new()
+    }
 }
 
 /// Stand-ins for transport tests and fuzzing.

@@ -155,7 +155,8 @@ impl PrState {
         self.registrations.iter().position(|r| r.covers(n))
     }
 
-    fn is_holder(&self, n: &Nexus) -> bool {
+    /// Whether `n` holds the persistent reservation.
+    pub fn is_holder(&self, n: &Nexus) -> bool {
         match &self.reservation {
             None => false,
             Some(r) if r.kind.all_registrants() => self.registration(n).is_some(),

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use scsi_api::{
-    Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult, WriteStart,
+    LunHolding, Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult,
+    WriteStart,
 };
 
 use crate::cdb::{be32, put32, truncate, u8_at};
@@ -436,6 +437,30 @@ impl ScsiTarget for Target {
             lu.nexus_added(nexus);
         }
     }
+
+    fn nexus_luns(&self, nexus: &Nexus) -> Vec<LunHolding> {
+        // The inventory is not held while the LUs are locked.
+        let mappings = self.mappings();
+        mappings
+            .into_iter()
+            .map(|(lun, m)| {
+                let st = m.lu.state.lock();
+                let holds = st.pr.is_holder(nexus);
+                LunHolding {
+                    lun,
+                    read_only: m.read_only,
+                    registered_key: st.pr.registration(nexus).map(|r| r.key),
+                    reservation_type: st
+                        .pr
+                        .reservation
+                        .as_ref()
+                        .filter(|_| holds)
+                        .map(|r| r.kind as u8),
+                    reserved: st.spc2.as_ref() == Some(nexus),
+                }
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -495,6 +520,61 @@ mod tests {
             data_out_parts: &[],
         };
         t.execute(n, &cmd)
+    }
+
+    /// PERSISTENT RESERVE OUT with a basic parameter list.
+    fn prout(t: &Target, n: &Nexus, lun: u64, action: u8, kind: u8, key: u64, sark: u64) {
+        let mut p = vec![0u8; 24];
+        p[0..8].copy_from_slice(&key.to_be_bytes());
+        p[8..16].copy_from_slice(&sark.to_be_bytes());
+        for _ in 0..3 {
+            // Past the power-on unit attention.
+            if exec(t, n, lun, &[0x5F, action, kind, 0, 0, 0, 0, 0, 24, 0], &p).status
+                == status::GOOD
+            {
+                return;
+            }
+        }
+        panic!("PERSISTENT RESERVE OUT {action:#x} failed");
+    }
+
+    #[test]
+    fn nexus_luns_show_each_nexus_its_own_reservations() {
+        let t = target();
+        let (a, b) = (nexus("a"), nexus("b"));
+        t.nexus_added(&a);
+        t.nexus_added(&b);
+        // a registers on LUN 201 and holds a write-exclusive reservation;
+        // b registers there and on 300; b holds RESERVE(6) on LUN 0.
+        prout(&t, &a, 201, 0, 0, 0, 0xaa);
+        prout(&t, &a, 201, 1, 1, 0xaa, 0);
+        prout(&t, &b, 201, 0, 0, 0, 0xbb);
+        prout(&t, &b, 300, 0, 0, 0, 0xbc);
+        for _ in 0..3 {
+            exec(&t, &b, 0, &[0x16, 0, 0, 0, 0, 0], &[]);
+        }
+        let view = |n: &Nexus| -> Vec<(u64, Option<u64>, Option<u8>, bool)> {
+            t.nexus_luns(n)
+                .iter()
+                .map(|l| (l.lun, l.registered_key, l.reservation_type, l.reserved))
+                .collect()
+        };
+        assert_eq!(
+            view(&a),
+            vec![
+                (0, None, None, false),
+                (201, Some(0xaa), Some(1), false),
+                (300, None, None, false)
+            ]
+        );
+        assert_eq!(
+            view(&b),
+            vec![
+                (0, None, None, true),
+                (201, Some(0xbb), None, false),
+                (300, Some(0xbc), None, false)
+            ]
+        );
     }
 
     #[test]

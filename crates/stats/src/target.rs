@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use scsi_api::{
-    status, Fill, Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, StartedRead,
+    status, Fill, LunHolding, Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, StartedRead,
     StartedWrite, TaskManagement, TmfResult, WriteStart,
 };
 
@@ -265,6 +265,10 @@ impl ScsiTarget for StatsTarget {
     fn nexus_added(&self, nexus: &Nexus) {
         self.inner.nexus_added(nexus)
     }
+
+    fn nexus_luns(&self, nexus: &Nexus) -> Vec<LunHolding> {
+        self.inner.nexus_luns(nexus)
+    }
 }
 
 #[cfg(test)]
@@ -316,6 +320,13 @@ mod tests {
         }
         fn nexus_added(&self, _: &Nexus) {
             self.calls.lock().unwrap().push("added".into());
+        }
+        fn nexus_luns(&self, _: &Nexus) -> Vec<LunHolding> {
+            vec![LunHolding {
+                lun: 4,
+                registered_key: Some(7),
+                ..LunHolding::default()
+            }]
         }
     }
 
@@ -432,6 +443,7 @@ mod tests {
         );
         t.nexus_added(&a);
         t.nexus_lost(&a);
+        assert_eq!(t.nexus_luns(&a)[0].registered_key, Some(7));
         let calls = fake.calls.lock().unwrap();
         assert_eq!(calls[calls.len() - 3..], ["tmf", "added", "lost"]);
         assert_eq!(calls.iter().filter(|c| c.starts_with("exec")).count(), 5);

@@ -612,6 +612,12 @@ impl Conn {
                 if self.ctx.target.is_none() {
                     return Flow::Close("shutdown");
                 }
+                // Whoever asked (an administrator, an access change,
+                // shutdown), listings show it.
+                self.ctx
+                    .usage
+                    .logout_requested
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 let wait = self.server.options.logout_timeout;
                 let secs = wait.as_secs().clamp(1, 3600) as u16;
                 let bhs = target::async_message([0; 8], async_event::LOGOUT_REQUEST, [0, 0, secs]);

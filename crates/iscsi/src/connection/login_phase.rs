@@ -141,8 +141,11 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 }
             }
             LoginStep::Fail(reply, status) => {
-                if proof.is_none() || status != LoginStatus::AUTHENTICATION_FAILURE {
-                    log_refused(&machine, peer, local, status);
+                if proof.is_some() && status == LoginStatus::AUTHENTICATION_FAILURE {
+                    // judge_proof has logged it, with the back-off.
+                    count_refused(server, &machine, status);
+                } else {
+                    log_refused(server, &machine, peer, local, status);
                 }
                 let _ = send_reply(stream, &reply).await;
                 return None;
@@ -150,6 +153,7 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
             LoginStep::Complete(mut reply, result) => {
                 let Some(slot) = portal.try_take() else {
                     let status = LoginStatus::OUT_OF_RESOURCES;
+                    server.logins.count_refused(crate::Refusal::PortalFull);
                     server.events.portal_full.record(|held_back| {
                         tracing::info!(%peer, portal = %local, held_back, "login refused: portal at its limit of logged-in connections");
                     });
@@ -162,7 +166,7 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                         e
                     }
                     Err(status) => {
-                        log_refused(&machine, peer, local, status);
+                        log_refused(server, &machine, peer, local, status);
                         let reply = machine.failure(&req, status);
                         let _ = send_reply(stream, &reply).await;
                         return None;
@@ -173,6 +177,7 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                     established.abandon(server).await;
                     return None;
                 }
+                server.logins.count_accepted();
                 log_accepted(&established.ctx);
                 return Some(established);
             }
@@ -199,10 +204,9 @@ fn judge_proof(
                 target = machine.target_name().unwrap_or("-"),
                 %peer,
                 portal = %local,
-                reason = machine
-                    .auth()
-                    .and_then(|a| a.failure_reason())
-                    .unwrap_or("authentication failure"),
+                reason = crate::login_outcome::Refused::of(*status, machine.auth())
+                    .reason
+                    .as_str(),
                 failures,
                 next_delay = ?delay,
                 "login refused: CHAP authentication failed"
@@ -217,14 +221,28 @@ fn judge_proof(
     }
 }
 
-fn log_refused(machine: &LoginMachine, peer: SocketAddr, local: SocketAddr, status: LoginStatus) {
+/// Count a refusal by its reason; the reason as the audit log gives it.
+fn count_refused(server: &Server, machine: &LoginMachine, status: LoginStatus) -> String {
+    let refused = crate::login_outcome::Refused::of(status, machine.auth());
+    server.logins.count_refused(refused.refusal);
+    refused.reason
+}
+
+fn log_refused(
+    server: &Server,
+    machine: &LoginMachine,
+    peer: SocketAddr,
+    local: SocketAddr,
+    status: LoginStatus,
+) {
+    let reason = count_refused(server, machine, status);
     tracing::info!(
         initiator = machine.initiator_name().unwrap_or("?"),
         target = machine.target_name().unwrap_or("-"),
         %peer,
         portal = %local,
         status = format_args!("{:#06x}", status.code()),
-        reason = status.reason(),
+        reason = reason.as_str(),
         "login refused"
     );
 }
@@ -381,6 +399,8 @@ async fn establish(
         params: result.params,
         peer,
         local,
+        initiator_alias: result.initiator_alias,
+        usage: crate::session_info::SessionUsage::new(),
     });
     Ok(Established {
         ctx,

@@ -26,6 +26,7 @@ use tokio::net::TcpStream;
 
 use crate::negotiation::SessionParams;
 use crate::server::{PortalCount, Server, Target};
+use crate::session_info::SessionUsage;
 
 /// What a logged-in connection knows about its session.
 pub(crate) struct SessionCtx {
@@ -40,6 +41,9 @@ pub(crate) struct SessionCtx {
     pub params: SessionParams,
     pub peer: SocketAddr,
     pub local: SocketAddr,
+    /// InitiatorAlias from the login, if given.
+    pub initiator_alias: Option<String>,
+    pub usage: SessionUsage,
 }
 
 /// Serve one accepted connection until it ends. `ticket` holds its place
@@ -65,5 +69,6 @@ pub(crate) async fn run(
     let Some(established) = established else {
         return;
     };
+    server.registry.lock().describe(established.ctx.clone());
     ffp::run(server, stream, established).await;
 }

@@ -109,6 +109,8 @@ impl Conn {
             None if write_state.is_some() => self.start_placed(&c),
             None => None,
         };
+        let lun = lun::decode(c.lun);
+        self.ctx.usage.luns.note(lun);
         let serial = self.next_serial;
         self.next_serial += 1;
         let complete = write_state.as_ref().is_none_or(|w| w.complete());
@@ -116,7 +118,7 @@ impl Conn {
             serial,
             itt: c.itt,
             lun_raw: c.lun,
-            lun: lun::decode(c.lun),
+            lun,
             tracked,
             attr: command::task_attr(c.attr),
             cdb: c.cdb,

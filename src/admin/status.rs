@@ -1,0 +1,207 @@
+//! `GET /v1/status`: the whole daemon on one page, with what is degraded.
+//!
+//! `{"healthy", "degraded": [{"kind", "name", "problem"}], "portals",
+//! "targets", "sessions", "pools"}`. Degraded means: a configured portal
+//! whose listener is not accepting, a pool above [`POOL_FULL_PERCENT`]
+//! used, a pool that cannot be opened or whose metadata or a data device
+//! file is gone, and a LUN whose file device's path no longer names the
+//! file it serves.
+
+use std::net::SocketAddr;
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+
+use super::{error, Admin, Current};
+
+/// A pool used above this share of its size is degraded: thin volumes
+/// fail writes once it is full.
+pub const POOL_FULL_PERCENT: f64 = 90.0;
+
+/// Answers `/v1/status`; `None` for any other path.
+pub(crate) fn route(admin: &Admin, method: &str, path: &str) -> Option<(u16, Value)> {
+    if path != "/v1/status" {
+        return None;
+    }
+    if method != "GET" {
+        return Some(error(405, "method not allowed"));
+    }
+    Some((200, status(admin)))
+}
+
+/// One degraded object.
+fn problem(kind: &str, name: &str, problem: &str) -> Value {
+    json!({ "kind": kind, "name": name, "problem": problem })
+}
+
+fn status(admin: &Admin) -> Value {
+    let current = admin.lock();
+    let listening = admin
+        .portals
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .listening();
+    let sessions = admin.server.sessions();
+    let counts = admin.server.session_counts();
+    let mut degraded = Vec::new();
+
+    let portals: Vec<Value> = current
+        .runtime
+        .listen
+        .iter()
+        .map(|addr| {
+            let accepting = listening.iter().any(|(a, up)| a == addr && *up);
+            if !accepting {
+                degraded.push(problem(
+                    "portal",
+                    &addr.to_string(),
+                    "not accepting connections",
+                ));
+            }
+            let on_it = sessions
+                .iter()
+                .filter(|s| s.connections.iter().any(|c| serves(*addr, c.portal)))
+                .count();
+            json!({ "address": addr.to_string(), "listening": accepting, "sessions": on_it })
+        })
+        .collect();
+
+    let devices = current.runtime.device_health();
+    let targets: Vec<Value> = current
+        .config
+        .targets
+        .iter()
+        .map(|t| {
+            let mut luns = Vec::new();
+            let maps = std::iter::once((None, &t.luns))
+                .chain(t.groups.iter().map(|g| (Some(g.name.as_str()), &g.luns)));
+            for (group, map) in maps {
+                for l in map {
+                    let device = devices.iter().find(|d| d.name == l.device);
+                    let trouble = device.and_then(|d| d.problem.clone());
+                    if let Some(p) = &trouble {
+                        let name = match group {
+                            Some(g) => format!("{} group {g} LUN {}", t.name, l.lun),
+                            None => format!("{} LUN {}", t.name, l.lun),
+                        };
+                        degraded.push(problem("lun", &name, &format!("device {}: {p}", l.device)));
+                    }
+                    luns.push(json!({
+                        "lun": l.lun,
+                        "group": group,
+                        "device": l.device,
+                        "pool": device.and_then(|d| d.pool.clone()),
+                        "read_only": l.read_only,
+                        "state": if trouble.is_some() { "degraded" } else { "ok" },
+                        "problem": trouble,
+                    }));
+                }
+            }
+            let on_it = counts
+                .by_target
+                .iter()
+                .find(|(name, _)| *name == t.name)
+                .map_or(0, |(_, n)| *n);
+            json!({ "name": t.name, "alias": t.alias, "sessions": on_it, "luns": luns })
+        })
+        .collect();
+
+    let pools = pools(&current, &mut degraded);
+    let now = SystemTime::now();
+    let sessions: Vec<Value> = sessions
+        .iter()
+        .map(|s| {
+            let full = super::sessions::session_json(s, now);
+            json!({
+                "id": full["id"],
+                "initiator": full["initiator"],
+                "target": full["target"],
+                "portal": full["portal"],
+                "peer": full["peer"],
+                "luns_used": full["luns_used"],
+            })
+        })
+        .collect();
+    json!({
+        "healthy": degraded.is_empty(),
+        "degraded": degraded,
+        "portals": portals,
+        "targets": targets,
+        "sessions": sessions,
+        "pools": pools,
+    })
+}
+
+/// Whether a connection that arrived at `local` came through the portal
+/// `portal` (a wildcard portal takes its port on every address).
+fn serves(portal: SocketAddr, local: SocketAddr) -> bool {
+    portal == local
+        || (portal.ip().is_unspecified()
+            && portal.port() == local.port()
+            && portal.is_ipv4() == local.is_ipv4())
+}
+
+/// Every pool of the configuration with its use; problems go to
+/// `degraded`. A pool not created yet is listed, not degraded.
+fn pools(current: &Current, degraded: &mut Vec<Value>) -> Vec<Value> {
+    current
+        .runtime
+        .pool_configs()
+        .iter()
+        .map(|p| {
+            if !p.metadata.exists() {
+                return json!({ "name": p.name, "state": "not created" });
+            }
+            let mut problems: Vec<String> = p
+                .devices
+                .iter()
+                .filter(|d| !d.exists())
+                .map(|d| format!("data device {} is missing", d.display()))
+                .collect();
+            let mut v = json!({ "name": p.name });
+            match current.runtime.pool(&p.name) {
+                Ok(pool) => {
+                    let s = pool.space();
+                    let percent = if s.size() == 0 {
+                        0.0
+                    } else {
+                        s.used() as f64 * 100.0 / s.size() as f64
+                    };
+                    if percent > POOL_FULL_PERCENT {
+                        problems.push(format!(
+                            "{percent:.1}% used (above {POOL_FULL_PERCENT}%): thin volumes fail writes once it is full"
+                        ));
+                    }
+                    v["size"] = json!(s.size());
+                    v["used"] = json!(s.used());
+                    v["free"] = json!(s.free());
+                    v["used_percent"] = json!((percent * 10.0).round() / 10.0);
+                    v["volumes"] = json!(pool.volumes().len());
+                }
+                Err(e) => problems.push(format!("cannot be opened: {e}")),
+            }
+            for p_ in &problems {
+                degraded.push(problem("pool", &p.name, p_));
+            }
+            v["state"] = json!(if problems.is_empty() { "ok" } else { "degraded" });
+            v["problems"] = json!(problems);
+            v
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcard_portals_serve_their_port_on_every_address() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(serves(at("10.0.0.1:3260"), at("10.0.0.1:3260")));
+        assert!(!serves(at("10.0.0.1:3260"), at("10.0.0.2:3260")));
+        assert!(serves(at("0.0.0.0:3260"), at("10.0.0.2:3260")));
+        assert!(!serves(at("0.0.0.0:3260"), at("10.0.0.2:3261")));
+        assert!(!serves(at("0.0.0.0:3260"), at("[::1]:3260")));
+        assert!(serves(at("[::]:3260"), at("[::1]:3260")));
+    }
+}

@@ -1,0 +1,218 @@
+//! `openarray status`: a running daemon on one screen (`GET /v1/status`),
+//! exit status 0 when healthy, 1 when something is degraded, 2 when the
+//! daemon could not be asked.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::Value;
+
+use crate::api_client::{call, ApiArgs};
+
+#[derive(Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The API's JSON instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Bytes with a binary unit, one decimal.
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "K", "M", "G", "T", "P"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes}B")
+    } else {
+        format!("{value:.1}{}", UNITS[unit])
+    }
+}
+
+fn list(v: &Value) -> &[Value] {
+    v.as_array().map_or(&[], Vec::as_slice)
+}
+
+/// The status page as text.
+fn summary(s: &Value) -> String {
+    let mut out = String::new();
+    let degraded = list(&s["degraded"]);
+    out.push_str(&format!(
+        "state: {}\n",
+        if degraded.is_empty() {
+            "healthy".to_string()
+        } else {
+            format!("DEGRADED ({} problem(s))", degraded.len())
+        }
+    ));
+    for d in degraded {
+        out.push_str(&format!(
+            "  {} {}: {}\n",
+            text(&d["kind"]),
+            text(&d["name"]),
+            text(&d["problem"])
+        ));
+    }
+    out.push_str("portals:\n");
+    for p in list(&s["portals"]) {
+        out.push_str(&format!(
+            "  {:<24} {:<14} {} session(s)\n",
+            text(&p["address"]),
+            if p["listening"] == true {
+                "listening"
+            } else {
+                "NOT LISTENING"
+            },
+            text(&p["sessions"])
+        ));
+    }
+    out.push_str("targets:\n");
+    for t in list(&s["targets"]) {
+        out.push_str(&format!(
+            "  {} ({} session(s))\n",
+            text(&t["name"]),
+            text(&t["sessions"])
+        ));
+        for l in list(&t["luns"]) {
+            let group = l["group"]
+                .as_str()
+                .map(|g| format!("group {g} "))
+                .unwrap_or_default();
+            let mut line = format!(
+                "    {group}LUN {} -> {}{}{}",
+                text(&l["lun"]),
+                text(&l["device"]),
+                l["pool"]
+                    .as_str()
+                    .map(|p| format!(" (pool {p})"))
+                    .unwrap_or_default(),
+                if l["read_only"] == true {
+                    " read-only"
+                } else {
+                    ""
+                }
+            );
+            if let Some(p) = l["problem"].as_str() {
+                line.push_str(&format!("  DEGRADED: {p}"));
+            }
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    out.push_str("sessions:\n");
+    for x in list(&s["sessions"]) {
+        out.push_str(&format!(
+            "  {:>4} {} -> {} from {}\n",
+            text(&x["id"]),
+            text(&x["initiator"]),
+            x["target"].as_str().unwrap_or("(discovery)"),
+            text(&x["peer"])
+        ));
+    }
+    out.push_str("pools:\n");
+    for p in list(&s["pools"]) {
+        let use_ = match (p["size"].as_u64(), p["used"].as_u64()) {
+            (Some(size), Some(used)) => format!(
+                "{} of {} used ({}%), {} volume(s)",
+                human(used),
+                human(size),
+                text(&p["used_percent"]),
+                text(&p["volumes"])
+            ),
+            _ => String::new(),
+        };
+        out.push_str(&format!(
+            "  {:<16} {:<12} {use_}\n",
+            text(&p["name"]),
+            text(&p["state"])
+        ));
+    }
+    out
+}
+
+pub fn run(args: StatusArgs) -> ExitCode {
+    let answer = args
+        .api
+        .endpoint()
+        .and_then(|e| call(&e, "GET", "/v1/status", b"", None));
+    let (status, s) = match answer {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("openarray: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    if status != 200 {
+        eprintln!("{}", s["error"].as_str().unwrap_or("unknown error"));
+        return ExitCode::from(2);
+    }
+    if args.json {
+        match serde_json::to_string_pretty(&s) {
+            Ok(t) => println!("{t}"),
+            Err(e) => {
+                eprintln!("openarray: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print!("{}", summary(&s));
+    }
+    if s["healthy"] == true {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human(512), "512B");
+        assert_eq!(human(4 << 20), "4.0M");
+        assert_eq!(human(3 << 29), "1.5G");
+    }
+
+    #[test]
+    fn the_summary_leads_with_what_is_degraded() {
+        let s = json!({
+            "healthy": false,
+            "degraded": [{"kind": "pool", "name": "tank", "problem": "95.0% used"}],
+            "portals": [{"address": "127.0.0.1:3260", "listening": true, "sessions": 1}],
+            "targets": [{"name": "iqn.t", "sessions": 1, "luns": [
+                {"lun": 0, "group": null, "device": "v", "pool": "tank", "read_only": false, "problem": null},
+                {"lun": 1, "group": "esx", "device": "f", "pool": null, "read_only": true,
+                 "problem": "gone"}]}],
+            "sessions": [{"id": 2, "initiator": "iqn.i", "target": "iqn.t", "peer": "127.0.0.1:5"}],
+            "pools": [{"name": "tank", "state": "degraded", "size": 8388608, "used": 7969177,
+                       "used_percent": 95.0, "volumes": 1}],
+        });
+        let t = summary(&s);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "state: DEGRADED (1 problem(s))");
+        assert_eq!(lines[1], "  pool tank: 95.0% used");
+        assert!(t.contains("LUN 0 -> v (pool tank)"), "{t}");
+        assert!(
+            t.contains("group esx LUN 1 -> f read-only  DEGRADED: gone"),
+            "{t}"
+        );
+        assert!(t.contains("7.6M of 8.0M used (95.0%), 1 volume(s)"), "{t}");
+        assert!(t.contains("2 iqn.i -> iqn.t from 127.0.0.1:5"), "{t}");
+    }
+}
