@@ -5,6 +5,7 @@ mod admin_cli;
 mod api_client;
 mod edit_cli;
 mod listener_metrics;
+mod output;
 mod pool_cli;
 mod serve;
 mod stat_cli;
