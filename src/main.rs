@@ -39,8 +39,9 @@ struct Cli {
 enum Command {
     /// Serve the configured targets until SIGTERM or SIGINT.
     Serve {
-        /// Configuration file; without it, the built-in default (one 1 GiB
-        /// RAM LUN on 127.0.0.1:3260) is served.
+        /// Configuration file; without it, /etc/openarray/openarray.toml
+        /// (or the file OPENARRAY_CONFIG names) when it exists, else the
+        /// built-in default (one 1 GiB RAM LUN on 127.0.0.1:3260).
         #[arg(long, short, value_name = "FILE")]
         config: Option<PathBuf>,
 

@@ -2,7 +2,7 @@
 //! or SIGINT end every session and flush every logical unit before exiting.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,6 +15,19 @@ use crate::admin::portals;
 /// How long shutdown waits for the accept loops to return.
 const ACCEPT_LOOP_GRACE: Duration = Duration::from_secs(10);
 
+/// The configuration `serve` uses without `--config`, when it exists.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/openarray/openarray.toml";
+
+/// Names another default configuration path (tests, staged installs).
+pub const CONFIG_ENV: &str = "OPENARRAY_CONFIG";
+
+/// [`DEFAULT_CONFIG_PATH`], or the file [`CONFIG_ENV`] names.
+pub fn default_config_path() -> PathBuf {
+    std::env::var_os(CONFIG_ENV)
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH), PathBuf::from)
+}
+
 pub fn run(
     config_path: Option<&Path>,
     listen: &[SocketAddr],
@@ -22,15 +35,22 @@ pub fn run(
     metrics_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     keep_freed_memory();
+    let default_path = default_config_path();
+    let config_path =
+        config_path.or_else(|| default_path.exists().then_some(default_path.as_path()));
     let (mut config, text) = match config_path {
         Some(path) => {
+            tracing::info!(config = %path.display(), "serving the configuration file");
             let config = control::load_config(path)?;
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
             (config, text)
         }
         None => {
-            tracing::info!("no --config given: serving the built-in default configuration");
+            tracing::info!(
+                "no --config given and no {}: serving the built-in default configuration",
+                default_path.display()
+            );
             (
                 control::default_config(),
                 control::DEFAULT_CONFIG_TOML.to_string(),

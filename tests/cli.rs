@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 fn openarray() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
-    cmd.env_remove("RUST_LOG");
+    cmd.env_remove("RUST_LOG")
+        .env("OPENARRAY_CONFIG", common::NO_CONFIG);
     cmd
 }
 
