@@ -3,6 +3,7 @@
 mod admin;
 mod admin_cli;
 mod api_client;
+mod check_config;
 mod edit_cli;
 mod listener_metrics;
 mod output;
@@ -60,10 +61,13 @@ enum Command {
         #[arg(long, value_name = "ADDR:PORT")]
         metrics_listen: Option<SocketAddr>,
     },
-    /// Validate a configuration file and print every problem found.
+    /// Validate a configuration file and print every problem found (exit
+    /// status 1 if any): the checks of `serve`, and whether the paths it
+    /// writes can be created.
     CheckConfig {
+        /// Without it, the file `serve` would use by default.
         #[arg(value_name = "FILE")]
-        file: PathBuf,
+        file: Option<PathBuf>,
     },
     /// Print the built-in default configuration.
     DefaultConfig,
@@ -105,35 +109,6 @@ fn init_logging(level: Option<&str>) -> Result<(), String> {
     Ok(())
 }
 
-fn check_config(file: &std::path::Path) -> ExitCode {
-    // The token file is checked as `serve` would (mode, length).
-    let loaded = control::load_config(file)
-        .and_then(|config| control::load_api_token(&config).map(|_| config));
-    match loaded {
-        Ok(config) => {
-            let luns: usize = config.targets.iter().map(|t| t.luns.len()).sum();
-            println!(
-                "{}: ok ({} portal(s), {} device(s), {} target(s), {luns} LUN(s))",
-                file.display(),
-                config.portals.len(),
-                config.devices.len(),
-                config.targets.len(),
-            );
-            if config.portals.is_empty() {
-                eprintln!(
-                    "{}: warning: no [[portal]]; `serve` will need --listen",
-                    file.display()
-                );
-            }
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            eprintln!("{err}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = init_logging(cli.log_level.as_deref()) {
@@ -162,7 +137,9 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::CheckConfig { file } => check_config(&file),
+        Command::CheckConfig { file } => {
+            check_config::run(&file.unwrap_or_else(serve::default_config_path))
+        }
         Command::Pool(cmd) => pool_cli::run_pool(cmd),
         Command::Volume(cmd) => pool_cli::run_volume(cmd),
         Command::Config { api, command } => admin_cli::run(&api, command),

@@ -182,8 +182,9 @@ fn check_config_reports_unknown_fields_and_missing_files() {
         stderr(&out)
     );
 
+    // A file that cannot be read is a usage error, like a bad argument.
     let out = run(&["check-config", "/nonexistent/openarray.toml"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("/nonexistent/openarray.toml: cannot read"),
         "{}",
