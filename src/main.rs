@@ -10,6 +10,7 @@ mod output;
 mod pool_cli;
 mod serve;
 mod stat_cli;
+mod systemd;
 mod volume_api;
 
 use std::io::IsTerminal;

@@ -202,6 +202,9 @@ async fn serve(
         tokio::spawn(admin::serve_tcp(admin.clone(), listener, token))
     });
 
+    crate::systemd::ready();
+    let watchdog = crate::systemd::watchdog().map(tokio::spawn);
+
     let outcome = tokio::select! {
         _ = sigterm.recv() => {
             tracing::info!("SIGTERM: shutting down");
@@ -213,6 +216,10 @@ async fn serve(
         }
     };
 
+    crate::systemd::stopping();
+    if let Some(task) = watchdog {
+        task.abort();
+    }
     // A second signal while sessions drain means "stop now".
     tokio::select! {
         _ = server.shutdown() => {}
