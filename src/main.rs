@@ -4,6 +4,7 @@ mod admin;
 mod admin_cli;
 mod api_client;
 mod check_config;
+mod completions;
 mod edit_cli;
 mod listener_metrics;
 mod output;
@@ -92,6 +93,16 @@ enum Command {
     /// I/O per target, LUN and initiator of a running daemon, like iostat:
     /// IOPS, throughput, latency percentiles and queue depth per interval.
     Stat(stat_cli::StatArgs),
+    /// Print the shell completion script for SHELL (bash, zsh, fish, ...).
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), or write one page per command to DIR.
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 fn init_logging(level: Option<&str>) -> Result<(), String> {
@@ -141,6 +152,8 @@ fn main() -> ExitCode {
         Command::CheckConfig { file } => {
             check_config::run(&file.unwrap_or_else(serve::default_config_path))
         }
+        Command::Completions { shell } => completions::completions(shell),
+        Command::Man { dir } => completions::man(dir.as_deref()),
         Command::Pool(cmd) => pool_cli::run_pool(cmd),
         Command::Volume(cmd) => pool_cli::run_volume(cmd),
         Command::Config { api, command } => admin_cli::run(&api, command),
