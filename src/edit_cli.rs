@@ -531,10 +531,7 @@ fn initiator(op: InitiatorOp) -> Action {
             format,
         } => list(
             format,
-            move |o| {
-                let t = find(&o["targets"], &target)?;
-                Ok(find(&t["groups"], &group)?["initiators"].clone())
-            },
+            move |o| Ok(group_in(o, &target, &group)?["initiators"].clone()),
             |i, _| s(i),
         ),
         InitiatorOp::Add {
@@ -566,12 +563,9 @@ fn lun(op: LunOp) -> Action {
             format,
         } => list(
             format,
-            move |o| {
-                let t = find(&o["targets"], &target)?;
-                Ok(match &group {
-                    Some(g) => find(&t["groups"], g)?["luns"].clone(),
-                    None => t["luns"].clone(),
-                })
+            move |o| match &group {
+                Some(g) => Ok(group_in(o, &target, g)?["luns"].clone()),
+                None => Ok(find(&o["targets"], &target)?["luns"].clone()),
             },
             |l, _| {
                 let ro = if l["read_only"].as_bool() == Some(true) {
@@ -649,6 +643,11 @@ fn find(list: &Value, name: &str) -> anyhow::Result<Value> {
         .into_iter()
         .find(|i| s(&i["name"]).eq_ignore_ascii_case(name))
         .ok_or_else(|| anyhow!("no `{name}` in the running configuration"))
+}
+
+/// Group `group` of target `target` in `GET /v1/objects`.
+fn group_in(objects: &Value, target: &str, group: &str) -> anyhow::Result<Value> {
+    find(&find(&objects["targets"], target)?["groups"], group)
 }
 
 /// The daemon's answer, or its error message as an error.
