@@ -27,9 +27,33 @@ impl std::fmt::Display for Unreachable {
 
 impl std::error::Error for Unreachable {}
 
+/// A file named on the command line that cannot be read: a usage error.
+#[derive(Debug)]
+pub struct Unreadable(pub String);
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unreadable {}
+
+/// The configuration file `path`; an unreadable file is [`Unreadable`],
+/// a file with problems an error of its own (exit status 1).
+pub fn load_config(path: &std::path::Path) -> anyhow::Result<control::Config> {
+    if let Err(e) = std::fs::metadata(path) {
+        let why = format!("cannot read {}: {e}", path.display());
+        return Err(anyhow::Error::new(Unreadable(why)));
+    }
+    control::load_config(path).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 /// The exit status an error ends a command with.
 pub fn exit_code(err: &anyhow::Error) -> ExitCode {
-    let unreachable = err.chain().any(|e| e.is::<Unreachable>());
+    let unreachable = err
+        .chain()
+        .any(|e| e.is::<Unreachable>() || e.is::<Unreadable>());
     ExitCode::from(if unreachable {
         EXIT_USAGE
     } else {

@@ -182,7 +182,7 @@ impl Via {
         match (&at.socket, &at.config) {
             (Some(socket), _) if reachable(socket) => Ok(Via::Daemon(socket.clone())),
             (_, Some(config)) => {
-                let cfg = control::load_config(config).map_err(|e| anyhow!("{e}"))?;
+                let cfg = crate::output::load_config(config)?;
                 Ok(Via::Here(Box::new(Offline::new(cfg))))
             }
             (Some(socket), None) => Ok(Via::Daemon(socket.clone())),
@@ -384,7 +384,7 @@ fn pool_command(cmd: PoolCommand) -> anyhow::Result<bool> {
 /// superblock at the start of each device (so the devices are not taken
 /// for the pool's again). The data files themselves stay.
 fn destroy(config: &Path, name: &str, force: bool) -> anyhow::Result<()> {
-    let cfg = control::load_config(config).map_err(|e| anyhow!("{e}"))?;
+    let cfg = crate::output::load_config(config)?;
     let p = cfg
         .pools
         .iter()

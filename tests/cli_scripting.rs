@@ -196,8 +196,23 @@ fn exit_status_tells_drift_from_an_absent_daemon() {
         );
         assert!(text(&out.stderr).contains("cannot reach"), "{args:?}");
     }
-    // A wrong command line: 2.
+    // A wrong command line, or a file argument that cannot be read: 2.
     assert_eq!(run(&["config", "nonsense"]).status.code(), Some(2));
+    let absent = dir.path().join("absent.toml");
+    let absent = absent.to_str().unwrap();
+    for args in [
+        &["config", "diff", absent, "--socket", sock][..],
+        &["pool", "list", "-c", absent],
+        &["pool", "destroy", "-c", absent, "tank"],
+        &["check-config", absent],
+    ] {
+        assert_eq!(run(args).status.code(), Some(2), "{args:?}");
+    }
+    // A file with problems is a failed check: 1.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[[pool]]\nname = \"tank\"\n").unwrap();
+    let out = run(&["pool", "list", "-c", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert_eq!(run(&["device", "list", "--bogus"]).status.code(), Some(2));
 }
 
