@@ -115,7 +115,7 @@ pub fn call(
 }
 
 fn unreachable(message: String) -> anyhow::Error {
-    anyhow::Error::new(crate::output::Unreachable(message))
+    anyhow::Error::new(crate::output::Usage(message))
 }
 
 async fn exchange(

@@ -14,51 +14,34 @@ pub const EXIT_PROBLEM: u8 = 1;
 /// (clap exits with 2 on usage errors itself).
 pub const EXIT_USAGE: u8 = 2;
 
-/// The daemon could not be reached (or answered no HTTP): distinct from a
-/// refusal, so scripts can tell "not running" from "said no".
+/// Exit status 2 beyond clap's own usage errors: the daemon could not be
+/// reached (or answered no HTTP), or a file argument cannot be read. Kept
+/// apart from refusals, so scripts can tell "not running" from "said no".
 #[derive(Debug)]
-pub struct Unreachable(pub String);
+pub struct Usage(pub String);
 
-impl std::fmt::Display for Unreachable {
+impl std::fmt::Display for Usage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl std::error::Error for Unreachable {}
+impl std::error::Error for Usage {}
 
-/// A file named on the command line that cannot be read: a usage error.
-#[derive(Debug)]
-pub struct Unreadable(pub String);
-
-impl std::fmt::Display for Unreadable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unreadable {}
-
-/// The configuration file `path`; an unreadable file is [`Unreadable`],
+/// The configuration file `path`; an unreadable file is [`Usage`],
 /// a file with problems an error of its own (exit status 1).
 pub fn load_config(path: &std::path::Path) -> anyhow::Result<control::Config> {
     if let Err(e) = std::fs::metadata(path) {
         let why = format!("cannot read {}: {e}", path.display());
-        return Err(anyhow::Error::new(Unreadable(why)));
+        return Err(anyhow::Error::new(Usage(why)));
     }
     control::load_config(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// The exit status an error ends a command with.
 pub fn exit_code(err: &anyhow::Error) -> ExitCode {
-    let unreachable = err
-        .chain()
-        .any(|e| e.is::<Unreachable>() || e.is::<Unreadable>());
-    ExitCode::from(if unreachable {
-        EXIT_USAGE
-    } else {
-        EXIT_PROBLEM
-    })
+    let usage = err.chain().any(|e| e.is::<Usage>());
+    ExitCode::from(if usage { EXIT_USAGE } else { EXIT_PROBLEM })
 }
 
 /// Prints the error and ends with its exit status.
@@ -156,7 +139,7 @@ mod tests {
 
     #[test]
     fn unreachable_anywhere_in_the_chain_is_a_usage_error() {
-        let e = anyhow::Error::new(Unreachable("no daemon".into())).context("pool list");
+        let e = anyhow::Error::new(Usage("no daemon".into())).context("pool list");
         assert_eq!(exit_code(&e), ExitCode::from(EXIT_USAGE));
         let refused = anyhow::anyhow!("no such pool");
         assert_eq!(exit_code(&refused), ExitCode::from(EXIT_PROBLEM));
