@@ -140,14 +140,14 @@ fn main() -> ExitCode {
             metrics_listen,
         ) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                match e.downcast_ref::<control::ConfigError>() {
-                    // Already one `file:line:col: field: reason` per line.
-                    Some(config_error) => eprintln!("{config_error}"),
-                    None => eprintln!("openarray: {e:#}"),
+            Err(e) => match e.downcast_ref::<control::ConfigError>() {
+                // Already one `file:line:col: field: reason` per line.
+                Some(config_error) => {
+                    eprintln!("{config_error}");
+                    ExitCode::FAILURE
                 }
-                ExitCode::FAILURE
-            }
+                None => output::fail(&e),
+            },
         },
         Command::CheckConfig { file } => {
             check_config::run(&file.unwrap_or_else(serve::default_config_path))

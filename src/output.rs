@@ -28,13 +28,17 @@ impl std::fmt::Display for Usage {
 
 impl std::error::Error for Usage {}
 
+/// A [`Usage`] error unless the file argument `path` is there to read.
+pub fn require_file(path: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::metadata(path)
+        .map(drop)
+        .map_err(|e| Usage(format!("cannot read {}: {e}", path.display())).into())
+}
+
 /// The configuration file `path`; an unreadable file is [`Usage`],
 /// a file with problems an error of its own (exit status 1).
 pub fn load_config(path: &std::path::Path) -> anyhow::Result<control::Config> {
-    if let Err(e) = std::fs::metadata(path) {
-        let why = format!("cannot read {}: {e}", path.display());
-        return Err(anyhow::Error::new(Usage(why)));
-    }
+    require_file(path)?;
     control::load_config(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 

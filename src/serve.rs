@@ -40,10 +40,11 @@ pub fn run(
         config_path.or_else(|| default_path.exists().then_some(default_path.as_path()));
     let (mut config, text) = match config_path {
         Some(path) => {
-            tracing::info!(config = %path.display(), "serving the configuration file");
+            crate::output::require_file(path)?;
             let config = control::load_config(path)?;
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
+            tracing::info!(config = %path.display(), "serving the configuration file");
             (config, text)
         }
         None => {

@@ -205,6 +205,7 @@ fn exit_status_tells_drift_from_an_absent_daemon() {
         &["pool", "list", "-c", absent],
         &["pool", "destroy", "-c", absent, "tank"],
         &["check-config", absent],
+        &["serve", "--config", absent],
     ] {
         assert_eq!(run(args).status.code(), Some(2), "{args:?}");
     }
