@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests and benchmarks drive: real iSCSI clients (libiscsi
 # tools, qemu-img with its iSCSI block driver), the tgt peer target for
-# side-by-side benchmarks, and fio. Idempotent: apt runs only when something
+# side-by-side benchmarks, fio, and systemd-analyze for the unit file. Idempotent: apt runs only when something
 # is missing.
 set -euo pipefail
 
@@ -29,6 +29,10 @@ declare -A NEED=(
   [python3]=python3
   # libFuzzer, which the fuzz targets link, is C++.
   [c++]=g++
+  # tests/cli_scripting.rs verifies contrib/openarray.service; verify runs
+  # man for its Documentation= pages.
+  [systemd-analyze]=systemd
+  [man]=man-db
 )
 missing=()
 for tool in "${!NEED[@]}"; do

@@ -12,13 +12,20 @@ use serde_json::Value;
 use crate::api_client::{call, ApiArgs, Endpoint};
 #[allow(unused_imports)]
 pub use crate::api_client::{request, DEFAULT_SOCKET};
+use crate::output::{print_json, toml_to_json, Format};
 
 #[derive(Subcommand)]
 pub enum ConfigCommand {
     /// Print the running configuration.
-    Show,
+    Show {
+        #[command(flatten)]
+        format: Format,
+    },
     /// List the running devices, targets, groups and LUN mappings.
-    List,
+    List {
+        #[command(flatten)]
+        format: Format,
+    },
     /// Show what differs between FILE and the running configuration
     /// (exit status 1 when something does).
     Diff {
@@ -119,8 +126,8 @@ fn run_inner(api: &Endpoint, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
         std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
     };
     let (status, json) = match &cmd {
-        ConfigCommand::Show => call(api, "GET", "/v1/config", b"", None)?,
-        ConfigCommand::List => call(api, "GET", "/v1/objects", b"", None)?,
+        ConfigCommand::Show { .. } => call(api, "GET", "/v1/config", b"", None)?,
+        ConfigCommand::List { .. } => call(api, "GET", "/v1/objects", b"", None)?,
         ConfigCommand::Diff { file } => call(
             api,
             "POST",
@@ -147,8 +154,19 @@ fn run_inner(api: &Endpoint, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     match cmd {
-        ConfigCommand::Show => print!("{}", json["toml"].as_str().unwrap_or("")),
-        ConfigCommand::List => print!("{}", listing(&json)),
+        ConfigCommand::Show { format } => {
+            let text = json["toml"].as_str().unwrap_or("");
+            if format.json {
+                print_json(&serde_json::json!({
+                    "path": json["path"],
+                    "config": toml_to_json(text).context("the daemon's configuration")?,
+                }));
+            } else {
+                print!("{text}");
+            }
+        }
+        ConfigCommand::List { format } if format.json => print_json(&json),
+        ConfigCommand::List { .. } => print!("{}", listing(&json)),
         ConfigCommand::Diff { .. } => {
             let changes = changes(&json);
             for c in &changes {

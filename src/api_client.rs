@@ -16,6 +16,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 /// Where `serve --admin-socket` listens unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/openarray.sock";
 
+/// Names the administration socket when `--socket` is not given.
+pub const SOCKET_ENV: &str = "OPENARRAY_SOCKET";
+
 /// A change may flush devices; this is only a bound against a hung daemon.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -33,7 +36,7 @@ pub enum Endpoint {
 #[derive(Args, Clone, Debug)]
 pub struct ApiArgs {
     /// The daemon's administration socket.
-    #[arg(long, global = true, value_name = "PATH", default_value = DEFAULT_SOCKET)]
+    #[arg(long, global = true, value_name = "PATH", env = SOCKET_ENV, default_value = DEFAULT_SOCKET)]
     pub socket: PathBuf,
     /// Use the daemon's TCP API at this address instead of the socket
     /// (or set OPENARRAY_API).
@@ -105,10 +108,14 @@ pub fn call(
             exchange(endpoint, method, path, body, origin),
         )
         .await
-        .map_err(|_| anyhow!("the daemon did not answer in {ANSWER_TIMEOUT:?}"))?
+        .map_err(|_| unreachable(format!("the daemon did not answer in {ANSWER_TIMEOUT:?}")))?
     })?;
     let json = serde_json::from_slice(&answer).context("malformed JSON from the daemon")?;
     Ok((status, json))
+}
+
+fn unreachable(message: String) -> anyhow::Error {
+    anyhow::Error::new(crate::output::Usage(message))
 }
 
 async fn exchange(
@@ -141,11 +148,11 @@ async fn exchange(
         Endpoint::Unix(socket) => {
             let stream = tokio::net::UnixStream::connect(socket)
                 .await
-                .with_context(|| {
-                    format!(
-                        "cannot reach the daemon at {} (is `openarray serve --admin-socket` running?)",
+                .map_err(|e| {
+                    unreachable(format!(
+                        "cannot reach the daemon at {} (is `openarray serve --admin-socket` running?): {e}",
                         socket.display()
-                    )
+                    ))
                 })?;
             send(stream, request, body).await
         }
@@ -155,7 +162,9 @@ async fn exchange(
             request = request.header(AUTHORIZATION, bearer);
             let stream = tokio::net::TcpStream::connect(addr.as_str())
                 .await
-                .with_context(|| format!("cannot reach the daemon's API at {addr}"))?;
+                .map_err(|e| {
+                    unreachable(format!("cannot reach the daemon's API at {addr}: {e}"))
+                })?;
             send(stream, request, body).await
         }
     }
@@ -171,7 +180,7 @@ where
 {
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .context("cannot talk HTTP to the daemon")?;
+        .map_err(|e| unreachable(format!("cannot talk HTTP to the daemon: {e}")))?;
     let driver = tokio::spawn(connection);
     let request = request
         .body(Full::new(Bytes::copy_from_slice(body)))

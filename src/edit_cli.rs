@@ -15,6 +15,7 @@ use control::{ChapScope, Edit};
 use serde_json::Value;
 
 use crate::api_client::{call, ApiArgs, Endpoint};
+use crate::output::{print_json, toml_to_json, Format};
 
 /// `KEY=VALUE` as typed; an empty value (`KEY=`) removes the key.
 fn setting(text: &str) -> Result<(String, String), String> {
@@ -84,10 +85,15 @@ pub enum EditCommand {
 
 #[derive(Subcommand)]
 pub enum DeviceOp {
-    List,
+    List {
+        #[command(flatten)]
+        format: Format,
+    },
     /// Print the device's configuration.
     Show {
         name: String,
+        #[command(flatten)]
+        format: Format,
     },
     /// Add a device, e.g. `add vm1 --kind file --path /srv/vm1.img --size 10G`.
     Add {
@@ -109,9 +115,7 @@ pub enum DeviceOp {
         settings: Vec<(String, String)>,
     },
     /// Remove a device no LUN maps any more.
-    Remove {
-        name: String,
-    },
+    Remove { name: String },
     /// Change keys of [[device]]: `modify vm1 product_id=VM1 read_only=true`
     /// (`KEY=` removes the key). Identity, read-only and write cache
     /// change around the open device; a change that would replace its
@@ -129,10 +133,15 @@ pub enum DeviceOp {
 
 #[derive(Subcommand)]
 pub enum TargetOp {
-    List,
+    List {
+        #[command(flatten)]
+        format: Format,
+    },
     /// Print the target's configuration, groups and LUNs (secrets masked).
     Show {
         iqn: String,
+        #[command(flatten)]
+        format: Format,
     },
     Add {
         iqn: String,
@@ -157,21 +166,22 @@ pub enum TargetOp {
 
 #[derive(Subcommand)]
 pub enum PortalOp {
-    List,
+    List {
+        #[command(flatten)]
+        format: Format,
+    },
     /// Start listening on ADDR:PORT (IPv6 as [::1]:3260).
-    Add {
-        listen: String,
-    },
+    Add { listen: String },
     /// Stop accepting on ADDR:PORT.
-    Remove {
-        listen: String,
-    },
+    Remove { listen: String },
 }
 
 #[derive(Subcommand)]
 pub enum GroupOp {
     List {
         target: String,
+        #[command(flatten)]
+        format: Format,
     },
     /// Add a group with its first members (a group named `default` has
     /// none: it serves initiators no other group names).
@@ -195,6 +205,8 @@ pub enum InitiatorOp {
     List {
         target: String,
         group: String,
+        #[command(flatten)]
+        format: Format,
     },
     /// Add an initiator name, or a pattern with `*` and `?`.
     Add {
@@ -216,6 +228,8 @@ pub enum LunOp {
         /// The group's map instead of the target's own.
         #[arg(long)]
         group: Option<String>,
+        #[command(flatten)]
+        format: Format,
     },
     /// Map DEVICE as LUN of the target (or of --group).
     Add {
@@ -337,17 +351,38 @@ fn read_secret(path: &Path) -> anyhow::Result<String> {
     Ok(secret)
 }
 
-/// Turns `GET /v1/objects` into the lines a list command prints.
-type Lister = Box<dyn Fn(&Value) -> anyhow::Result<String>>;
+/// Picks the listed array out of `GET /v1/objects`.
+type Selector = Box<dyn Fn(&Value) -> anyhow::Result<Value>>;
 
 /// What a command asks of the daemon.
 enum Action {
     /// The change, and whether it may replace data a LUN serves.
     Edit(Edit, bool),
-    /// Print from `GET /v1/objects`.
-    List(Lister),
+    /// Print the entries `select` picks from `GET /v1/objects`, one `line`
+    /// each (or the array as JSON).
+    List {
+        select: Selector,
+        line: fn(&Value, &Format) -> String,
+        format: Format,
+    },
     /// Print one object of the running configuration text.
-    Show { kind: &'static str, name: String },
+    Show {
+        kind: &'static str,
+        name: String,
+        format: Format,
+    },
+}
+
+fn list(
+    format: Format,
+    select: impl Fn(&Value) -> anyhow::Result<Value> + 'static,
+    line: fn(&Value, &Format) -> String,
+) -> Action {
+    Action::List {
+        select: Box::new(select),
+        line,
+        format,
+    }
 }
 
 /// A change that never replaces data a LUN serves.
@@ -373,15 +408,18 @@ fn action(cmd: EditCommand) -> anyhow::Result<(ApiArgs, Action)> {
 
 fn device(op: DeviceOp) -> Action {
     match op {
-        DeviceOp::List => Action::List(Box::new(|o| {
-            Ok(items(&o["devices"])
-                .iter()
-                .map(|d| format!("{} ({})\n", s(&d["name"]), s(&d["kind"])))
-                .collect())
-        })),
-        DeviceOp::Show { name } => Action::Show {
+        DeviceOp::List { format } => list(
+            format,
+            |o| Ok(o["devices"].clone()),
+            |d, f| match d["size"].as_u64() {
+                Some(size) => format!("{} ({}, {})", s(&d["name"]), s(&d["kind"]), f.size(size)),
+                None => format!("{} ({})", s(&d["name"]), s(&d["kind"])),
+            },
+        ),
+        DeviceOp::Show { name, format } => Action::Show {
             kind: "device",
             name,
+            format,
         },
         DeviceOp::Add {
             name,
@@ -424,15 +462,13 @@ fn device(op: DeviceOp) -> Action {
 
 fn target(op: TargetOp) -> Action {
     match op {
-        TargetOp::List => Action::List(Box::new(|o| {
-            Ok(items(&o["targets"])
-                .iter()
-                .map(|t| format!("{}\n", s(&t["name"])))
-                .collect())
-        })),
-        TargetOp::Show { iqn } => Action::Show {
+        TargetOp::List { format } => {
+            list(format, |o| Ok(o["targets"].clone()), |t, _| s(&t["name"]))
+        }
+        TargetOp::Show { iqn, format } => Action::Show {
             kind: "target",
             name: iqn,
+            format,
         },
         TargetOp::Add { iqn, alias } => {
             let mut settings = BTreeMap::new();
@@ -454,12 +490,7 @@ fn target(op: TargetOp) -> Action {
 
 fn portal(op: PortalOp) -> Action {
     match op {
-        PortalOp::List => Action::List(Box::new(|o| {
-            Ok(items(&o["portals"])
-                .iter()
-                .map(|p| format!("{}\n", s(p)))
-                .collect())
-        })),
+        PortalOp::List { format } => list(format, |o| Ok(o["portals"].clone()), |p, _| s(p)),
         PortalOp::Add { listen } => plain(Edit::PortalAdd { listen }),
         PortalOp::Remove { listen } => plain(Edit::PortalRemove { listen }),
     }
@@ -467,15 +498,14 @@ fn portal(op: PortalOp) -> Action {
 
 fn group(op: GroupOp) -> Action {
     match op {
-        GroupOp::List { target } => Action::List(Box::new(move |o| {
-            Ok(items(&find(&o["targets"], &target)?["groups"])
-                .iter()
-                .map(|g| {
-                    let members: Vec<String> = items(&g["initiators"]).iter().map(s).collect();
-                    format!("{}: {}\n", s(&g["name"]), members.join(", "))
-                })
-                .collect())
-        })),
+        GroupOp::List { target, format } => list(
+            format,
+            move |o| Ok(find(&o["targets"], &target)?["groups"].clone()),
+            |g, _| {
+                let members: Vec<String> = items(&g["initiators"]).iter().map(s).collect();
+                format!("{}: {}", s(&g["name"]), members.join(", "))
+            },
+        ),
         GroupOp::Add {
             target,
             group,
@@ -495,13 +525,15 @@ fn group(op: GroupOp) -> Action {
 
 fn initiator(op: InitiatorOp) -> Action {
     match op {
-        InitiatorOp::List { target, group } => Action::List(Box::new(move |o| {
-            let t = find(&o["targets"], &target)?;
-            Ok(items(&find(&t["groups"], &group)?["initiators"])
-                .iter()
-                .map(|i| format!("{}\n", s(i)))
-                .collect())
-        })),
+        InitiatorOp::List {
+            target,
+            group,
+            format,
+        } => list(
+            format,
+            move |o| Ok(group_in(o, &target, &group)?["initiators"].clone()),
+            |i, _| s(i),
+        ),
         InitiatorOp::Add {
             target,
             group,
@@ -525,24 +557,25 @@ fn initiator(op: InitiatorOp) -> Action {
 
 fn lun(op: LunOp) -> Action {
     match op {
-        LunOp::List { target, group } => Action::List(Box::new(move |o| {
-            let t = find(&o["targets"], &target)?;
-            let luns = match &group {
-                Some(g) => &find(&t["groups"], g)?["luns"],
-                None => &t["luns"],
-            };
-            Ok(items(luns)
-                .iter()
-                .map(|l| {
-                    let ro = if l["read_only"].as_bool() == Some(true) {
-                        " (read-only)"
-                    } else {
-                        ""
-                    };
-                    format!("{} -> {}{ro}\n", l["lun"], s(&l["device"]))
-                })
-                .collect())
-        })),
+        LunOp::List {
+            target,
+            group,
+            format,
+        } => list(
+            format,
+            move |o| match &group {
+                Some(g) => Ok(group_in(o, &target, g)?["luns"].clone()),
+                None => Ok(find(&o["targets"], &target)?["luns"].clone()),
+            },
+            |l, _| {
+                let ro = if l["read_only"].as_bool() == Some(true) {
+                    " (read-only)"
+                } else {
+                    ""
+                };
+                format!("{} -> {}{ro}", l["lun"], s(&l["device"]))
+            },
+        ),
         LunOp::Add {
             target,
             lun,
@@ -612,6 +645,11 @@ fn find(list: &Value, name: &str) -> anyhow::Result<Value> {
         .ok_or_else(|| anyhow!("no `{name}` in the running configuration"))
 }
 
+/// Group `group` of target `target` in `GET /v1/objects`.
+fn group_in(objects: &Value, target: &str, group: &str) -> anyhow::Result<Value> {
+    find(&find(&objects["targets"], target)?["groups"], group)
+}
+
 /// The daemon's answer, or its error message as an error.
 fn answer(api: &Endpoint, method: &str, path: &str, body: &[u8]) -> anyhow::Result<Value> {
     let (status, json) = call(api, method, path, body, None)?;
@@ -645,14 +683,30 @@ fn run_action(api: &Endpoint, action: Action) -> anyhow::Result<()> {
                 println!("note: {note}");
             }
         }
-        Action::List(print) => print!("{}", print(&answer(api, "GET", "/v1/objects", b"")?)?),
-        Action::Show { kind, name } => {
+        Action::List {
+            select,
+            line,
+            format,
+        } => {
+            let listed = select(&answer(api, "GET", "/v1/objects", b"")?)?;
+            if format.json {
+                print_json(&listed);
+            } else {
+                for entry in items(&listed) {
+                    println!("{}", line(&entry, &format));
+                }
+            }
+        }
+        Action::Show { kind, name, format } => {
             let json = answer(api, "GET", "/v1/config", b"")?;
-            print!(
-                "{}",
-                control::show_object(json["toml"].as_str().unwrap_or(""), kind, &name)
-                    .map_err(|e| anyhow!(e))?
-            );
+            let text = control::show_object(json["toml"].as_str().unwrap_or(""), kind, &name)
+                .map_err(|e| anyhow!(e))?;
+            if format.json {
+                let mut object = toml_to_json(&text)?;
+                print_json(&object[kind][0].take());
+            } else {
+                print!("{text}");
+            }
         }
     }
     Ok(())
@@ -678,10 +732,8 @@ pub fn run(cmd: EditCommand) -> ExitCode {
     match run_action(&endpoint, action) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // Unreachable daemon vs refusal: the transport errors carry context.
-            let unreachable = e.chain().count() > 1;
             eprintln!("{e:#}");
-            ExitCode::from(if unreachable { 2 } else { 1 })
+            crate::output::exit_code(&e)
         }
     }
 }

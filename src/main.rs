@@ -3,8 +3,11 @@
 mod admin;
 mod admin_cli;
 mod api_client;
+mod check_config;
+mod completions;
 mod edit_cli;
 mod listener_metrics;
+mod output;
 mod pool_cli;
 mod pool_metrics;
 mod schedules;
@@ -12,6 +15,7 @@ mod serve;
 mod session_cli;
 mod stat_cli;
 mod status_cli;
+mod systemd;
 mod volume_api;
 
 use std::io::IsTerminal;
@@ -42,8 +46,9 @@ struct Cli {
 enum Command {
     /// Serve the configured targets until SIGTERM or SIGINT.
     Serve {
-        /// Configuration file; without it, the built-in default (one 1 GiB
-        /// RAM LUN on 127.0.0.1:3260) is served.
+        /// Configuration file; without it, /etc/openarray/openarray.toml
+        /// (or the file OPENARRAY_CONFIG names) when it exists, else the
+        /// built-in default (one 1 GiB RAM LUN on 127.0.0.1:3260).
         #[arg(long, short, value_name = "FILE")]
         config: Option<PathBuf>,
 
@@ -63,10 +68,13 @@ enum Command {
         #[arg(long, value_name = "ADDR:PORT")]
         metrics_listen: Option<SocketAddr>,
     },
-    /// Validate a configuration file and print every problem found.
+    /// Validate a configuration file and print every problem found (exit
+    /// status 1 if any): the checks of `serve`, and whether the paths it
+    /// writes can be created.
     CheckConfig {
+        /// Without it, the file `serve` would use by default.
         #[arg(value_name = "FILE")]
-        file: PathBuf,
+        file: Option<PathBuf>,
     },
     /// Print the built-in default configuration.
     DefaultConfig,
@@ -100,6 +108,16 @@ enum Command {
     /// Targets, portals, sessions, LUNs and pools of a running daemon and
     /// what is degraded; exit status 0 healthy, 1 degraded, 2 not reached.
     Status(status_cli::StatusArgs),
+    /// Print the shell completion script for SHELL (bash, zsh, fish, ...).
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), or write one page per command to DIR.
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 fn init_logging(level: Option<&str>) -> Result<(), String> {
@@ -116,35 +134,6 @@ fn init_logging(level: Option<&str>) -> Result<(), String> {
         .with_ansi(ansi)
         .init();
     Ok(())
-}
-
-fn check_config(file: &std::path::Path) -> ExitCode {
-    // The token file is checked as `serve` would (mode, length).
-    let loaded = control::load_config(file)
-        .and_then(|config| control::load_api_token(&config).map(|_| config));
-    match loaded {
-        Ok(config) => {
-            let luns: usize = config.targets.iter().map(|t| t.luns.len()).sum();
-            println!(
-                "{}: ok ({} portal(s), {} device(s), {} target(s), {luns} LUN(s))",
-                file.display(),
-                config.portals.len(),
-                config.devices.len(),
-                config.targets.len(),
-            );
-            if config.portals.is_empty() {
-                eprintln!(
-                    "{}: warning: no [[portal]]; `serve` will need --listen",
-                    file.display()
-                );
-            }
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            eprintln!("{err}");
-            ExitCode::FAILURE
-        }
-    }
 }
 
 fn main() -> ExitCode {
@@ -166,16 +155,20 @@ fn main() -> ExitCode {
             metrics_listen,
         ) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                match e.downcast_ref::<control::ConfigError>() {
-                    // Already one `file:line:col: field: reason` per line.
-                    Some(config_error) => eprintln!("{config_error}"),
-                    None => eprintln!("openarray: {e:#}"),
+            Err(e) => match e.downcast_ref::<control::ConfigError>() {
+                // Already one `file:line:col: field: reason` per line.
+                Some(config_error) => {
+                    eprintln!("{config_error}");
+                    ExitCode::FAILURE
                 }
-                ExitCode::FAILURE
-            }
+                None => output::fail(&e),
+            },
         },
-        Command::CheckConfig { file } => check_config(&file),
+        Command::CheckConfig { file } => {
+            check_config::run(&file.unwrap_or_else(serve::default_config_path))
+        }
+        Command::Completions { shell } => completions::completions(shell),
+        Command::Man { dir } => completions::man(dir.as_deref()),
         Command::Pool(cmd) => pool_cli::run_pool(cmd),
         Command::Volume(cmd) => pool_cli::run_volume(cmd),
         Command::Config { api, command } => admin_cli::run(&api, command),

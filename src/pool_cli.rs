@@ -13,6 +13,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::Subcommand;
 use serde_json::{json, Value};
 
+use crate::output::{fail, print_json, Format, EXIT_PROBLEM};
 use crate::volume_api::{self, percent_encode, Offline};
 
 /// How often a long operation's progress is asked for.
@@ -24,18 +25,24 @@ pub enum PoolCommand {
     List {
         #[command(flatten)]
         at: Where,
+        #[command(flatten)]
+        format: Format,
     },
     /// One pool and its volumes.
     Show {
         #[command(flatten)]
         at: Where,
         pool: String,
+        #[command(flatten)]
+        format: Format,
     },
     /// Size, use and volumes of every pool (or one).
     Status {
         #[command(flatten)]
         at: Where,
         pool: Option<String>,
+        #[command(flatten)]
+        format: Format,
     },
     /// Format the devices of a pool the configuration declares (nothing
     /// happens to a pool that exists).
@@ -49,6 +56,8 @@ pub enum PoolCommand {
         /// disk cache.
         #[arg(long, hide = true)]
         simulate_volatile_cache: bool,
+        #[command(flatten)]
+        format: Format,
     },
     /// Verify that every unit is owned exactly as its reference count says
     /// (exit status 1 on any problem).
@@ -74,12 +83,16 @@ pub enum VolumeCommand {
     List {
         #[command(flatten)]
         at: PoolArg,
+        #[command(flatten)]
+        format: Format,
     },
     /// One volume or snapshot.
     Show {
         #[command(flatten)]
         at: PoolArg,
         name: String,
+        #[command(flatten)]
+        format: Format,
     },
     /// A new volume; SIZE as bytes or e.g. 10G. --thick allocates all of it
     /// now (zeros), reporting progress.
@@ -143,7 +156,7 @@ pub struct Where {
     config: Option<PathBuf>,
     /// The running daemon's administration socket (without --config:
     /// /run/openarray.sock).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", env = crate::api_client::SOCKET_ENV)]
     socket: Option<PathBuf>,
 }
 
@@ -169,7 +182,7 @@ impl Via {
         match (&at.socket, &at.config) {
             (Some(socket), _) if reachable(socket) => Ok(Via::Daemon(socket.clone())),
             (_, Some(config)) => {
-                let cfg = control::load_config(config).map_err(|e| anyhow!("{e}"))?;
+                let cfg = crate::output::load_config(config)?;
                 Ok(Via::Here(Box::new(Offline::new(cfg))))
             }
             (Some(socket), None) => Ok(Via::Daemon(socket.clone())),
@@ -227,16 +240,15 @@ impl Via {
     }
 }
 
-fn print_volumes(volumes: &Value) {
+fn print_volumes(volumes: &Value, f: &Format) {
     for v in volumes.as_array().into_iter().flatten() {
-        let bytes = |k: &str| v[k].as_u64().unwrap_or(0);
         println!(
             "  {:8} {:24} size {:>14}  mapped {:>14}  own {:>14}{}{}",
             v["kind"].as_str().unwrap_or(""),
             v["name"].as_str().unwrap_or(""),
-            bytes("size"),
-            bytes("mapped"),
-            bytes("own"),
+            f.size_of(&v["size"]),
+            f.size_of(&v["mapped"]),
+            f.size_of(&v["own"]),
             v["parent"]
                 .as_str()
                 .map(|p| format!("  parent {p}"))
@@ -249,7 +261,7 @@ fn print_volumes(volumes: &Value) {
     }
 }
 
-fn print_pool(p: &Value) {
+fn print_pool(p: &Value, f: &Format) {
     if let Some(e) = p["error"].as_str() {
         println!("pool {}: {e}", p["name"].as_str().unwrap_or(""));
         return;
@@ -257,26 +269,35 @@ fn print_pool(p: &Value) {
     println!(
         "pool {}: size {} used {} free {} (unit {}{})",
         p["name"].as_str().unwrap_or(""),
-        p["size"],
-        p["used"],
-        p["free"],
-        p["unit_size"],
+        f.size_of(&p["size"]),
+        f.size_of(&p["used"]),
+        f.size_of(&p["free"]),
+        f.size_of(&p["unit_size"]),
         if p["simulated_volatile_cache"] == true {
             ", simulated volatile cache"
         } else {
             ""
         }
     );
-    println!("  {}", space_line(p));
-    print_volumes(&p["volumes"]);
+    println!("  {}", space_line(p, f));
+    print_volumes(&p["volumes"], f);
+}
+
+/// The pools as text, or as one JSON array.
+fn print_pools(pools: &[Value], f: &Format) {
+    if f.json {
+        print_json(&Value::Array(pools.to_vec()));
+    } else {
+        pools.iter().for_each(|p| print_pool(p, f));
+    }
 }
 
 /// How far the pool is over-committed, its soft threshold and the writes
 /// it refused.
-fn space_line(p: &Value) -> String {
+fn space_line(p: &Value, f: &Format) -> String {
     let mut line = format!(
         "provisioned {} ({:.2}× the pool{})",
-        p["provisioned"],
+        f.size_of(&p["provisioned"]),
         p["overcommit"].as_f64().unwrap_or(0.0),
         p["max_overcommit"]
             .as_f64()
@@ -284,8 +305,9 @@ fn space_line(p: &Value) -> String {
             .unwrap_or_default()
     );
     match p["soft_threshold"].as_u64() {
-        Some(t) => line.push_str(&format!(
-            "; soft threshold {t} (reached {} times)",
+        Some(_) => line.push_str(&format!(
+            "; soft threshold {} (reached {} times)",
+            f.size_of(&p["soft_threshold"]),
             p["soft_threshold_reached"]
         )),
         None => line.push_str("; no soft threshold"),
@@ -342,19 +364,18 @@ fn pools(via: &Via, only: Option<&str>) -> anyhow::Result<Vec<Value>> {
 
 fn pool_command(cmd: PoolCommand) -> anyhow::Result<bool> {
     match cmd {
-        PoolCommand::List { at } => pools(&Via::choose(&at)?, None)?.iter().for_each(print_pool),
-        PoolCommand::Show { at, pool } => {
-            pools(&Via::choose(&at)?, Some(&pool))?
-                .iter()
-                .for_each(print_pool);
+        PoolCommand::List { at, format } => print_pools(&pools(&Via::choose(&at)?, None)?, &format),
+        PoolCommand::Show { at, pool, format } => {
+            print_pools(&pools(&Via::choose(&at)?, Some(&pool))?, &format);
         }
-        PoolCommand::Status { at, pool } => pools(&Via::choose(&at)?, pool.as_deref())?
-            .iter()
-            .for_each(print_pool),
+        PoolCommand::Status { at, pool, format } => {
+            print_pools(&pools(&Via::choose(&at)?, pool.as_deref())?, &format);
+        }
         PoolCommand::Create {
             at,
             pool,
             simulate_volatile_cache,
+            format,
         } => {
             let body = if simulate_volatile_cache {
                 json!({ "simulate_volatile_cache": true })
@@ -366,7 +387,7 @@ fn pool_command(cmd: PoolCommand) -> anyhow::Result<bool> {
                 &format!("/v1/pools/{}", percent_encode(&pool)),
                 body,
             )?;
-            print_pool(&p);
+            print_pools(&[p], &format);
         }
         PoolCommand::Check { at, pool } => {
             let via = Via::choose(&at)?;
@@ -410,7 +431,7 @@ fn pool_command(cmd: PoolCommand) -> anyhow::Result<bool> {
 /// superblock at the start of each device (so the devices are not taken
 /// for the pool's again). The data files themselves stay.
 fn destroy(config: &Path, name: &str, force: bool) -> anyhow::Result<()> {
-    let cfg = control::load_config(config).map_err(|e| anyhow!("{e}"))?;
+    let cfg = crate::output::load_config(config)?;
     let p = cfg
         .pools
         .iter()
@@ -452,16 +473,24 @@ fn volume_command(cmd: VolumeCommand) -> anyhow::Result<()> {
     let base = |at: &PoolArg| format!("/v1/volumes/{}", percent_encode(&at.pool));
     let one = |at: &PoolArg, name: &str| format!("{}/{}", base(at), percent_encode(name));
     let (at, method, path, body) = match cmd {
-        VolumeCommand::List { at } => {
+        VolumeCommand::List { at, format } => {
             let path = base(&at);
             let answer = Via::choose(&at.at)?.call("GET", &path, Value::Null)?;
-            print_volumes(&answer["volumes"]);
+            if format.json {
+                print_json(&answer["volumes"]);
+            } else {
+                print_volumes(&answer["volumes"], &format);
+            }
             return Ok(());
         }
-        VolumeCommand::Show { at, name } => {
+        VolumeCommand::Show { at, name, format } => {
             let path = one(&at, &name);
             let answer = Via::choose(&at.at)?.call("GET", &path, Value::Null)?;
-            print_volumes(&json!([answer]));
+            if format.json {
+                print_json(&answer);
+            } else {
+                print_volumes(&json!([answer]), &format);
+            }
             return Ok(());
         }
         VolumeCommand::Create {
@@ -516,20 +545,14 @@ fn volume_command(cmd: VolumeCommand) -> anyhow::Result<()> {
 pub fn run_pool(cmd: PoolCommand) -> ExitCode {
     match pool_command(cmd) {
         Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("openarray: {e:#}");
-            ExitCode::FAILURE
-        }
+        Ok(false) => ExitCode::from(EXIT_PROBLEM),
+        Err(e) => fail(&e),
     }
 }
 
 pub fn run_volume(cmd: VolumeCommand) -> ExitCode {
     match volume_command(cmd) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("openarray: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(&e),
     }
 }

@@ -59,6 +59,19 @@ impl AdminSocket {
 /// How long shutdown waits for the accept loops to return.
 const ACCEPT_LOOP_GRACE: Duration = Duration::from_secs(10);
 
+/// The configuration `serve` uses without `--config`, when it exists.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/openarray/openarray.toml";
+
+/// Names another default configuration path (tests, staged installs).
+pub const CONFIG_ENV: &str = "OPENARRAY_CONFIG";
+
+/// [`DEFAULT_CONFIG_PATH`], or the file [`CONFIG_ENV`] names.
+pub fn default_config_path() -> PathBuf {
+    std::env::var_os(CONFIG_ENV)
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH), PathBuf::from)
+}
+
 pub fn run(
     config_path: Option<&Path>,
     listen: &[SocketAddr],
@@ -66,15 +79,23 @@ pub fn run(
     metrics_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     keep_freed_memory();
+    let default_path = default_config_path();
+    let config_path =
+        config_path.or_else(|| default_path.exists().then_some(default_path.as_path()));
     let (mut config, text) = match config_path {
         Some(path) => {
+            crate::output::require_file(path)?;
             let config = control::load_config(path)?;
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
+            tracing::info!(config = %path.display(), "serving the configuration file");
             (config, text)
         }
         None => {
-            tracing::info!("no --config given: serving the built-in default configuration");
+            tracing::info!(
+                "no --config given and no {}: serving the built-in default configuration",
+                default_path.display()
+            );
             (
                 control::default_config(),
                 control::DEFAULT_CONFIG_TOML.to_string(),
@@ -242,6 +263,9 @@ async fn serve(
         tokio::spawn(admin::serve_tcp(admin.clone(), listener, token, deadlines))
     });
 
+    crate::systemd::ready();
+    let watchdog = crate::systemd::watchdog().map(tokio::spawn);
+
     let outcome = tokio::select! {
         _ = sigterm.recv() => {
             tracing::info!("SIGTERM: shutting down");
@@ -253,6 +277,10 @@ async fn serve(
         }
     };
 
+    crate::systemd::stopping();
+    if let Some(task) = watchdog {
+        task.abort();
+    }
     // A second signal while sessions drain means "stop now".
     tokio::select! {
         _ = server.shutdown() => {}

@@ -150,10 +150,7 @@ fn run_inner(args: &StatArgs) -> anyhow::Result<()> {
 pub fn run(args: StatArgs) -> ExitCode {
     match run_inner(&args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("openarray: {e:#}");
-            ExitCode::from(2)
-        }
+        Err(e) => crate::output::fail(&e),
     }
 }
 

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 fn openarray() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
-    cmd.env_remove("RUST_LOG");
+    cmd.env_remove("RUST_LOG")
+        .env("OPENARRAY_CONFIG", common::NO_CONFIG);
     cmd
 }
 
@@ -191,8 +192,9 @@ fn check_config_reports_unknown_fields_and_missing_files() {
         stderr(&out)
     );
 
+    // A file that cannot be read is a usage error, like a bad argument.
     let out = run(&["check-config", "/nonexistent/openarray.toml"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("/nonexistent/openarray.toml: cannot read"),
         "{}",

@@ -300,7 +300,7 @@ fn a_pool_past_its_soft_threshold_tells_every_nexus_then_refuses_writes_when_ful
     // limit of 5; a volume that would pass it is refused, naming it.
     let status = daemon.ok(&["pool", "status", "tank"]);
     assert!(
-        status.contains("provisioned 67108864 (4.02× the pool, at most 5×)"),
+        status.contains("provisioned 64M (4.02× the pool, at most 5×)"),
         "{status}"
     );
     assert!(status.contains("51 writes refused"), "{status}");

@@ -47,7 +47,7 @@ fn volumes_snapshots_and_clones_from_the_command_line() {
     ]);
     ok(&["volume", "clone", "-c", c, "--pool", "tank", "vm@1", "vm2"]);
     ok(&["volume", "resize", "-c", c, "--pool", "tank", "vm2", "2G"]);
-    let status = ok(&["pool", "status", "-c", c]);
+    let status = ok(&["pool", "status", "--bytes", "-c", c]);
     assert!(status.contains("pool tank: size"), "{status}");
     assert!(
         status.contains("vm2") && status.contains("size     2147483648"),
@@ -76,7 +76,7 @@ fn pools_are_created_listed_and_destroyed() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not created yet"));
     assert!(!dir.path().join("a.img").exists());
-    let created = ok(&["pool", "create", "-c", c, "tank"]);
+    let created = ok(&["pool", "create", "--bytes", "-c", c, "tank"]);
     // Two 64 MiB files, one superblock unit each.
     assert!(
         created.contains(&format!("size {} used 0", 2 * (64 << 20) - 2 * (64 << 10))),

@@ -122,7 +122,7 @@ fn a_volume_lun_added_live_shares_the_open_pool() {
     assert!(status.success(), "daemon exited with {status}");
 
     let cfg = second.to_str().unwrap();
-    let status = openarray(&["pool", "status", "-c", cfg, "tank"]);
+    let status = openarray(&["pool", "status", "--bytes", "-c", cfg, "tank"]);
     assert!(status.contains("used 2097152 "), "{status}");
     let check = openarray(&["pool", "check", "-c", cfg, "tank"]);
     assert!(check.contains(": clean"), "{check}");
@@ -195,12 +195,14 @@ fn snapshots_clones_and_deletes_on_a_running_daemon() {
         ok && out.contains("preallocate fat: 100% (128 of 128 units)"),
         "{out}{err}"
     );
-    let shown = openarray(&["volume", "show", "--socket", sock, "--pool", "tank", "fat"]);
+    let shown = openarray(&[
+        "volume", "show", "--bytes", "--socket", sock, "--pool", "tank", "fat",
+    ]);
     assert!(shown.contains("mapped        8388608"), "{shown}");
     let (ok, out, err) = volume(&["delete", "fat"]);
     assert!(ok && out.contains("delete fat: 100%"), "{out}{err}");
 
-    let status = openarray(&["pool", "show", "--socket", sock, "tank"]);
+    let status = openarray(&["pool", "show", "--bytes", "--socket", sock, "tank"]);
     // thin0: 1 MiB shared with snap1; c1: its own 1 MiB.
     assert!(status.contains("used 2097152 "), "{status}");
     let check = openarray(&["pool", "check", "--socket", sock, "tank"]);

@@ -82,7 +82,7 @@ fn openarray(args: &[&str]) -> String {
 
 /// Used bytes of the pool, from `openarray pool status`.
 fn used(config: &str) -> u64 {
-    let status = openarray(&["pool", "status", "-c", config, "vdi"]);
+    let status = openarray(&["pool", "status", "--bytes", "-c", config, "vdi"]);
     let line = status.lines().next().expect("status line");
     let after = line.split(" used ").nth(1).expect("used field");
     after

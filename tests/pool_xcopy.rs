@@ -181,7 +181,7 @@ fn openarray(args: &[&str]) -> String {
 
 /// Used bytes of a pool, from `openarray pool status`.
 fn used(config: &str, pool: &str) -> u64 {
-    let status = openarray(&["pool", "status", "-c", config, pool]);
+    let status = openarray(&["pool", "status", "--bytes", "-c", config, pool]);
     let line = status.lines().next().expect("status line");
     let after = line.split(" used ").nth(1).expect("used field");
     after

@@ -178,6 +178,7 @@ fn objects(config: &control::Config) -> Value {
         "devices": config.devices.iter().map(|d| json!({
             "name": d.name,
             "kind": format!("{:?}", d.kind).to_lowercase(),
+            "size": d.size,
         })).collect::<Vec<_>>(),
         "targets": config.targets.iter().map(|t| json!({
             "name": t.name,

@@ -33,11 +33,17 @@ pub struct Daemon {
     _config_dir: Option<tempfile::TempDir>,
 }
 
+/// A default configuration path that names no file.
+pub const NO_CONFIG: &str = "/nonexistent/openarray-test/openarray.toml";
+
 /// `openarray serve` with a log filter that, whatever RUST_LOG asks for,
 /// keeps the portal's line that [`listening_on`] looks for.
 pub fn serve_command() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_openarray"));
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+    // Without --config, serve reads /etc/openarray/openarray.toml if an
+    // install left one; the tests mean the built-in default.
+    cmd.env("OPENARRAY_CONFIG", NO_CONFIG);
     cmd.arg("--log-level")
         .arg(format!("{filter},iscsi::server=info"))
         .arg("serve");
