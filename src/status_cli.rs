@@ -140,6 +140,26 @@ fn summary(s: &Value) -> String {
             text(&p["state"])
         ));
     }
+    let schedules = list(&s["schedules"]);
+    if !schedules.is_empty() {
+        out.push_str("schedules:\n");
+    }
+    for x in schedules {
+        let waiting = list(&x["waiting"]);
+        out.push_str(&format!(
+            "  {}/{:<12} every {}s, keep {}, newest {}{}\n",
+            text(&x["pool"]),
+            text(&x["volume"]),
+            text(&x["every_seconds"]),
+            text(&x["keep"]),
+            x["newest_snapshot"].as_str().unwrap_or("(none yet)"),
+            if waiting.is_empty() {
+                String::new()
+            } else {
+                format!(", waiting to refresh {}", waiting.len())
+            }
+        ));
+    }
     out
 }
 

@@ -191,6 +191,11 @@ fn snapshots_are_taken_pruned_and_a_clone_refreshed_when_free() {
     let mut vdi = session(port, VDI);
     assert_eq!(first_block(&mut vdi), vec![0xb2; 4096]);
     vdi.logout().unwrap();
+    // `status` shows the schedule.
+    let status = get(&d.socket, "/v1/status");
+    assert_eq!(status["schedules"][0]["volume"], "gold", "{status}");
+    assert_eq!(status["healthy"], true, "{status}");
+
     // Each run with work to do was a job of the pool.
     let jobs = get(&d.socket, "/v1/pools/tank/jobs");
     let runs = jobs["jobs"]

@@ -1,11 +1,11 @@
 //! `GET /v1/status`: the whole daemon on one page, with what is degraded.
 //!
 //! `{"healthy", "degraded": [{"kind", "name", "problem"}], "portals",
-//! "targets", "sessions", "pools"}`. Degraded means: a configured portal
+//! "targets", "sessions", "pools", "schedules"}`. Degraded means: a configured portal
 //! whose listener is not accepting, a pool above [`POOL_FULL_PERCENT`]
 //! used, a pool that cannot be opened or whose metadata or a data device
 //! file is gone, and a LUN whose file device's path no longer names the
-//! file it serves.
+//! file it serves, and a `[[schedule]]` whose last run failed.
 
 use std::net::SocketAddr;
 use std::time::SystemTime;
@@ -35,6 +35,8 @@ fn problem(kind: &str, name: &str, problem: &str) -> Value {
 }
 
 fn status(admin: &Admin) -> Value {
+    // Before the lock: the report takes it too.
+    let schedules = admin.schedules.report(admin)["schedules"].take();
     let current = admin.lock();
     let listening = admin
         .portals
@@ -107,6 +109,11 @@ fn status(admin: &Admin) -> Value {
         .collect();
 
     let pools = pools(&current, &mut degraded);
+    for sch in schedules.as_array().into_iter().flatten() {
+        if let Some(e) = sch["error"].as_str() {
+            degraded.push(problem("schedule", sch["volume"].as_str().unwrap_or(""), e));
+        }
+    }
     let now = SystemTime::now();
     let sessions: Vec<Value> = sessions
         .iter()
@@ -129,6 +136,7 @@ fn status(admin: &Admin) -> Value {
         "targets": targets,
         "sessions": sessions,
         "pools": pools,
+        "schedules": schedules,
     })
 }
 
