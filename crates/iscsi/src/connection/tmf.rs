@@ -132,6 +132,7 @@ impl Conn {
             }
         };
         let cold = tmf == TaskManagement::TargetColdReset;
+        let me = self.ctx.id;
         let out = self.out.clone();
         let server = self.server.clone();
         let itt = t.itt;
@@ -163,9 +164,15 @@ impl Conn {
                 .await;
             if cold {
                 // A cold reset ends every connection to the target, after
-                // the response has been queued on this one.
+                // the response has been queued on this one; the others at
+                // once, even one blocked on an initiator that stopped
+                // reading, while this one still writes its response.
                 for s in server.registry.lock().for_target(&target.name) {
-                    let _ = s.control.send(Control::Close(CloseReason::ColdReset));
+                    if s.id == me {
+                        let _ = s.control.send(Control::Close(CloseReason::ColdReset));
+                    } else {
+                        s.close(CloseReason::ColdReset);
+                    }
                 }
             }
         });
