@@ -592,41 +592,43 @@ impl Pool {
 
     /// A read-only image of `volume` as of now.
     pub fn snapshot(&self, volume: &str, name: &str) -> io::Result<VolumeInfo> {
-        self.operate(|st| {
-            let src = st.id_of(volume)?;
-            let rec = st.volumes[&src].record.clone();
-            if rec.kind != VolumeKind::Volume {
-                return Err(invalid("only a volume can be snapshotted"));
-            }
-            st.name_free(name)?;
-            let id = st.new_id();
-            let record = VolumeRecord {
-                name: name.to_string(),
-                kind: VolumeKind::Snapshot,
-                size: rec.size,
-                parent: Some(src),
-            };
-            st.copy_volume(src, id, record);
-            st.info_of(id)
-        })
+        self.derive(volume, name, VolumeKind::Volume, VolumeKind::Snapshot)
     }
 
     /// A writable volume starting as a copy of `snapshot`.
     pub fn clone_snapshot(&self, snapshot: &str, name: &str) -> io::Result<VolumeInfo> {
+        self.derive(snapshot, name, VolumeKind::Snapshot, VolumeKind::Volume)
+    }
+
+    /// A new `kind` named `name` sharing every unit of `source`, which must
+    /// be a `from`; its parent is `source`.
+    fn derive(
+        &self,
+        source: &str,
+        name: &str,
+        from: VolumeKind,
+        kind: VolumeKind,
+    ) -> io::Result<VolumeInfo> {
         self.operate(|st| {
-            let src = st.id_of(snapshot)?;
+            let src = st.id_of(source)?;
             let rec = st.volumes[&src].record.clone();
-            if rec.kind != VolumeKind::Snapshot {
-                return Err(invalid("only a snapshot can be cloned"));
+            if rec.kind != from {
+                return Err(invalid(match from {
+                    VolumeKind::Volume => "only a volume can be snapshotted",
+                    VolumeKind::Snapshot => "only a snapshot can be cloned",
+                }));
             }
             st.name_free(name)?;
-            let provisioned = st.provisioned();
-            st.limits
-                .check_overcommit(provisioned, provisioned.saturating_add(rec.size))?;
+            if kind == VolumeKind::Volume {
+                // A new writable volume counts against the over-commit.
+                let provisioned = st.provisioned();
+                st.limits
+                    .check_overcommit(provisioned, provisioned.saturating_add(rec.size))?;
+            }
             let id = st.new_id();
             let record = VolumeRecord {
                 name: name.to_string(),
-                kind: VolumeKind::Volume,
+                kind,
                 size: rec.size,
                 parent: Some(src),
             };
