@@ -101,7 +101,7 @@ impl Scheduler {
         for job in jobs {
             let key = (job.schedule.pool.clone(), job.schedule.spec.volume.clone());
             let outcome = outcomes.entry(key.clone()).or_default();
-            if outcome.job.is_some_and(still_running) {
+            if outcome.job.is_some_and(|id| still_running(&admin.jobs, id)) {
                 continue;
             }
             let pool = match &job.pool {
@@ -133,7 +133,7 @@ impl Scheduler {
                     );
                 result.map_err(std::io::Error::other)
             });
-            match crate::volume_api::jobs::start(pool, "scheduled snapshot", &volume, work) {
+            match admin.jobs.start(pool, "scheduled snapshot", &volume, work) {
                 Ok(started) => outcome.job = started["id"].as_u64(),
                 Err(e) => record(outcome, Err(e), &volume),
             }
@@ -180,8 +180,8 @@ impl Scheduler {
     }
 }
 
-fn still_running(id: u64) -> bool {
-    crate::volume_api::jobs::get(id).is_some_and(|j| j["state"] == "running")
+fn still_running(jobs: &crate::volume_api::jobs::Jobs, id: u64) -> bool {
+    jobs.get(id).is_some_and(|j| j["state"] == "running")
 }
 
 /// Keep the last error, logging it when it changes.

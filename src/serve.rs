@@ -248,6 +248,7 @@ async fn serve(
         server: server.clone(),
         stats,
         portals: Mutex::new(portals),
+        jobs: Arc::default(),
         schedules: Arc::default(),
     });
     tokio::spawn(admin.schedules.clone().run(admin.clone()));

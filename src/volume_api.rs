@@ -44,6 +44,8 @@ pub trait PoolSource {
     fn open(&self, config: &control::PoolConfig) -> io::Result<Arc<Pool>>;
     /// The device that serves the volume as a LUN, if one does.
     fn exporter_of(&self, pool: &str, volume: &str) -> Option<String>;
+    /// Where long operations run and report.
+    fn jobs(&self) -> &Arc<jobs::Jobs>;
 }
 
 /// The running daemon's pools.
@@ -64,6 +66,10 @@ impl PoolSource for Running<'_> {
         let current = self.0.current.lock().unwrap_or_else(|p| p.into_inner());
         current.runtime.exporter_of(pool, volume).map(String::from)
     }
+
+    fn jobs(&self) -> &Arc<jobs::Jobs> {
+        &self.0.jobs
+    }
 }
 
 /// The pools of a configuration, in a process that is not the daemon: no
@@ -71,6 +77,7 @@ impl PoolSource for Running<'_> {
 pub struct Offline {
     config: control::Config,
     open: std::sync::Mutex<Vec<Arc<Pool>>>,
+    jobs: Arc<jobs::Jobs>,
 }
 
 impl Offline {
@@ -78,6 +85,7 @@ impl Offline {
         Offline {
             config,
             open: std::sync::Mutex::new(Vec::new()),
+            jobs: Arc::default(),
         }
     }
 }
@@ -98,6 +106,10 @@ impl PoolSource for Offline {
 
     fn exporter_of(&self, _pool: &str, _volume: &str) -> Option<String> {
         None
+    }
+
+    fn jobs(&self) -> &Arc<jobs::Jobs> {
+        &self.jobs
     }
 }
 
@@ -221,12 +233,12 @@ fn pools(source: &dyn PoolSource, method: &str, rest: &[&str], body: &[u8]) -> A
         }
         ("GET", [name, "jobs"]) => {
             source.pool(name)?;
-            Ok((200, json!({ "jobs": jobs::of_pool(name) })))
+            Ok((200, json!({ "jobs": source.jobs().of_pool(name) })))
         }
         ("GET", [name, "jobs", id]) => id
             .parse()
             .ok()
-            .and_then(jobs::get)
+            .and_then(|id| source.jobs().get(id))
             .filter(|j| j["pool"] == *name)
             .map(|j| (200, j))
             .ok_or_else(|| Failure(404, format!("no job {id} in pool {name}"))),
@@ -285,13 +297,15 @@ fn create(source: &dyn PoolSource, pool: &str, body: &Value) -> Answer {
         return Ok((201, with_overcommit(&p, volume_json(&p, &info, source))));
     }
     let volume = name.to_string();
-    let job = jobs::start(
-        p.clone(),
-        "preallocate",
-        name,
-        Box::new(move |p, progress| p.preallocate(&volume, progress)),
-    )
-    .map_err(|e| Failure(503, e))?;
+    let job = source
+        .jobs()
+        .start(
+            p.clone(),
+            "preallocate",
+            name,
+            Box::new(move |p, progress| p.preallocate(&volume, progress)),
+        )
+        .map_err(|e| Failure(503, e))?;
     Ok((
         202,
         json!({ "volume": with_overcommit(&p, volume_json(&p, &info, source)), "job": job }),
@@ -310,13 +324,15 @@ fn delete(source: &dyn PoolSource, pool: &str, name: &str) -> Answer {
         ));
     }
     let volume = name.to_string();
-    let job = jobs::start(
-        p,
-        "delete",
-        name,
-        Box::new(move |p, progress| p.delete_with_progress(&volume, progress)),
-    )
-    .map_err(|e| Failure(503, e))?;
+    let job = source
+        .jobs()
+        .start(
+            p,
+            "delete",
+            name,
+            Box::new(move |p, progress| p.delete_with_progress(&volume, progress)),
+        )
+        .map_err(|e| Failure(503, e))?;
     Ok((202, json!({ "job": job })))
 }
 

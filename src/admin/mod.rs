@@ -64,6 +64,8 @@ pub struct Admin {
     pub stats: Arc<stats::Registry>,
     /// The iSCSI listeners, one per portal (lock after `current`).
     pub portals: Mutex<portals::Portals>,
+    /// Long pool operations and their progress.
+    pub jobs: Arc<crate::volume_api::jobs::Jobs>,
     /// The `[[schedule]]` runner and what it did.
     pub schedules: Arc<crate::schedules::Scheduler>,
 }
