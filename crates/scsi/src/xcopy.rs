@@ -53,72 +53,92 @@ fn target_descriptor_length(kind: u8) -> usize {
     }
 }
 
-fn parse_targets(p: &[u8], start: usize, end: usize) -> Result<Vec<TargetDescriptor>, Sense> {
-    let mut targets = Vec::new();
+/// One kind of descriptor list (targets or segments): how a descriptor's
+/// length is found, which kind is supported, and the limits.
+struct DescriptorList {
+    /// The descriptor's length from its first bytes, or `None` when too
+    /// few bytes are left to tell.
+    length: fn(&[u8], usize, usize) -> Option<usize>,
+    supported: u8,
+    max: usize,
+    too_many: (u8, u8),
+    unsupported: (u8, u8),
+}
+
+/// Walk the descriptors of `p[start..end]`, checking each one's length,
+/// the count and the kind, and handing each whole descriptor and its
+/// offset to `parse`.
+fn walk<T>(
+    p: &[u8],
+    start: usize,
+    end: usize,
+    list: &DescriptorList,
+    mut parse: impl FnMut(&[u8], usize) -> Result<T, Sense>,
+) -> Result<Vec<T>, Sense> {
+    let mut out = Vec::new();
     let mut pos = start;
     while pos < end {
-        let kind = p[pos];
-        let len = target_descriptor_length(kind);
+        let len = (list.length)(p, pos, end).ok_or_else(Sense::param_list_length)?;
         if pos + len > end {
             return Err(Sense::param_list_length());
         }
-        if targets.len() == MAX_TARGET_DESCRIPTORS {
-            return Err(Sense::illegal(asc::TOO_MANY_TARGET_DESCRIPTORS));
+        if out.len() == list.max {
+            return Err(Sense::illegal(list.too_many));
         }
-        if kind != TARGET_DESCRIPTOR_IDENTIFICATION {
-            return Err(Sense::illegal(asc::UNSUPPORTED_TARGET_DESCRIPTOR_TYPE)
-                .with_field(false, pos, None));
+        if p[pos] != list.supported {
+            return Err(Sense::illegal(list.unsupported).with_field(false, pos, None));
         }
-        let d = &p[pos..pos + len];
+        out.push(parse(&p[pos..pos + len], pos)?);
+        pos += len;
+    }
+    Ok(out)
+}
+
+const TARGETS: DescriptorList = DescriptorList {
+    length: |p, pos, _| Some(target_descriptor_length(p[pos])),
+    supported: TARGET_DESCRIPTOR_IDENTIFICATION,
+    max: MAX_TARGET_DESCRIPTORS,
+    too_many: asc::TOO_MANY_TARGET_DESCRIPTORS,
+    unsupported: asc::UNSUPPORTED_TARGET_DESCRIPTOR_TYPE,
+};
+
+const SEGMENTS: DescriptorList = DescriptorList {
+    length: |p, pos, end| (pos + 4 <= end).then(|| usize::from(be16(p, pos + 2)) + 4),
+    supported: SEGMENT_BLOCK_TO_BLOCK,
+    max: MAX_SEGMENT_DESCRIPTORS,
+    too_many: asc::TOO_MANY_SEGMENT_DESCRIPTORS,
+    unsupported: asc::UNSUPPORTED_SEGMENT_DESCRIPTOR_TYPE,
+};
+
+fn parse_targets(p: &[u8], start: usize, end: usize) -> Result<Vec<TargetDescriptor>, Sense> {
+    walk(p, start, end, &TARGETS, |d, pos| {
         // Only block devices can be copy targets of block segments. The
         // LU ID TYPE is ignored (SPC-4), and so is the obsolete NUL bit.
         if d[1] & 0x1F != 0 {
             return Err(Sense::invalid_param(pos + 1, Some(4)));
         }
         let designator_len = usize::from(d[7]).min(20);
-        targets.push(TargetDescriptor {
+        Ok(TargetDescriptor {
             designator: d[8..8 + designator_len].to_vec(),
             block_size: crate::cdb::be24(d, 29),
-        });
-        pos += len;
-    }
-    Ok(targets)
+        })
+    })
 }
 
 fn parse_segments(p: &[u8], start: usize, end: usize) -> Result<Vec<Segment>, Sense> {
-    let mut segments = Vec::new();
-    let mut pos = start;
-    while pos < end {
-        if pos + 4 > end {
-            return Err(Sense::param_list_length());
-        }
-        let kind = p[pos];
-        let len = usize::from(be16(p, pos + 2)) + 4;
-        if pos + len > end {
-            return Err(Sense::param_list_length());
-        }
-        if segments.len() == MAX_SEGMENT_DESCRIPTORS {
-            return Err(Sense::illegal(asc::TOO_MANY_SEGMENT_DESCRIPTORS));
-        }
-        if kind != SEGMENT_BLOCK_TO_BLOCK {
-            return Err(Sense::illegal(asc::UNSUPPORTED_SEGMENT_DESCRIPTOR_TYPE)
-                .with_field(false, pos, None));
-        }
-        if len != 28 {
+    walk(p, start, end, &SEGMENTS, |d, pos| {
+        if d.len() != 28 {
             return Err(Sense::invalid_param(pos + 2, None));
         }
-        let d = &p[pos..pos + len];
-        segments.push(Segment {
+        Ok(Segment {
             source: usize::from(be16(d, 4)),
             destination: usize::from(be16(d, 6)),
             blocks: u64::from(be16(d, 10)),
             dc: d[1] & 0x02 != 0,
             source_lba: be64(d, 12),
             destination_lba: be64(d, 20),
-        });
-        pos += len;
-    }
-    Ok(segments)
+        })
+    })
 }
 
 impl LogicalUnit {
