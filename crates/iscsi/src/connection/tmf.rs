@@ -6,11 +6,12 @@
 //! resets its own state, and the response goes out. All waiting happens off
 //! the connection loop.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use scsi_api::{TaskManagement, TmfResult};
-use tokio::sync::oneshot;
+use scsi_api::{Nexus, TaskManagement, TmfResult};
+use tokio::sync::{mpsc, oneshot};
 
 use super::ffp::{Conn, Flow, HeldScope};
 use super::io::{OutPdu, Outgoing, StatSn};
@@ -19,6 +20,7 @@ use crate::lun;
 use crate::pdu::initiator::TaskMgmtRequest;
 use crate::pdu::target;
 use crate::pdu::Bhs;
+use crate::server::Target;
 use crate::session::{CloseReason, Control};
 
 /// TMF request function codes.
@@ -141,10 +143,7 @@ impl Conn {
             // aborted tasks: a command that waits on a long operation (a
             // SANITIZE) is released by it, and would otherwise hold the
             // response back until the operation ends.
-            let scsi = target.scsi.clone();
-            let result = tokio::task::spawn_blocking(move || scsi.task_management(&nexus, tmf))
-                .await
-                .unwrap_or(TmfResult::Rejected);
+            let result = run_on_target(&target, nexus, tmf).await;
             for w in waiters {
                 w.wait().await;
             }
@@ -154,14 +153,7 @@ impl Conn {
                 }
             })
             .await;
-            let bhs = target::task_mgmt_response(itt, response_code(result));
-            let _ = out
-                .send(Outgoing::Pdu(OutPdu::new(
-                    bhs,
-                    Bytes::new(),
-                    StatSn::Advance,
-                )))
-                .await;
+            queue_response(&out, itt, response_code(result)).await;
             if cold {
                 // A cold reset ends every connection to the target, after
                 // the response has been queued on this one; the others at
@@ -210,19 +202,16 @@ impl Conn {
                 // As for the other functions: tell the SCSI layer first,
                 // then wait for the task to end.
                 let code = if took_effect {
-                    let scsi = target.scsi.clone();
                     let tmf = TaskManagement::AbortTask {
                         lun: task_lun,
                         tag: u64::from(rtt),
                     };
-                    match tokio::task::spawn_blocking(move || scsi.task_management(&nexus, tmf))
-                        .await
-                    {
-                        Ok(TmfResult::NotSupported) => response::NOT_SUPPORTED,
-                        Ok(TmfResult::Rejected) | Err(_) => response::REJECTED,
+                    match run_on_target(&target, nexus, tmf).await {
+                        TmfResult::NotSupported => response::NOT_SUPPORTED,
+                        TmfResult::Rejected => response::REJECTED,
                         // The transport stopped the task; the SCSI layer may not
                         // have known it at all.
-                        Ok(_) => response::FUNCTION_COMPLETE,
+                        _ => response::FUNCTION_COMPLETE,
                     }
                 } else {
                     // Its response was already on the way.
@@ -231,14 +220,7 @@ impl Conn {
                 for w in aborted.waiters {
                     w.wait().await;
                 }
-                let bhs = target::task_mgmt_response(itt, code);
-                let _ = out
-                    .send(Outgoing::Pdu(OutPdu::new(
-                        bhs,
-                        Bytes::new(),
-                        StatSn::Advance,
-                    )))
-                    .await;
+                queue_response(&out, itt, code).await;
             });
             return Flow::Continue;
         }
@@ -270,4 +252,21 @@ impl Conn {
         }
         self.tmf_respond(t.itt, response::TASK_DOES_NOT_EXIST).await
     }
+}
+
+/// Run a task management function in the SCSI layer, off the reactor (it
+/// may wait for a long operation to notice).
+async fn run_on_target(target: &Arc<Target>, nexus: Nexus, tmf: TaskManagement) -> TmfResult {
+    let scsi = target.scsi.clone();
+    tokio::task::spawn_blocking(move || scsi.task_management(&nexus, tmf))
+        .await
+        .unwrap_or(TmfResult::Rejected)
+}
+
+/// Queue a Task Management Function Response from a task of its own, for
+/// when the connection loop has moved on.
+async fn queue_response(out: &mpsc::Sender<Outgoing>, itt: u32, code: u8) {
+    let bhs = target::task_mgmt_response(itt, code);
+    let pdu = OutPdu::new(bhs, Bytes::new(), StatSn::Advance);
+    let _ = out.send(Outgoing::Pdu(pdu)).await;
 }
