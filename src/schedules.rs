@@ -63,7 +63,7 @@ impl Scheduler {
         }
     }
 
-    fn jobs(admin: &Admin) -> Vec<Job> {
+    fn read_schedules(admin: &Admin) -> Vec<Job> {
         let current = admin.current.lock().unwrap_or_else(|p| p.into_inner());
         let serving = |pool: &str, clone: &str| {
             current
@@ -91,7 +91,7 @@ impl Scheduler {
     }
 
     fn run_due(self: &Arc<Self>, admin: &Admin) {
-        let jobs = Self::jobs(admin);
+        let jobs = Self::read_schedules(admin);
         let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
         // Schedules removed from the configuration are forgotten.
         outcomes.retain(|(p, v), _| {
@@ -214,18 +214,32 @@ fn plan_now(spec: &schedule::Spec, vols: &[VolumeInfo]) -> (schedule::Plan, Opti
     (schedule::plan(spec, now(), &names, depended_on), newest)
 }
 
+/// Clones of `job` not yet on `newest`, each with whether a logged-in
+/// session may use it (then its refresh waits).
+fn behind<'a>(
+    job: &'a Job,
+    vols: &'a [VolumeInfo],
+    newest: &'a str,
+) -> impl Iterator<Item = (&'a String, bool)> {
+    job.schedule
+        .refresh
+        .iter()
+        .filter(move |c| {
+            vols.iter()
+                .any(|v| v.name == **c && v.parent.as_deref() != Some(newest))
+        })
+        .map(|c| (c, job.in_use.get(c).copied().unwrap_or(false)))
+}
+
 /// Clones of `job` not yet on `newest` that no session uses now.
 fn clones_to_refresh<'a>(
     job: &'a Job,
     vols: &'a [VolumeInfo],
     newest: &'a str,
 ) -> impl Iterator<Item = &'a String> {
-    job.schedule.refresh.iter().filter(move |c| {
-        let behind = vols
-            .iter()
-            .any(|v| v.name == **c && v.parent.as_deref() != Some(newest));
-        behind && !job.in_use.get(*c).copied().unwrap_or(false)
-    })
+    behind(job, vols, newest)
+        .filter(|&(_, in_use)| !in_use)
+        .map(|(c, _)| c)
 }
 
 /// Whether a run would change anything now; notes what waits or is
@@ -245,16 +259,9 @@ fn has_work(job: &Job, pool: &Pool, outcome: &mut Outcome) -> bool {
     let Some(newest) = newest else {
         return false;
     };
-    let waiting: Vec<String> = job
-        .schedule
-        .refresh
-        .iter()
-        .filter(|c| job.in_use.get(*c).copied().unwrap_or(false))
-        .filter(|c| {
-            vols.iter()
-                .any(|v| v.name == **c && v.parent.as_deref() != Some(newest.as_str()))
-        })
-        .cloned()
+    let waiting: Vec<String> = behind(job, &vols, &newest)
+        .filter(|&(_, in_use)| in_use)
+        .map(|(c, _)| c.clone())
         .collect();
     for clone in waiting.iter().filter(|c| !outcome.waiting.contains(c)) {
         tracing::info!(clone = %clone, snapshot = %newest, "clone refresh waits: a logged-in session may use it");
