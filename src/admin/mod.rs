@@ -14,6 +14,7 @@
 //! | `GET /metrics` | the same in the Prometheus text format |
 //! | `/v1/sessions...` | live sessions; ending one (`sessions.rs`) |
 //! | `GET /v1/status` | everything on one page, with what is degraded (`status.rs`) |
+//! | `/v1/devices/{name}...` | a device's tree and state; faults injected (`devices.rs`) |
 //!
 //! Errors answer 4xx/5xx with `{"error"}`; a configuration error names the
 //! file, line, field and reason. `apply` and `edit` validate the whole
@@ -24,6 +25,7 @@
 //! the running objects cannot take (a formatted pool's layout) is refused,
 //! and so is one that replaces data a LUN serves unless `force=true`.
 
+mod devices;
 mod http;
 pub mod portals;
 mod sessions;
@@ -152,6 +154,7 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
             | "/v1/config/save" | "/v1/stats" | "/v1/edit",
         ) => error(405, "method not allowed"),
         (method, path) => sessions::route(admin, method, path)
+            .or_else(|| devices::route(admin, method, path, &req.body))
             .or_else(|| status::route(admin, method, path))
             .or_else(|| crate::volume_api::route(admin, method, path, &req.body))
             .unwrap_or_else(|| error(404, format!("no such resource {path}"))),
@@ -179,8 +182,9 @@ fn objects(config: &control::Config) -> Value {
         "discovery_chap": chap(&config.discovery_chap),
         "devices": config.devices.iter().map(|d| json!({
             "name": d.name,
-            "kind": format!("{:?}", d.kind).to_lowercase(),
-            "size": d.size,
+            "kind": d.kind(),
+            "size": d.spec.size(),
+            "settings": d.spec.settings().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         })).collect::<Vec<_>>(),
         "targets": config.targets.iter().map(|t| json!({
             "name": t.name,

@@ -60,6 +60,19 @@ impl Faults {
         self.fail_reads.store(fail, Ordering::SeqCst);
     }
 
+    /// Whether reads and writes fail.
+    pub fn failing(&self) -> (bool, bool) {
+        (
+            self.fail_reads.load(Ordering::SeqCst),
+            self.fail_writes.load(Ordering::SeqCst),
+        )
+    }
+
+    /// The ranges that read back corrupted, as (start, end).
+    pub fn corrupt_ranges(&self) -> Vec<(u64, u64)> {
+        self.corrupt.lock().clone()
+    }
+
     /// Sleep this long before every operation.
     pub fn set_delay(&self, delay: Option<Duration>) {
         *self.delay.lock() = delay;
