@@ -21,13 +21,16 @@ pub(crate) struct OpenNode {
     pub device: Arc<dyn BlockDevice>,
 }
 
+/// An open device, and whether it is the running configuration's.
+type Opened = (Arc<dyn BlockDevice>, bool);
+
 /// Opens devices of `config` on demand, each once.
 pub(crate) struct Opener<'a> {
     config: &'a Config,
     /// What the running configuration has open, to reuse.
     previous: Option<&'a HashMap<String, OpenNode>>,
     /// Opened (or reused) so far, and whether it was reused.
-    opened: RefCell<HashMap<String, (Arc<dyn BlockDevice>, bool)>>,
+    opened: RefCell<HashMap<String, Opened>>,
     pools: RefCell<HashMap<String, Arc<Pool>>>,
     /// Devices being opened, to stop at a loop.
     opening: RefCell<Vec<String>>,
@@ -46,7 +49,7 @@ impl<'a> Opener<'a> {
 
     /// Device `name`, open, and whether it is the one the running
     /// configuration had (its settings and everything under it the same).
-    pub fn open(&self, name: &str) -> io::Result<(Arc<dyn BlockDevice>, bool)> {
+    pub fn open(&self, name: &str) -> io::Result<Opened> {
         if let Some(done) = self.opened.borrow().get(name) {
             return Ok(done.clone());
         }
@@ -69,7 +72,7 @@ impl<'a> Opener<'a> {
         Ok(done)
     }
 
-    fn open_fresh_or_reuse(&self, dev: &Device) -> io::Result<(Arc<dyn BlockDevice>, bool)> {
+    fn open_fresh_or_reuse(&self, dev: &Device) -> io::Result<Opened> {
         let mut children = Vec::new();
         let mut children_reused = true;
         for child in dev.spec.children() {
