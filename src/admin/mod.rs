@@ -61,7 +61,10 @@ pub struct Current {
 
 pub struct Admin {
     pub current: Mutex<Current>,
+    /// The iSCSI transport, for its sessions.
     pub server: Arc<iscsi::Server>,
+    /// Every transport, each given the exports of a change.
+    pub frontends: Vec<Arc<dyn export::Frontend>>,
     /// The daemon's I/O statistics (one registry for its whole life).
     pub stats: Arc<stats::Registry>,
     /// The iSCSI listeners, one per portal (lock after `current`).
@@ -282,7 +285,7 @@ fn apply_text(
             "serving the built-in default: start with --config FILE to change the configuration",
         );
     };
-    let mut runtime = match control::rebuild(&config, &current.runtime) {
+    let runtime = match control::rebuild(&config, &current.runtime) {
         Ok(r) => r,
         Err(e) => return error(400, e),
     };
@@ -301,11 +304,11 @@ fn apply_text(
         return error(500, format!("cannot write {}: {e}", path.display()));
     }
     runtime.commit(Some(&current.runtime));
-    admin
-        .server
-        .replace_targets(std::mem::take(&mut runtime.targets));
-    // Sessions whose initiator lost the target are asked to log out.
-    admin.server.end_refused_sessions();
+    for frontend in &admin.frontends {
+        frontend.replace_exports(&runtime.exports);
+        // Sessions whose initiator lost the target are asked to log out.
+        frontend.end_refused_sessions();
+    }
     for (addr, listener) in listeners {
         tracing::info!(%addr, "portal added");
         portals.start(addr, listener);

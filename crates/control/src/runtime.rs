@@ -17,11 +17,9 @@ use iscsi::access::{AccessList, Group, InitiatorPattern, SharedAccess, TargetAcc
 use iscsi::auth_chap::ChapAuthenticator;
 use scsi_api::ScsiTarget;
 
-/// Every iSCSI target of one configuration sits in one portal group.
-const PORTAL_GROUP: u16 = 1;
-
 pub struct Runtime {
-    pub targets: Vec<iscsi::Target>,
+    /// What the transports serve.
+    pub exports: export::Exports,
     pub listen: Vec<SocketAddr>,
     pub options: iscsi::ServerOptions,
     /// Who may use which target, and the CHAP they must pass; replaced on
@@ -272,7 +270,13 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             tracing::warn!(device = %dev.name, size, block_size, "size is not a whole number of blocks; the tail is not used");
         }
         tracing::info!(device = %dev.name, backing = %device.describe(), size, "{action}");
-        match LogicalUnit::new(device.clone(), lu_config(config, dev)) {
+        // A device that stays keeps its range locks and write cache, which
+        // other transports may share.
+        let backing = match (reused, was) {
+            (true, Some((_, _, lu))) => lu.backing().clone(),
+            _ => export::Backing::new(device.clone(), dev.write_cache),
+        };
+        match LogicalUnit::over(backing, lu_config(config, dev)) {
             Ok(lu) => {
                 units.insert(dev.name.as_str(), lu);
                 opened.insert(dev.name.as_str(), device);
@@ -302,7 +306,6 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
     let mut views = Views {
         config,
         units: &units,
-        devices: &opened,
         read_only: HashMap::new(),
         error: None,
         previous: previous.map(|p| &p.live),
@@ -375,10 +378,9 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
                 scsi::Target::new(&target.name, BTreeMap::new(), LuRegistry::new());
             empty
         };
-        targets.push(iscsi::Target {
+        targets.push(export::ScsiExport {
             name: target.name.clone(),
             alias: target.alias.clone(),
-            portal_group: PORTAL_GROUP,
             portals: config.target_portals(target),
             scsi: scsi_target,
         });
@@ -447,8 +449,15 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         .map(|(n, lu)| (n.to_string(), lu))
         .collect();
     units.sort_by(|a, b| a.0.cmp(&b.0));
+    let devices = units_by_name
+        .iter()
+        .map(|(name, lu)| (name.to_string(), lu.backing().clone()))
+        .collect();
     Ok(Runtime {
-        targets,
+        exports: export::Exports {
+            devices,
+            scsi_targets: targets,
+        },
         listen: config.portals.iter().map(|p| p.listen).collect(),
         options,
         access,
@@ -520,7 +529,6 @@ impl Runtime {
 struct Views<'a> {
     config: &'a Config,
     units: &'a HashMap<&'a str, Arc<LogicalUnit>>,
-    devices: &'a HashMap<&'a str, Arc<dyn BlockDevice>>,
     /// Read-only logical units over the devices of read-only mappings.
     read_only: HashMap<String, Arc<LogicalUnit>>,
     error: Option<(String, io::Error)>,
@@ -590,14 +598,15 @@ impl Views<'_> {
                 return Some(lu.clone());
             }
         }
-        let block = self.devices.get(device)?.clone();
+        // The same device as the writable unit, and its locks.
+        let backing = self.units.get(device)?.backing().clone();
         let dev = self.config.device(device)?;
         let config = LuConfig {
             read_only: true,
             pr_state_file: None,
             ..lu_config(self.config, dev)
         };
-        match LogicalUnit::new(block, config) {
+        match LogicalUnit::over(backing, config) {
             Ok(ro) => {
                 self.read_only.insert(device.to_string(), ro.clone());
                 Some(ro)
