@@ -8,6 +8,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -31,6 +32,10 @@ static CLUSTERS: Mutex<Option<HashMap<ClusterKey, Weak<Cluster>>>> = Mutex::new(
 pub(crate) struct Cluster {
     handle: ffi::rados_t,
     description: String,
+    /// The cluster blocklisted this client (someone broke a lock one of
+    /// its images held): every further request fails, so images opened
+    /// from now on get a new connection.
+    fenced: AtomicBool,
 }
 
 // librados handles are safe to use from any thread.
@@ -66,7 +71,9 @@ impl Cluster {
         let mut clusters = CLUSTERS.lock();
         let clusters = clusters.get_or_insert_with(HashMap::new);
         if let Some(cluster) = clusters.get(&key).and_then(Weak::upgrade) {
-            return Ok(cluster);
+            if !cluster.fenced.load(Ordering::Acquire) {
+                return Ok(cluster);
+            }
         }
         let cluster = Arc::new(Cluster::connect(&key, timeout)?);
         clusters.retain(|_, c| c.strong_count() > 0);
@@ -88,6 +95,7 @@ impl Cluster {
         let cluster = Cluster {
             handle,
             description,
+            fenced: AtomicBool::new(false),
         };
         let conf = c_string("the ceph.conf path", key.ceph_conf.as_os_str().as_bytes())?;
         // SAFETY: handle is a created, unconnected client.
@@ -152,6 +160,14 @@ impl Cluster {
             pool: pool.to_owned(),
             cluster: Arc::clone(self),
         })
+    }
+
+    /// Notes an error of a request on this connection: ESHUTDOWN is
+    /// Ceph's EBLOCKLISTED.
+    pub(crate) fn note_error(&self, e: &io::Error) {
+        if e.raw_os_error() == Some(libc::ESHUTDOWN) && !self.fenced.swap(true, Ordering::AcqRel) {
+            tracing::warn!(cluster = %self.description, "this client was blocklisted; new images get a new connection");
+        }
     }
 
     pub(crate) fn description(&self) -> &str {

@@ -53,6 +53,15 @@ impl RbdDevice {
     /// is missing and `config.create` is set, and tries to take its
     /// exclusive lock (see [`RbdDevice::lock_status`]).
     pub fn open(config: &RbdConfig) -> io::Result<RbdDevice> {
+        match Self::open_on_connection(config) {
+            // The shared connection was fenced (another client broke a
+            // lock it held): a new one is not.
+            Err(e) if e.raw_os_error() == Some(libc::ESHUTDOWN) => Self::open_on_connection(config),
+            result => result,
+        }
+    }
+
+    fn open_on_connection(config: &RbdConfig) -> io::Result<RbdDevice> {
         let cluster = Cluster::get(
             &config.ceph_conf,
             &config.client_name(),
@@ -60,7 +69,8 @@ impl RbdDevice {
             config.timeout,
         )?;
         let ioctx = Arc::new(cluster.pool(&config.pool)?);
-        let image = match Image::open(&ioctx, &config.image)? {
+        let opened = Image::open(&ioctx, &config.image).inspect_err(|e| cluster.note_error(e));
+        let image = match opened? {
             Some(image) => image,
             None if config.create => {
                 let size = config.size.ok_or_else(|| {
@@ -243,8 +253,8 @@ impl RbdDevice {
         })?;
         let (ret, buffers) = request.wait(self.deadline())?;
         if ret == -(libc::EILSEQ as i64) {
-            // librbd reports the mismatch as an offset in the image.
-            return Ok(Some(buffers.mismatch.saturating_sub(offset)));
+            // librbd reports the mismatch relative to the request.
+            return Ok(Some(buffers.mismatch));
         }
         self.write_result(ret)?;
         Ok(None)
