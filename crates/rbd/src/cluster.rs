@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::errno::{check, check_doing};
+use crate::errno::{check, check_doing, errno_of};
 use crate::ffi;
 
 /// What makes two configurations share a connection.
@@ -165,7 +165,7 @@ impl Cluster {
     /// Notes an error of a request on this connection: ESHUTDOWN is
     /// Ceph's EBLOCKLISTED.
     pub(crate) fn note_error(&self, e: &io::Error) {
-        if e.raw_os_error() == Some(libc::ESHUTDOWN) && !self.fenced.swap(true, Ordering::AcqRel) {
+        if errno_of(e) == Some(libc::ESHUTDOWN) && !self.fenced.swap(true, Ordering::AcqRel) {
             tracing::warn!(cluster = %self.description, "this client was blocklisted; new images get a new connection");
         }
     }

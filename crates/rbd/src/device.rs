@@ -15,7 +15,7 @@ use block::{BatchRead, BlockDevice, Capabilities};
 use crate::aio::{self, Buffers, InFlight};
 use crate::cluster::Cluster;
 use crate::config::RbdConfig;
-use crate::errno::check;
+use crate::errno::{check, errno_of};
 use crate::ffi;
 use crate::image::Image;
 use crate::lock::{ExclusiveLock, LockOps, LockStatus};
@@ -56,7 +56,7 @@ impl RbdDevice {
         match Self::open_on_connection(config) {
             // The shared connection was fenced (another client broke a
             // lock it held): a new one is not.
-            Err(e) if e.raw_os_error() == Some(libc::ESHUTDOWN) => Self::open_on_connection(config),
+            Err(e) if errno_of(&e) == Some(libc::ESHUTDOWN) => Self::open_on_connection(config),
             result => result,
         }
     }
