@@ -330,6 +330,66 @@ mod against_ceph {
         json[start..end].to_owned()
     }
 
+    /// Stops a daemon of the test cluster (SIGSTOP) until dropped.
+    struct Paused(libc::pid_t);
+
+    impl Drop for Paused {
+        fn drop(&mut self) {
+            // SAFETY: signalling a process of the test cluster.
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
+    }
+
+    #[test]
+    fn io_to_a_cluster_that_stops_answering_fails_within_the_timeout() {
+        let f = fixture::cluster();
+        let mut config = f.config("stalled", 8 * MIB);
+        // A connection of its own, opened with the short timeout.
+        let dir = tempfile::tempdir().unwrap();
+        let keyring = dir.path().join("keyring");
+        std::fs::copy(&f.keyring, &keyring).unwrap();
+        config.keyring = Some(keyring);
+        config.timeout = Duration::from_secs(3);
+        let dev = open(&config);
+        // The object exists (an absent one reads as zeros without asking an
+        // OSD), and the range read below is not in librbd's cache.
+        dev.write_at(&pattern(60, 4096), 4 * MIB, true).unwrap();
+        let pid_file = f.conf.parent().unwrap().join("run/ceph-osd.0.pid");
+        let pid: libc::pid_t = std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("the OSD's pid file {}: {e}", pid_file.display()))
+            .trim()
+            .parse()
+            .unwrap();
+        // SAFETY: signalling the test cluster's OSD.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let paused = Paused(pid);
+        let began = Instant::now();
+        let mut buf = vec![0; 4096];
+        // Either librbd's cache takes it (then the flush has something to
+        // write) or it waits for the OSD and times out as well.
+        let write = dev.write_at(&pattern(61, 4096), 4 * MIB + 8192, false);
+        let read = dev.read_at(&mut buf, 6 * MIB);
+        let flush = dev.flush();
+        let took = began.elapsed();
+        drop(paused);
+        let mut must_fail = vec![("read", read)];
+        match write {
+            Ok(()) => must_fail.push(("flush", flush)),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ETIMEDOUT), "write: {e}"),
+        }
+        for (what, result) in must_fail {
+            let e = result
+                .err()
+                .unwrap_or_else(|| panic!("{what} succeeded with the OSD stopped"));
+            assert_eq!(e.raw_os_error(), Some(libc::ETIMEDOUT), "{what}: {e}");
+        }
+        assert!(took < Duration::from_secs(14), "took {took:?}");
+        // Once the OSD is back the device works again.
+        dev.flush().unwrap();
+        dev.read_at(&mut buf, 4 * MIB).unwrap();
+        assert_eq!(buf, pattern(60, 4096));
+    }
+
     #[test]
     fn a_missing_image_is_not_created_unless_asked() {
         let f = fixture::cluster();
