@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use block::{BatchRead, BlockDevice, Capabilities};
+use block::{Allocation, BatchRead, BlockDevice, Capabilities};
 
 use crate::aio::{self, Buffers, InFlight};
 use crate::cluster::Cluster;
@@ -402,6 +402,11 @@ impl BlockDevice for RbdDevice {
             // SAFETY: open image; no buffers.
             ffi::rbd_aio_write_zeroes(image, offset, len as usize, c, 0, 0) as i64
         })
+    }
+
+    fn allocation(&self, offset: u64, len: u64) -> io::Result<(Allocation, u64)> {
+        self.check_range(offset, len)?;
+        self.image.allocation(offset, len)
     }
 
     fn granularity(&self) -> u64 {

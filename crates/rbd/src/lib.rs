@@ -20,6 +20,8 @@ pub use lock::LockStatus;
 #[cfg(have_librbd)]
 mod aio;
 #[cfg(have_librbd)]
+mod allocation;
+#[cfg(have_librbd)]
 mod cluster;
 #[cfg(have_librbd)]
 mod device;

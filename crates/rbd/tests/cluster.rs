@@ -21,7 +21,7 @@ mod against_ceph {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use block::{BatchRead, BlockDevice};
+    use block::{Allocation, BatchRead, BlockDevice};
     use rbd::{LockStatus, RbdConfig, RbdDevice};
 
     use super::fixture;
@@ -82,6 +82,19 @@ mod against_ceph {
             answered.push(i);
         });
         assert_eq!(answered, (0..16).collect::<Vec<_>>());
+        // Objects 0, 1 and 3 hold data; 2 was discarded whole.
+        assert_eq!(
+            dev.allocation(0, 16 * MIB).unwrap(),
+            (Allocation::Mapped, 8 * MIB)
+        );
+        assert_eq!(
+            dev.allocation(8 * MIB, 8 * MIB).unwrap(),
+            (Allocation::Deallocated, 4 * MIB)
+        );
+        assert_eq!(
+            dev.allocation(12 * MIB + 4096, 4096).unwrap(),
+            (Allocation::Mapped, 4096)
+        );
         let outside = dev.read_at(&mut buf, 16 * MIB - 512).unwrap_err();
         assert_eq!(outside.kind(), io::ErrorKind::InvalidInput);
 
