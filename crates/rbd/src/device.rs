@@ -328,7 +328,18 @@ fn missing(config: &RbdConfig, why: &str) -> io::Error {
 }
 
 impl BlockDevice for RbdDevice {
+    /// So that the configuration can reach the image's identity and lock.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn size(&self) -> u64 {
+        // Another client changed the image's header (a resize, maybe):
+        // read the size again once, so that the logical unit, which asks
+        // before every command, raises the capacity-changed unit attention.
+        if self.update_pending() && self.refresh_size().is_err() {
+            self.updates.changed.store(true, Ordering::Release);
+        }
         self.size.load(Ordering::Acquire)
     }
 

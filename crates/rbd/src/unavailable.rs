@@ -103,6 +103,11 @@ impl RbdDevice {
 }
 
 impl BlockDevice for RbdDevice {
+    /// So that the configuration can reach the image's identity and lock.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn size(&self) -> u64 {
         match *self {}
     }
