@@ -229,7 +229,10 @@ mod tests {
     #[test]
     fn bad_settings_name_their_field() {
         let e = config("image = \"x\"").unwrap_err();
-        assert!(e.contains("device[0].pool") && e.contains("Ceph pool"), "{e}");
+        assert!(
+            e.contains("device[0].pool") && e.contains("Ceph pool"),
+            "{e}"
+        );
         let e = config("pool = \"rbd\"\ncreate = true").unwrap_err();
         assert!(e.contains("device[0].size"), "{e}");
         let e = config("pool = \"rbd\"\ntimeout = 5").unwrap_err();
