@@ -7,7 +7,8 @@
 //! - flushed writes survive SIGKILL, read back with `rbd export`;
 //! - two daemons on one image: the second refuses writes while the first
 //!   holds the exclusive lock, and writes once the first has stopped;
-//! - a resize by another client raises CAPACITY DATA HAS CHANGED;
+//! - a resize by another client raises CAPACITY DATA HAS CHANGED, and its
+//!   snapshots hold every write the daemon acknowledged;
 //! - a cluster that does not answer fails the start, naming the device.
 
 mod common;
@@ -348,6 +349,38 @@ fn an_outside_resize_raises_capacity_data_has_changed() {
     drop(s);
     assert!(daemon.terminate().success());
     f.rbd(&["rm", "--no-progress", &spec]);
+}
+
+/// `rbd snap create` and `rbd clone` by another client while the daemon
+/// holds the lock: librbd hands them to the daemon's connection, which
+/// flushes first, so the snapshot holds every acknowledged write (no
+/// SYNCHRONIZE CACHE needed), and the clone reads the same.
+#[test]
+fn snapshots_taken_while_serving_hold_every_acknowledged_write() {
+    let f = fixture::cluster();
+    let image = f.image_name("snapshot");
+    let (daemon, _dir) = rbd_daemon(f, &image, "64M");
+    let mut s = login(&daemon, "iqn.2026-11.org.openarray:snapshot");
+    let mut rng = Rng::new(0x5a4b);
+    let data = rng.bytes(64 * BLOCK);
+    good(&write(&mut s, 128, &data), "WRITE(10)");
+    let spec = format!("{}/{image}", f.pool);
+    let snap = format!("{spec}@before");
+    f.rbd(&["snap", "create", "--no-progress", &snap]);
+    // Written after the snapshot: not in it.
+    good(&write(&mut s, 128, &vec![0xee; 64 * BLOCK]), "WRITE(10)");
+    let in_snap = f.export(&format!("{image}@before"));
+    assert_eq!(&in_snap[128 * BLOCK..192 * BLOCK], data.as_slice());
+    f.rbd(&["snap", "protect", &snap]);
+    let clone = format!("{image}-clone");
+    f.rbd(&["clone", &snap, &format!("{}/{clone}", f.pool)]);
+    let cloned = f.export(&clone);
+    assert_eq!(&cloned[128 * BLOCK..192 * BLOCK], data.as_slice());
+    good(&synchronize_cache(&mut s), "SYNCHRONIZE CACHE");
+    assert_eq!(
+        &f.export(&image)[128 * BLOCK..192 * BLOCK],
+        vec![0xee; 64 * BLOCK].as_slice()
+    );
 }
 
 /// A cluster whose monitor does not answer: `serve` fails within the
