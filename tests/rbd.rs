@@ -22,6 +22,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::admin::AdminDaemon;
 use common::iscsi::{rw10_cdb, Completion, LoginParams, Session};
 use common::rng::Rng;
 use common::Daemon;
@@ -42,7 +43,20 @@ const SUITE_TESTS: usize = 230;
 /// long as the daemon.
 fn rbd_daemon(f: &Fixture, image: &str, size: &str) -> (Daemon, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = format!(
+    let path = dir.path().join("openarray.toml");
+    std::fs::write(&path, rbd_config(f, image, size)).expect("write config");
+    (Daemon::start_portals(Some(&path), 1), dir)
+}
+
+/// Like [`rbd_daemon`], with an administration socket in `dir`.
+fn rbd_admin_daemon(f: &Fixture, image: &str, dir: &Path) -> AdminDaemon {
+    let path = dir.join("openarray.toml");
+    std::fs::write(&path, rbd_config(f, image, "64M")).expect("write config");
+    AdminDaemon::start_listening(&path, dir, common::free_port())
+}
+
+fn rbd_config(f: &Fixture, image: &str, size: &str) -> String {
+    format!(
         r#"
 [[device]]
 name = "vm"
@@ -67,15 +81,16 @@ device = "vm"
         conf = f.conf.display(),
         client = f.client,
         keyring = f.keyring.display(),
-    );
-    let path = dir.path().join("openarray.toml");
-    std::fs::write(&path, config).expect("write config");
-    (Daemon::start_portals(Some(&path), 1), dir)
+    )
 }
 
 fn login(daemon: &Daemon, initiator: &str) -> Session {
+    login_at(daemon.addr(), initiator)
+}
+
+fn login_at(addr: std::net::SocketAddr, initiator: &str) -> Session {
     let params = LoginParams::normal(initiator, IQN);
-    Session::login(daemon.addr(), &params, Duration::from_secs(60)).expect("login")
+    Session::login(addr, &params, Duration::from_secs(60)).expect("login")
 }
 
 /// One command, past the unit attentions a new session gets.
@@ -268,8 +283,11 @@ fn second_daemon_writes_only_after_the_first_stops() {
         "first daemon's SYNCHRONIZE CACHE",
     );
 
-    let (second, _second_dir) = rbd_daemon(f, &image, "64M");
-    let mut b = login(&second, "iqn.2026-11.org.openarray:second");
+    let second_dir = tempfile::tempdir().expect("tempdir");
+    let second = rbd_admin_daemon(f, &image, second_dir.path());
+    let mut b = login_at(second.addr(), "iqn.2026-11.org.openarray:second");
+    let shown = second.ok(&["device", "show", "vm"]);
+    assert!(shown.contains("standby"), "device show:\n{shown}");
     assert_eq!(naa(&mut a), naa(&mut b), "one image, one NAA on both");
     assert_eq!(read(&mut b, 0, 8), from_first, "the second reads the image");
     let from_second = vec![0xb2; 8 * BLOCK];
@@ -303,6 +321,8 @@ fn second_daemon_writes_only_after_the_first_stops() {
         &synchronize_cache(&mut b),
         "second daemon's SYNCHRONIZE CACHE",
     );
+    let shown = second.ok(&["device", "show", "vm"]);
+    assert!(shown.contains("owner"), "device show:\n{shown}");
     drop(b);
     assert!(second.terminate().success());
     let export = f.export(&image);
