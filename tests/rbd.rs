@@ -9,6 +9,7 @@
 //!   holds the exclusive lock, and writes once the first has stopped;
 //! - a resize by another client raises CAPACITY DATA HAS CHANGED, and its
 //!   snapshots hold every write the daemon acknowledged;
+//! - `openarray device rbd` snapshots, clones and grows a served image;
 //! - a cluster that does not answer fails the start, naming the device.
 
 mod common;
@@ -401,6 +402,44 @@ fn snapshots_taken_while_serving_hold_every_acknowledged_write() {
         &f.export(&image)[128 * BLOCK..192 * BLOCK],
         vec![0xee; 64 * BLOCK].as_slice()
     );
+}
+
+/// `openarray device rbd NAME snapshot|clone|resize` on a served image:
+/// `rbd snap ls`, `rbd children` and `rbd info` see the results, and the
+/// LUN reports the new capacity.
+#[test]
+fn cli_snapshot_clone_and_resize_are_seen_by_the_rbd_tool() {
+    let f = fixture::cluster();
+    let image = f.image_name("cli");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = rbd_admin_daemon(f, &image, dir.path());
+    let mut s = login_at(daemon.addr(), "iqn.2026-11.org.openarray:cli");
+    let data = Rng::new(0xc11).bytes(16 * BLOCK);
+    good(&write(&mut s, 0, &data), "WRITE(10)");
+    let spec = format!("{}/{image}", f.pool);
+    let clone = format!("{image}-child");
+
+    daemon.ok(&["device", "rbd", "vm", "snapshot", "gold"]);
+    let snaps = f.rbd(&["snap", "ls", &spec]);
+    assert!(snaps.contains("gold"), "rbd snap ls:\n{snaps}");
+    daemon.ok(&["device", "rbd", "vm", "clone", "gold", &clone]);
+    let children = f.rbd(&["children", &format!("{spec}@gold")]);
+    assert!(children.contains(&clone), "rbd children:\n{children}");
+    assert_eq!(&f.export(&clone)[..16 * BLOCK], data.as_slice());
+    daemon.ok(&["device", "rbd", "vm", "resize", "80M"]);
+    let info = f.rbd(&["info", &spec]);
+    assert!(info.contains("80 MiB"), "rbd info:\n{info}");
+    assert_eq!(
+        s.read_capacity(0).expect("READ CAPACITY").0,
+        (80 << 20) / 512
+    );
+
+    // Refused, with the reason: shrinking, and a device of another kind.
+    let out = daemon.cli(&["device", "rbd", "vm", "resize", "16M"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("would lose data"));
+    let out = daemon.cli(&["device", "rbd", "nope", "snapshot", "x"]);
+    assert!(!out.status.success());
 }
 
 /// A cluster whose monitor does not answer: `serve` fails within the

@@ -188,6 +188,48 @@ fn as_rbd(device: &dyn BlockDevice) -> Option<&RbdDevice> {
     device.as_any()?.downcast_ref::<RbdDevice>()
 }
 
+/// An administrative operation on the image an open `rbd` device serves,
+/// made through the device's own connection (which holds the image's lock).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RbdOp {
+    /// An RBD snapshot of the image.
+    Snapshot { snapshot: String },
+    /// A layered clone `image`, in the same Ceph pool, of snapshot
+    /// `snapshot` (protected first, as RBD clones need).
+    Clone { snapshot: String, image: String },
+    /// Grow the image to `size` bytes; the LUN reports the new capacity.
+    Resize { size: u64 },
+}
+
+/// Runs `op` on `device`, which must be an `rbd` device; says what was done.
+pub fn rbd_operation(device: &dyn BlockDevice, op: &RbdOp) -> Result<String, String> {
+    let rbd = as_rbd(device).ok_or("not an `rbd` device")?;
+    let spec = rbd.config().spec();
+    match op {
+        RbdOp::Snapshot { snapshot } => {
+            rbd.create_snapshot(snapshot).map_err(|e| e.to_string())?;
+            Ok(format!("snapshot {spec}@{snapshot} created"))
+        }
+        RbdOp::Clone { snapshot, image } => {
+            let pool = &rbd.config().pool;
+            rbd.clone_snapshot(snapshot, pool, image)
+                .map_err(|e| e.to_string())?;
+            Ok(format!("{pool}/{image} cloned from {spec}@{snapshot}"))
+        }
+        RbdOp::Resize { size } => {
+            let now = device.size();
+            // Shrinking drops the data past the new end: not from here.
+            if *size < now {
+                return Err(format!(
+                    "{spec} has {now} bytes; shrinking it to {size} would lose data"
+                ));
+            }
+            rbd.resize(*size).map_err(|e| e.to_string())?;
+            Ok(format!("{spec} resized to {size} bytes"))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
