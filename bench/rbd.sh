@@ -135,13 +135,16 @@ GATEWAY_PID=""
 
 log "tgt with its rbd backing store"
 PORT=$(free_port)
-tgtd -f -C "$PORT" --iscsi "portal=127.0.0.1:$PORT" >"$WORK/tgt.log" 2>&1 &
+# tgtd's control port is a small number naming its management socket.
+CONTROL=${TGT_CONTROL:-77}
+[ -e "/var/run/tgtd/socket.$CONTROL.lock" ] && die "a tgtd with control port $CONTROL runs already; set TGT_CONTROL"
+tgtd -f -C "$CONTROL" --iscsi "portal=127.0.0.1:$PORT" >"$WORK/tgt.log" 2>&1 &
 GATEWAY_PID=$!
 for _ in $(seq 1 100); do
-    [ -S "/var/run/tgtd/socket.$PORT" ] && break
+    [ -S "/var/run/tgtd/socket.$CONTROL" ] && break
     sleep 0.1
 done
-adm=(tgtadm -C "$PORT" --lld iscsi)
+adm=(tgtadm -C "$CONTROL" --lld iscsi)
 "${adm[@]}" --op new --mode target --tid 1 -T "$TGT_IQN"
 "${adm[@]}" --op new --mode logicalunit --tid 1 --lun 1 --bstype rbd \
     --backing-store "$OPENARRAY_CEPH_POOL/$IMAGE" \
@@ -150,7 +153,7 @@ adm=(tgtadm -C "$PORT" --lld iscsi)
 wait_for_port "$PORT" "$GATEWAY_PID" tgt
 run_all tgt-rbd "$FIO_ISCSI" --ioengine=libiscsi --filename="$(fio_lun "$PORT" "$TGT_IQN" 1)"
 stop_process "$GATEWAY_PID"
-rm -f "/var/run/tgtd/socket.$PORT" "/var/run/tgtd/socket.$PORT.lock"
+rm -f "/var/run/tgtd/socket.$CONTROL" "/var/run/tgtd/socket.$CONTROL.lock"
 GATEWAY_PID=""
 
 # The report: one row per workload, the three systems side by side.
