@@ -30,7 +30,7 @@ GATEWAY_PID=""
 
 cleanup() {
     kill_children
-    [ -z "$GATEWAY_PID" ] || stop_process "$GATEWAY_PID"
+    [ -z "$GATEWAY_PID" ] || stop_process "$GATEWAY_PID" || true
     "$ROOT/scripts/ceph-fixture.sh" stop "$CEPH" >/dev/null 2>&1 || true
     rm -rf "$WORK"
 }
@@ -130,7 +130,7 @@ EOF
 GATEWAY_PID=$!
 wait_for_port "$PORT" "$GATEWAY_PID" openarray
 run_all openarray "$FIO_ISCSI" --ioengine=libiscsi --filename="$(fio_lun "$PORT" "$IQN" 0)"
-stop_process "$GATEWAY_PID"
+stop_process "$GATEWAY_PID" || true
 GATEWAY_PID=""
 
 log "tgt with its rbd backing store"
@@ -152,7 +152,7 @@ adm=(tgtadm -C "$CONTROL" --lld iscsi)
 "${adm[@]}" --op bind --mode target --tid 1 -I ALL
 wait_for_port "$PORT" "$GATEWAY_PID" tgt
 run_all tgt-rbd "$FIO_ISCSI" --ioengine=libiscsi --filename="$(fio_lun "$PORT" "$TGT_IQN" 1)"
-stop_process "$GATEWAY_PID"
+stop_process "$GATEWAY_PID" || true # tgtd ends by SIGKILL
 rm -f "/var/run/tgtd/socket.$CONTROL" "/var/run/tgtd/socket.$CONTROL.lock"
 GATEWAY_PID=""
 
