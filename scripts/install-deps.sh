@@ -24,6 +24,9 @@ declare -A NEED=(
   [iscsi-perf]=libiscsi-bin
   [tgtd]=tgt
   [fio]=fio
+  # crates/nbd's tests drive real NBD clients.
+  [nbdinfo]=libnbd-bin
+  [nbdcopy]=libnbd-bin
   [ps]=procps
   [fallocate]=util-linux
   [python3]=python3

@@ -1,0 +1,30 @@
+//! The NBD transport: the devices of the array served over the Network
+//! Block Device protocol, as QEMU, libnbd tools, fio and the Linux kernel
+//! client speak it.
+//!
+//! - [`wire`]: decoding what clients send and encoding replies, pure
+//!   functions on bytes (the fuzz target drives them);
+//! - `handshake`: fixed-newstyle negotiation (GO, INFO, LIST, ABORT,
+//!   EXPORT_NAME, structured replies, extended headers, metadata
+//!   contexts with `base:allocation`);
+//! - `transmission`: many requests in flight per connection, run on
+//!   blocking threads and answered as each finishes, with the bytes in
+//!   flight bounded per connection;
+//! - `ops`: the device work of each command (holes found through
+//!   `allocation()` become hole chunks and block status extents);
+//! - [`Server`]: TCP and unix-socket listeners, a live-replaceable table
+//!   of [`Export`]s with allow lists, and counters for metrics.
+
+mod access;
+mod exports;
+mod handshake;
+mod ops;
+pub mod proto;
+mod reply;
+mod server;
+mod transmission;
+pub mod wire;
+
+pub use access::{Allow, Peer, Rule};
+pub use exports::{Export, ExportStats, DEFAULT_EXPORT};
+pub use server::{Limits, Server, ServerStats};

@@ -1,0 +1,260 @@
+//! The server: listeners, the admission of connections, and the state
+//! they share.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use peer_limits::{EventLog, PreLoginBudget};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{watch, Semaphore};
+
+use crate::access::Peer;
+use crate::exports::{Export, ExportCounters, ExportStats, ExportTable};
+use crate::handshake::{self, HandshakeError, Offer};
+use crate::transmission::{self, Shared};
+
+/// Bounds that keep one client from hurting the others.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest read or write one request may carry (NBD_INFO_BLOCK_SIZE's
+    /// maximum payload).
+    pub max_payload: u32,
+    /// Bytes one connection may have in flight: write data received and
+    /// read data not yet sent.
+    pub in_flight_bytes: usize,
+    /// Device calls running at once on blocking threads, server-wide.
+    pub device_threads: usize,
+    /// How long one write to a client may make no progress.
+    pub write_deadline: Duration,
+    /// How long negotiation may take.
+    pub handshake_timeout: Duration,
+    /// Connections negotiating at once, per source address and in total.
+    pub handshakes_per_source: usize,
+    pub handshakes_total: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_payload: 32 << 20,
+            in_flight_bytes: 64 << 20,
+            device_threads: 64,
+            write_deadline: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
+            handshakes_per_source: 16,
+            handshakes_total: 256,
+        }
+    }
+}
+
+/// Server-wide figures for status and metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Connections in transmission now.
+    pub open_connections: u64,
+    /// Connections negotiating now.
+    pub negotiating: u64,
+    /// Connections ended for breaking the protocol, since start.
+    pub protocol_errors: u64,
+    /// Connections refused because their source had too many negotiating.
+    pub refused_busy: u64,
+    /// Negotiating connections evicted to make room for newer ones.
+    pub evicted: u64,
+    pub exports: Vec<ExportStats>,
+}
+
+const EVENT_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+struct Inner {
+    exports: ExportTable,
+    shared: Arc<Shared>,
+    prelogin: Arc<PreLoginBudget>,
+    shutdown: watch::Sender<bool>,
+    open: AtomicU64,
+    protocol_errors: EventLog,
+    source_full: EventLog,
+}
+
+/// An NBD server: its exports, listeners and connections. Cheap to clone;
+/// clones are the same server.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+/// Where unix-socket clients are counted in the negotiation budget.
+const UNIX_SOURCE: IpAddr = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+
+impl Server {
+    pub fn new(exports: BTreeMap<String, Export>, limits: Limits) -> Server {
+        let prelogin = PreLoginBudget::new(limits.handshakes_per_source, limits.handshakes_total);
+        let shared = Arc::new(Shared {
+            device_slots: Arc::new(Semaphore::new(limits.device_threads.max(1))),
+            limits,
+        });
+        Server {
+            inner: Arc::new(Inner {
+                exports: ExportTable::new(exports),
+                shared,
+                prelogin,
+                shutdown: watch::channel(false).0,
+                open: AtomicU64::new(0),
+                protocol_errors: EventLog::new(EVENT_LOG_INTERVAL),
+                source_full: EventLog::new(EVENT_LOG_INTERVAL),
+            }),
+        }
+    }
+
+    /// Offers `exports` from now on. Connections already transmitting
+    /// keep the export they negotiated; counters of a name carry over.
+    pub fn replace_exports(&self, exports: BTreeMap<String, Export>) {
+        self.inner.exports.replace(exports);
+    }
+
+    pub fn stats(&self) -> ServerStats {
+        let i = &self.inner;
+        ServerStats {
+            open_connections: i.open.load(Ordering::Relaxed),
+            negotiating: i.prelogin.waiting() as u64,
+            protocol_errors: i.protocol_errors.total(),
+            refused_busy: i.source_full.total(),
+            evicted: i.prelogin.evicted(),
+            exports: i.exports.stats(),
+        }
+    }
+
+    /// Stops the listeners; each connection ends once its requests in
+    /// flight are answered.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+    }
+
+    /// Accepts clients on `listener` until [`Server::shutdown`].
+    pub async fn serve_tcp(&self, listener: TcpListener) -> io::Result<()> {
+        let mut stop = self.inner.shutdown.subscribe();
+        loop {
+            let (stream, addr) = tokio::select! {
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+                r = listener.accept() => match r {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!("nbd: accepting a connection: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = stream.set_nodelay(true);
+            let server = self.clone();
+            tokio::spawn(async move {
+                let peer = Peer::Ip(addr.ip());
+                server.connection(stream, peer, addr.ip(), |s| s.into_split()).await;
+            });
+        }
+    }
+
+    /// Accepts clients on a unix socket until [`Server::shutdown`].
+    pub async fn serve_unix(&self, listener: UnixListener) -> io::Result<()> {
+        let mut stop = self.inner.shutdown.subscribe();
+        loop {
+            let stream = tokio::select! {
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+                r = listener.accept() => match r {
+                    Ok((s, _)) => s,
+                    Err(e) => {
+                        tracing::warn!("nbd: accepting a connection: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let server = self.clone();
+            tokio::spawn(async move {
+                server.connection(stream, Peer::Unix, UNIX_SOURCE, |s| s.into_split()).await;
+            });
+        }
+    }
+
+    /// One client from accept to close.
+    async fn connection<S, R, W>(
+        &self,
+        mut stream: S,
+        peer: Peer,
+        source: IpAddr,
+        split: impl FnOnce(S) -> (R, W),
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin,
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let i = &self.inner;
+        let Ok(ticket) = i.prelogin.admit(source) else {
+            i.source_full.record(|held| {
+                tracing::warn!(%peer, held_back = held, "nbd: refused a connection: too many negotiating from this source");
+            });
+            return;
+        };
+        let mut stop = i.shutdown.subscribe();
+        if *stop.borrow() {
+            return;
+        }
+        let offer = Offer {
+            exports: &i.exports,
+            max_payload: i.shared.limits.max_payload,
+        };
+        let timeout = i.shared.limits.handshake_timeout;
+        let negotiated = tokio::select! {
+            r = tokio::time::timeout(timeout, handshake::negotiate(&mut stream, peer, &offer)) => match r {
+                Ok(Ok(Some(n))) => n,
+                Ok(Ok(None)) => return,
+                Ok(Err(HandshakeError::Io(e))) => {
+                    tracing::debug!(%peer, "nbd: connection closed in negotiation: {e}");
+                    return;
+                }
+                Ok(Err(e)) => {
+                    self.protocol_error(peer, "negotiation", &e.to_string());
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "nbd: negotiation took longer than {timeout:?}");
+                    return;
+                }
+            },
+            _ = ticket.evicted() => {
+                tracing::debug!(%peer, "nbd: negotiating connection evicted for a newer one");
+                return;
+            }
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        drop(ticket);
+        let counters = negotiated.served.counters.clone();
+        let export = negotiated.served.name.clone();
+        ExportCounters::add(&counters.connections, 1);
+        ExportCounters::add(&counters.open_connections, 1);
+        i.open.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(%peer, %export, "nbd: client in transmission");
+        let (r, w) = split(stream);
+        let ended =
+            transmission::transmit(r, w, negotiated, i.shared.clone(), stop).await;
+        i.open.fetch_sub(1, Ordering::Relaxed);
+        counters.open_connections.fetch_sub(1, Ordering::Relaxed);
+        if let Err(e) = ended {
+            if e.protocol {
+                self.protocol_error(peer, &export, &e.reason);
+            } else {
+                tracing::debug!(%peer, %export, "nbd: connection ended: {}", e.reason);
+            }
+        }
+    }
+
+    fn protocol_error(&self, peer: Peer, context: &str, reason: &str) {
+        self.inner.protocol_errors.record(|held| {
+            tracing::warn!(%peer, held_back = held, "nbd: closed a connection that broke the protocol ({context}): {reason}");
+        });
+    }
+}
