@@ -133,7 +133,11 @@ impl ExportTable {
 
     /// The export a client names; "" is the one named `default`.
     pub fn find(&self, name: &str) -> Option<Served> {
-        let name = if name.is_empty() { DEFAULT_EXPORT } else { name };
+        let name = if name.is_empty() {
+            DEFAULT_EXPORT
+        } else {
+            name
+        };
         let export = self.exports.read().get(name)?.clone();
         let counters = self.counters.read().get(name)?.clone();
         Some(Served {

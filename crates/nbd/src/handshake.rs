@@ -56,7 +56,12 @@ struct Options {
     allocation_for: Option<String>,
 }
 
-async fn reply<S: AsyncWrite + Unpin>(io: &mut S, option: u32, kind: u32, data: &[u8]) -> io::Result<()> {
+async fn reply<S: AsyncWrite + Unpin>(
+    io: &mut S,
+    option: u32,
+    kind: u32,
+    data: &[u8],
+) -> io::Result<()> {
     io.write_all(&wire::option_reply(option, kind, data)).await
 }
 
@@ -157,7 +162,8 @@ async fn option<S: AsyncRead + AsyncWrite + Unpin>(
                 .map_err(|_| HandshakeError::ExportNameRefused(name.clone()))?;
             let flags = transmission_flags(&served, state.structured);
             let size = served.export.device.size();
-            io.write_all(&wire::export_name_reply(size, flags, zeroes)).await?;
+            io.write_all(&wire::export_name_reply(size, flags, zeroes))
+                .await?;
             Ok(Some(Some(finish(served, state, offer))))
         }
         OPT_LIST => {
@@ -191,7 +197,13 @@ async fn option<S: AsyncRead + AsyncWrite + Unpin>(
             };
             let flags = transmission_flags(&served, state.structured);
             let export = &served.export;
-            reply(io, opt, REP_INFO, &wire::info_export(export.device.size(), flags)).await?;
+            reply(
+                io,
+                opt,
+                REP_INFO,
+                &wire::info_export(export.device.size(), flags),
+            )
+            .await?;
             if req.infos.contains(&INFO_NAME) {
                 reply(io, opt, REP_INFO, &wire::info_text(INFO_NAME, &served.name)).await?;
             }
@@ -245,7 +257,10 @@ fn admit(offer: &Offer<'_>, peer: Peer, name: &str) -> Result<Served, (u32, Stri
     if !served.export.allow.admits(peer) {
         ExportCounters::add(&served.counters.refused, 1);
         tracing::warn!(export = %served.name, %peer, "nbd: client refused by the export's allow list");
-        return Err((REP_ERR_POLICY, format!("{peer} may not use export {name:?}")));
+        return Err((
+            REP_ERR_POLICY,
+            format!("{peer} may not use export {name:?}"),
+        ));
     }
     Ok(served)
 }

@@ -11,9 +11,15 @@ use crate::wire::{Command, Extent};
 /// Part of a read's reply, by offset inside the read's buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Piece {
-    Data { at: usize, len: usize },
+    Data {
+        at: usize,
+        len: usize,
+    },
     /// Reads as zeros; sent as a hole instead of bytes.
-    Hole { at: usize, len: usize },
+    Hole {
+        at: usize,
+        len: usize,
+    },
 }
 
 /// What a command produced.
@@ -21,9 +27,15 @@ pub(crate) enum Piece {
 pub(crate) enum Outcome {
     Done,
     /// `buf` holds the data pieces (holes in it are zeros).
-    Read { buf: Vec<u8>, pieces: Vec<Piece> },
+    Read {
+        buf: Vec<u8>,
+        pieces: Vec<Piece>,
+    },
     Extents(Vec<Extent>),
-    Failed { error: u32, message: String },
+    Failed {
+        error: u32,
+        message: String,
+    },
 }
 
 /// How a read is to be answered.
@@ -128,7 +140,13 @@ fn trim(device: &dyn BlockDevice, offset: u64, len: u64, fua: bool) -> io::Resul
     Ok(())
 }
 
-fn zero(device: &dyn BlockDevice, offset: u64, len: u64, fua: bool, no_hole: bool) -> io::Result<()> {
+fn zero(
+    device: &dyn BlockDevice,
+    offset: u64,
+    len: u64,
+    fua: bool,
+    no_hole: bool,
+) -> io::Result<()> {
     if len == 0 {
         return Ok(());
     }
@@ -201,7 +219,12 @@ fn push_merged(pieces: &mut Vec<Piece>, p: Piece) {
 }
 
 /// `base:allocation` extents from `offset`, covering at most `len` bytes.
-fn extents(device: &dyn BlockDevice, offset: u64, len: u64, req_one: bool) -> io::Result<Vec<Extent>> {
+fn extents(
+    device: &dyn BlockDevice,
+    offset: u64,
+    len: u64,
+    req_one: bool,
+) -> io::Result<Vec<Extent>> {
     let zero = holes_read_zero(device);
     let len = len.min(MAX_STATUS_SCAN);
     let mut out: Vec<Extent> = Vec::new();
@@ -263,7 +286,13 @@ mod tests {
         let Outcome::Read { pieces, .. } = read(&dev, 0, 2 << 20, ReadShape::Whole) else {
             panic!("read failed")
         };
-        assert_eq!(pieces, vec![Piece::Data { at: 0, len: 2 << 20 }]);
+        assert_eq!(
+            pieces,
+            vec![Piece::Data {
+                at: 0,
+                len: 2 << 20
+            }]
+        );
     }
 
     #[test]
@@ -299,7 +328,10 @@ mod tests {
             no_hole: false,
             fast: true,
         };
-        assert!(matches!(run(&dev, cmd, &[], ReadShape::Sparse), Outcome::Done));
+        assert!(matches!(
+            run(&dev, cmd, &[], ReadShape::Sparse),
+            Outcome::Done
+        ));
         let mut back = [1; 4096];
         dev.read_at(&mut back, 1 << 20).unwrap();
         assert_eq!(back, [0; 4096]);

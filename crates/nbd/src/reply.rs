@@ -92,7 +92,10 @@ mod tests {
         };
         let outcome = Outcome::Read {
             buf: vec![5; 30],
-            pieces: vec![Piece::Data { at: 0, len: 10 }, Piece::Hole { at: 10, len: 20 }],
+            pieces: vec![
+                Piece::Data { at: 0, len: 10 },
+                Piece::Hole { at: 10, len: 20 },
+            ],
         };
         let b = join(encode(Framing::Structured, req, outcome));
         // Data chunk: 20-byte header, 8-byte offset, 10 bytes.
@@ -121,7 +124,14 @@ mod tests {
         assert_eq!(b.len(), 32);
         assert_eq!(&b[0..4], &EXTENDED_REPLY_MAGIC.to_be_bytes());
         assert_eq!(&b[16..24], &4096u64.to_be_bytes());
-        let b = join(encode(Framing::Simple, req, Outcome::Failed { error: EIO, message: String::new() }));
+        let b = join(encode(
+            Framing::Simple,
+            req,
+            Outcome::Failed {
+                error: EIO,
+                message: String::new(),
+            },
+        ));
         assert_eq!(&b[4..8], &EIO.to_be_bytes());
     }
 }

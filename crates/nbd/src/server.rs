@@ -87,6 +87,11 @@ pub struct Server {
     inner: Arc<Inner>,
 }
 
+/// Resolves once shutdown is asked for (or the server is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
 /// Where unix-socket clients are counted in the negotiation budget.
 const UNIX_SOURCE: IpAddr = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
 
@@ -139,7 +144,7 @@ impl Server {
         let mut stop = self.inner.shutdown.subscribe();
         loop {
             let (stream, addr) = tokio::select! {
-                _ = stop.wait_for(|s| *s) => return Ok(()),
+                _ = stopped(&mut stop) => return Ok(()),
                 r = listener.accept() => match r {
                     Ok(a) => a,
                     Err(e) => {
@@ -153,7 +158,9 @@ impl Server {
             let server = self.clone();
             tokio::spawn(async move {
                 let peer = Peer::Ip(addr.ip());
-                server.connection(stream, peer, addr.ip(), |s| s.into_split()).await;
+                server
+                    .connection(stream, peer, addr.ip(), |s| s.into_split())
+                    .await;
             });
         }
     }
@@ -163,7 +170,7 @@ impl Server {
         let mut stop = self.inner.shutdown.subscribe();
         loop {
             let stream = tokio::select! {
-                _ = stop.wait_for(|s| *s) => return Ok(()),
+                _ = stopped(&mut stop) => return Ok(()),
                 r = listener.accept() => match r {
                     Ok((s, _)) => s,
                     Err(e) => {
@@ -175,7 +182,9 @@ impl Server {
             };
             let server = self.clone();
             tokio::spawn(async move {
-                server.connection(stream, Peer::Unix, UNIX_SOURCE, |s| s.into_split()).await;
+                server
+                    .connection(stream, Peer::Unix, UNIX_SOURCE, |s| s.into_split())
+                    .await;
             });
         }
     }
@@ -229,7 +238,7 @@ impl Server {
                 tracing::debug!(%peer, "nbd: negotiating connection evicted for a newer one");
                 return;
             }
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stopped(&mut stop) => return,
         };
         drop(ticket);
         let counters = negotiated.served.counters.clone();
@@ -239,8 +248,7 @@ impl Server {
         i.open.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%peer, %export, "nbd: client in transmission");
         let (r, w) = split(stream);
-        let ended =
-            transmission::transmit(r, w, negotiated, i.shared.clone(), stop).await;
+        let ended = transmission::transmit(r, w, negotiated, i.shared.clone(), stop).await;
         i.open.fetch_sub(1, Ordering::Relaxed);
         counters.open_connections.fetch_sub(1, Ordering::Relaxed);
         if let Err(e) = ended {

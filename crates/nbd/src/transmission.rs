@@ -100,7 +100,11 @@ where
                 Err(e) => break Err(gone(format!("reading a request: {e}"))),
             },
         }
-        let h = match wire::decode_request(&header[..header_len], agreed.extended, agreed.max_payload) {
+        let h = match wire::decode_request(
+            &header[..header_len],
+            agreed.extended,
+            agreed.max_payload,
+        ) {
             Ok(h) => h,
             Err(e) => {
                 break Err(Ended {
@@ -183,7 +187,9 @@ where
     // Requests still running hold senders; the writer ends once they
     // have all answered.
     drop(tx);
-    let written = writing.await.unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
+    let written = writing
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
     match (ended, written) {
         (Err(e), _) => Err(e),
         (Ok(()), Err(e)) => Err(gone(format!("writing replies: {e}"))),

@@ -242,14 +242,39 @@ pub struct Agreed {
 /// A request whose meaning has been checked against the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
-    Read { offset: u64, len: u64, df: bool },
-    Write { offset: u64, len: u64, fua: bool },
+    Read {
+        offset: u64,
+        len: u64,
+        df: bool,
+    },
+    Write {
+        offset: u64,
+        len: u64,
+        fua: bool,
+    },
     Disconnect,
     Flush,
-    Trim { offset: u64, len: u64, fua: bool },
-    Cache { offset: u64, len: u64 },
-    WriteZeroes { offset: u64, len: u64, fua: bool, no_hole: bool, fast: bool },
-    BlockStatus { offset: u64, len: u64, req_one: bool },
+    Trim {
+        offset: u64,
+        len: u64,
+        fua: bool,
+    },
+    Cache {
+        offset: u64,
+        len: u64,
+    },
+    WriteZeroes {
+        offset: u64,
+        len: u64,
+        fua: bool,
+        no_hole: bool,
+        fast: bool,
+    },
+    BlockStatus {
+        offset: u64,
+        len: u64,
+        req_one: bool,
+    },
 }
 
 /// A request the server answers with an error, the connection going on.
@@ -530,9 +555,16 @@ mod tests {
 
     #[test]
     fn compact_and_extended_headers_decode() {
-        let h = decode_request(&request(false, CMD_FLAG_FUA, CMD_WRITE, 4096, 512), false, 1 << 16)
-            .unwrap();
-        assert_eq!((h.kind, h.cookie, h.offset, h.length), (CMD_WRITE, 7, 4096, 512));
+        let h = decode_request(
+            &request(false, CMD_FLAG_FUA, CMD_WRITE, 4096, 512),
+            false,
+            1 << 16,
+        )
+        .unwrap();
+        assert_eq!(
+            (h.kind, h.cookie, h.offset, h.length),
+            (CMD_WRITE, 7, 4096, 512)
+        );
         assert_eq!(h.payload_len(false), 512);
         let big = 1u64 << 40;
         let h = decode_request(&request(true, 0, CMD_TRIM, 0, big), true, 1 << 16).unwrap();
@@ -561,20 +593,33 @@ mod tests {
     fn requests_are_checked_against_the_session() {
         let s = agreed();
         let check = |flags, kind, offset, len| {
-            let h = decode_request(&request(false, flags, kind, offset, len), false, 1 << 16)
-                .unwrap();
+            let h =
+                decode_request(&request(false, flags, kind, offset, len), false, 1 << 16).unwrap();
             check_request(&h, &s)
         };
         assert_eq!(
             check(0, CMD_READ, 0, 4096),
-            Ok(Command::Read { offset: 0, len: 4096, df: false })
+            Ok(Command::Read {
+                offset: 0,
+                len: 4096,
+                df: false
+            })
         );
-        assert_eq!(check(0, CMD_READ, (1 << 20) - 1, 2).unwrap_err().error, EINVAL);
-        assert_eq!(check(CMD_FLAG_NO_HOLE, CMD_READ, 0, 1).unwrap_err().error, EINVAL);
+        assert_eq!(
+            check(0, CMD_READ, (1 << 20) - 1, 2).unwrap_err().error,
+            EINVAL
+        );
+        assert_eq!(
+            check(CMD_FLAG_NO_HOLE, CMD_READ, 0, 1).unwrap_err().error,
+            EINVAL
+        );
         assert_eq!(check(0, 99, 0, 1).unwrap_err().error, EINVAL);
         assert_eq!(check(0, CMD_BLOCK_STATUS, 0, 0).unwrap_err().error, EINVAL);
         assert_eq!(check(0, CMD_FLUSH, u64::MAX, 0), Ok(Command::Flush));
-        let ro = Agreed { read_only: true, ..s };
+        let ro = Agreed {
+            read_only: true,
+            ..s
+        };
         let h = decode_request(&request(false, 0, CMD_TRIM, 0, 1), false, 1 << 16).unwrap();
         assert_eq!(check_request(&h, &ro).unwrap_err().error, EPERM);
     }
@@ -587,7 +632,10 @@ mod tests {
         go.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
         assert_eq!(
             parse_info_request(&go),
-            Ok(InfoRequest { name: "vm1".into(), infos: vec![INFO_BLOCK_SIZE] })
+            Ok(InfoRequest {
+                name: "vm1".into(),
+                infos: vec![INFO_BLOCK_SIZE]
+            })
         );
         assert!(parse_info_request(&go[..go.len() - 1]).is_err());
         let mut long = go.clone();
@@ -613,7 +661,10 @@ mod tests {
     fn replies_have_the_documented_layout() {
         assert_eq!(chunk_header(false, 1, 2, 3, 4, 5).len(), 20);
         assert_eq!(chunk_header(true, 1, 2, 3, 4, 5).len(), 32);
-        assert_eq!(&chunk_header(true, 1, 2, 3, 4, 5)[16..24], &4u64.to_be_bytes());
+        assert_eq!(
+            &chunk_header(true, 1, 2, 3, 4, 5)[16..24],
+            &4u64.to_be_bytes()
+        );
         let (kind, p) = block_status_payload(false, 1, &[Extent { len: 10, flags: 3 }]);
         assert_eq!((kind, p.len()), (REPLY_TYPE_BLOCK_STATUS, 12));
         let (kind, p) = block_status_payload(true, 1, &[Extent { len: 10, flags: 3 }]);
