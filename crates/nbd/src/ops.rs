@@ -51,10 +51,6 @@ pub(crate) enum ReadShape {
 /// it stops.
 const MAX_EXTENTS: usize = 1 << 16;
 
-/// Longest range one block status request looks at: extent lengths of
-/// compact replies are 32-bit.
-const MAX_STATUS_SCAN: u64 = 0xffff_f000;
-
 /// The protocol's error for an I/O error.
 pub(crate) fn errno(e: &io::Error) -> u32 {
     match e.raw_os_error() {
@@ -226,7 +222,6 @@ fn extents(
     req_one: bool,
 ) -> io::Result<Vec<Extent>> {
     let zero = holes_read_zero(device);
-    let len = len.min(MAX_STATUS_SCAN);
     let mut out: Vec<Extent> = Vec::new();
     let mut at = 0;
     while at < len {

@@ -225,6 +225,7 @@ fn fio_nbd_engine_verified_random_writes() {
             "--verify=crc32c",
             "--do_verify=1",
             "--verify_fatal=1",
+            "--verify_state_save=0",
             "--output-format=terse",
         ],
     );

@@ -1,0 +1,324 @@
+//! Protocol details no installed client exercises, through a raw-socket
+//! client: extended headers, durability of FUA and FLUSH, access control,
+//! listing, out-of-order replies, live export replacement, unix sockets.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use block::{BlockDevice, Faults, FaultyDevice, MemDevice, Wrapped};
+use common::raw::{string, Raw, Reply};
+use common::{export, random_bytes, Running};
+use nbd::proto::*;
+use nbd::{Allow, Export};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+#[test]
+fn extended_headers_carry_64_bit_lengths() {
+    // 8 GiB, sparse: one written MiB at 5 GiB.
+    let dev = Arc::new(MemDevice::new(8 * GIB));
+    let srv = Running::start(vec![("big", export(dev.clone()))]);
+    let mut c = Raw::connect(srv.addr).unwrap();
+    c.go("big", true, true, true).unwrap();
+    assert_eq!(c.size, 8 * GIB);
+    let data = random_bytes(MIB as usize, 3);
+    assert_eq!(c.command(CMD_WRITE, 0, 1, 5 * GIB, MIB, &data), 0);
+    assert_eq!(
+        c.read(2, 5 * GIB - 4096, MIB as usize + 8192).unwrap()[4096..4096 + MIB as usize],
+        data[..]
+    );
+    // One block status over 6 GiB: extents longer than 32 bits.
+    let extents = c.block_status(3, 0, 6 * GIB);
+    assert_eq!(extents[0], (5 * GIB, STATE_HOLE | STATE_ZERO));
+    assert_eq!(extents[1], (MIB, 0));
+    // A 64-bit effect length: trim 4 GiB + 1 MiB at once.
+    assert_eq!(c.command(CMD_TRIM, 0, 4, 2 * GIB, 4 * GIB + MIB, &[]), 0);
+    assert_eq!(c.read(5, 5 * GIB, 4096).unwrap(), vec![0; 4096]);
+    // Every reply is an extended one carrying the request's offset.
+    c.request(CMD_FLUSH, 0, 6, 0, 0, &[]);
+    match c.reply(0).unwrap() {
+        Reply::Chunk {
+            kind,
+            cookie: 6,
+            flags,
+            ..
+        } => {
+            assert_eq!((kind, flags), (REPLY_TYPE_NONE, REPLY_FLAG_DONE))
+        }
+        r => panic!("{r:?}"),
+    }
+    c.request(CMD_READ, 0, 7, 4096, 4096, &[]);
+    match c.reply(0).unwrap() {
+        Reply::Chunk { offset, .. } => assert_eq!(offset, 4096),
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn compact_structured_reads_send_holes_and_block_status() {
+    let dev = Arc::new(MemDevice::new(16 * MIB));
+    dev.write_at(&[9; 4096], 8 * MIB, false).unwrap();
+    let srv = Running::start(vec![("v", export(dev))]);
+    let mut c = Raw::connect(srv.addr).unwrap();
+    c.go("v", true, false, true).unwrap();
+    assert!(c.flags & FLAG_CAN_MULTI_CONN != 0 && c.flags & FLAG_SEND_DF != 0);
+    c.request(CMD_READ, 0, 1, 0, 16 * MIB, &[]);
+    let chunks = c.whole_reply();
+    let kinds: Vec<u16> = chunks
+        .iter()
+        .map(|r| match r {
+            Reply::Chunk { kind, .. } => *kind,
+            _ => panic!(),
+        })
+        .collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == REPLY_TYPE_OFFSET_HOLE)
+            .count(),
+        2,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == REPLY_TYPE_OFFSET_DATA)
+            .count(),
+        1
+    );
+    // With DF the same read is one data chunk.
+    c.request(CMD_READ, CMD_FLAG_DF, 2, 0, 16 * MIB, &[]);
+    let chunks = c.whole_reply();
+    assert_eq!(chunks.len(), 1);
+    let ext = c.block_status(3, 0, 16 * MIB);
+    assert_eq!(ext.iter().map(|e| e.0).sum::<u64>(), 16 * MIB);
+    assert_eq!(ext.iter().filter(|e| e.1 == 0).count(), 1);
+}
+
+#[test]
+fn replies_come_out_of_order_when_the_device_takes_its_time() {
+    // A slow device: the first request is still running when the flush
+    // behind it is answered.
+    let faulty = Arc::new(FaultyDevice::new(Arc::new(MemDevice::new(16 * MIB))));
+    let srv = Running::start(vec![("slow", export(faulty.clone()))]);
+    let mut c = Raw::connect(srv.addr).unwrap();
+    c.go("slow", true, false, false).unwrap();
+    faulty.set_delay(Some(Duration::from_millis(300)));
+    c.request(CMD_WRITE, 0, 1, 0, 4096, &[1; 4096]);
+    std::thread::sleep(Duration::from_millis(100));
+    faulty.set_delay(None);
+    c.request(CMD_WRITE, 0, 2, 8192, 4096, &[2; 4096]);
+    let first = c.reply(0).unwrap();
+    let second = c.reply(0).unwrap();
+    assert_eq!((first.cookie(), second.cookie()), (2, 1));
+}
+
+fn faulty_export() -> (Arc<Wrapped<Faults>>, Running) {
+    let faulty = Arc::new(FaultyDevice::new(Arc::new(MemDevice::new(16 * MIB))));
+    let srv = Running::start(vec![("f", export(faulty.clone()))]);
+    (faulty, srv)
+}
+
+#[test]
+fn fua_and_flush_survive_a_power_cut_and_nothing_else_does() {
+    let (faulty, srv) = faulty_export();
+    let mut c = Raw::connect(srv.addr).unwrap();
+    c.go("f", true, false, false).unwrap();
+    assert!(c.flags & FLAG_SEND_FUA != 0 && c.flags & FLAG_SEND_FLUSH != 0);
+    assert_eq!(c.command(CMD_WRITE, 0, 1, 0, 4096, &[1; 4096]), 0);
+    assert_eq!(
+        c.command(CMD_WRITE, CMD_FLAG_FUA, 2, 4096, 4096, &[2; 4096]),
+        0
+    );
+    assert_eq!(
+        c.command(CMD_WRITE_ZEROES, CMD_FLAG_NO_HOLE, 3, 8192, 4096, &[]),
+        0
+    );
+    faulty.drop_unflushed();
+    assert_eq!(
+        c.read(4, 0, 4096).unwrap(),
+        vec![0; 4096],
+        "an unflushed write survived"
+    );
+    assert_eq!(
+        c.read(5, 4096, 4096).unwrap(),
+        vec![2; 4096],
+        "a FUA write was lost"
+    );
+
+    // Writes on two connections, one flush on a third: all are stable.
+    let mut a = Raw::connect(srv.addr).unwrap();
+    a.go("f", false, false, false).unwrap();
+    let mut b = Raw::connect(srv.addr).unwrap();
+    b.go("f", false, false, false).unwrap();
+    assert_eq!(a.command(CMD_WRITE, 0, 1, MIB, 4096, &[3; 4096]), 0);
+    assert_eq!(b.command(CMD_WRITE, 0, 1, 2 * MIB, 4096, &[4; 4096]), 0);
+    assert!(faulty.unflushed_bytes() >= 8192);
+    assert_eq!(c.command(CMD_FLUSH, 0, 6, 0, 0, &[]), 0);
+    faulty.drop_unflushed();
+    assert_eq!(a.read(2, MIB, 4096).unwrap(), vec![3; 4096]);
+    assert_eq!(a.read(3, 2 * MIB, 4096).unwrap(), vec![4; 4096]);
+    // A failing device answers with an error, and the session goes on.
+    faulty.set_fail_writes(true);
+    assert_eq!(c.command(CMD_WRITE, 0, 7, 0, 4096, &[5; 4096]), EIO);
+    faulty.set_fail_writes(false);
+    assert_eq!(
+        c.command(CMD_WRITE, CMD_FLAG_FUA, 8, 0, 4096, &[5; 4096]),
+        0
+    );
+    assert_eq!(srv.server.stats().exports[0].errors, 1);
+}
+
+#[test]
+fn allow_lists_refuse_with_policy_and_unknown_exports_are_unknown() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
+    let mut closed = Export::new(dev.clone());
+    closed.allow = Allow::parse(&["10.0.0.0/8"]).unwrap();
+    let mut open = Export::new(dev.clone());
+    open.allow = Allow::parse(&["127.0.0.0/8"]).unwrap();
+    open.description = "the open one".into();
+    let srv = Running::start(vec![("closed", closed), ("open", open)]);
+    let mut c = Raw::connect(srv.addr).unwrap();
+    // Listing shows only what this client may use.
+    let list = c.option(OPT_LIST, &[]).unwrap();
+    assert_eq!(list.len(), 2, "{list:?}");
+    assert_eq!(list[0].1, [&string("open")[..], b"the open one"].concat());
+    assert_eq!(c.go("closed", false, false, false), Err(REP_ERR_POLICY));
+    assert_eq!(c.go("nothere", false, false, false), Err(REP_ERR_UNKNOWN));
+    // Options the server does not know, or data where none belongs.
+    assert_eq!(c.option(99, &[]).unwrap()[0].0, REP_ERR_UNSUP);
+    assert_eq!(
+        c.option(OPT_STRUCTURED_REPLY, &[1]).unwrap()[0].0,
+        REP_ERR_INVALID
+    );
+    assert_eq!(
+        c.option(OPT_GO, &[0, 0, 0, 9]).unwrap()[0].0,
+        REP_ERR_INVALID
+    );
+    // Metadata contexts need structured replies first.
+    let mut meta = string("open");
+    meta.extend_from_slice(&0u32.to_be_bytes());
+    assert_eq!(
+        c.option(OPT_LIST_META_CONTEXT, &meta).unwrap()[0].0,
+        REP_ERR_INVALID
+    );
+    c.go("open", true, false, false).unwrap();
+    // Block status was not negotiated.
+    assert_eq!(c.command(CMD_BLOCK_STATUS, 0, 1, 0, 4096, &[]), EINVAL);
+    let stats = srv.server.stats();
+    let closed = stats.exports.iter().find(|e| e.name == "closed").unwrap();
+    assert_eq!(closed.refused, 1);
+}
+
+#[test]
+fn meta_contexts_are_listed_and_export_name_works() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
+    let srv = Running::start(vec![("default", Export::new(dev))]);
+    let mut c = Raw::connect(srv.addr).unwrap();
+    assert_eq!(c.option(OPT_STRUCTURED_REPLY, &[]).unwrap()[0].0, REP_ACK);
+    let mut q = string("");
+    q.extend_from_slice(&1u32.to_be_bytes());
+    q.extend_from_slice(&string("base:"));
+    let r = c.option(OPT_LIST_META_CONTEXT, &q).unwrap();
+    assert_eq!(r[0].0, REP_META_CONTEXT);
+    assert_eq!(&r[0].1[4..], BASE_ALLOCATION.as_bytes());
+    let mut q = string("");
+    q.extend_from_slice(&1u32.to_be_bytes());
+    q.extend_from_slice(&string("qemu:dirty-bitmap:x"));
+    let r = c.option(OPT_SET_META_CONTEXT, &q).unwrap();
+    assert_eq!(r.len(), 1, "nothing selected");
+    // NBD_OPT_EXPORT_NAME with the default export's empty name.
+    c.send_option(OPT_EXPORT_NAME, &[]).unwrap();
+    let mut answer = [0; 10];
+    std::io::Read::read_exact(&mut c.s, &mut answer).unwrap();
+    assert_eq!(u64::from_be_bytes(answer[..8].try_into().unwrap()), MIB);
+    c.structured = true;
+    assert_eq!(c.command(CMD_WRITE, 0, 1, 0, 512, &[7; 512]), 0);
+    assert_eq!(c.read(2, 0, 512).unwrap(), vec![7; 512]);
+    c.request(CMD_DISC, 0, 3, 0, 0, &[]);
+}
+
+#[test]
+fn read_only_exports_refuse_writes() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
+    let mut ro = Export::new(dev);
+    ro.read_only = true;
+    let srv = Running::start(vec![("ro", ro)]);
+    let mut c = Raw::connect(srv.addr).unwrap();
+    c.go("ro", true, false, false).unwrap();
+    assert!(c.flags & FLAG_READ_ONLY != 0);
+    assert_eq!(c.command(CMD_WRITE, 0, 1, 0, 512, &[7; 512]), EPERM);
+    assert_eq!(c.command(CMD_WRITE_ZEROES, 0, 2, 0, 512, &[]), EPERM);
+    assert_eq!(c.read(3, 0, 512).unwrap(), vec![0; 512]);
+}
+
+#[test]
+fn replaced_exports_apply_to_new_clients_and_sessions_keep_theirs() {
+    let first: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
+    let srv = Running::start(vec![("a", Export::new(first.clone()))]);
+    let mut old = Raw::connect(srv.addr).unwrap();
+    old.go("a", true, false, false).unwrap();
+    let second: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(2 * MIB));
+    srv.server
+        .replace_exports(BTreeMap::from([("b".to_string(), Export::new(second))]));
+    let mut c = Raw::connect(srv.addr).unwrap();
+    assert_eq!(c.go("a", false, false, false), Err(REP_ERR_UNKNOWN));
+    c.go("b", false, false, false).unwrap();
+    assert_eq!(c.size, 2 * MIB);
+    assert_eq!(old.command(CMD_WRITE, 0, 1, 0, 512, &[1; 512]), 0);
+    let mut b = [0; 512];
+    first.read_at(&mut b, 0).unwrap();
+    assert_eq!(b, [1; 512]);
+}
+
+#[test]
+fn unix_socket_clients_and_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nbd.sock");
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
+    let srv = Running::start(vec![]);
+    let mut unix_only = Export::new(dev);
+    unix_only.allow = Allow::parse(&["unix"]).unwrap();
+    srv.server
+        .replace_exports(BTreeMap::from([("u".to_string(), unix_only)]));
+    let listener = {
+        let _guard = srv.runtime().enter();
+        tokio::net::UnixListener::bind(&path).unwrap()
+    };
+    let s = srv.server.clone();
+    let serving = srv
+        .runtime()
+        .spawn(async move { s.serve_unix(listener).await });
+    // Over TCP the export is refused; over the socket it is served.
+    let mut tcp = Raw::connect(srv.addr).unwrap();
+    assert_eq!(tcp.go("u", false, false, false), Err(REP_ERR_POLICY));
+    let out = common::run(
+        "nbdinfo",
+        &[
+            "--size",
+            &format!("nbd+unix:///u?socket={}", path.display()),
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), MIB.to_string());
+    srv.server.shutdown();
+    srv.runtime().block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), serving)
+            .await
+            .expect("the unix listener stops at shutdown")
+            .unwrap()
+            .unwrap()
+    });
+    // An open session ends too.
+    let mut buf = [0u8; 1];
+    let _ = tcp.s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = tcp.s.write_all(&[0; 28]);
+    assert!(matches!(
+        std::io::Read::read(&mut tcp.s, &mut buf),
+        Ok(0) | Err(_)
+    ));
+}
