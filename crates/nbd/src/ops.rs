@@ -171,6 +171,13 @@ fn cache(device: &dyn BlockDevice, offset: u64, len: u64) -> io::Result<()> {
 }
 
 fn read(device: &dyn BlockDevice, offset: u64, len: usize, shape: ReadShape) -> Outcome {
+    if len == 0 {
+        // Nothing to send: a reply without data chunks.
+        return Outcome::Read {
+            buf: Vec::new(),
+            pieces: Vec::new(),
+        };
+    }
     let mut buf = vec![0; len];
     if shape == ReadShape::Whole || !holes_read_zero(device) {
         return match device.read_at(&mut buf, offset) {

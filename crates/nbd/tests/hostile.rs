@@ -155,11 +155,7 @@ fn mutated_request(rng: &mut StdRng, extended: bool) -> Vec<u8> {
         4 => offset = SIZE - 1,
         _ => {}
     }
-    let carries = if extended {
-        kind == CMD_WRITE
-    } else {
-        kind == CMD_WRITE
-    };
+    let carries = kind == CMD_WRITE;
     if extended && carries {
         flags |= CMD_FLAG_PAYLOAD_LEN;
     }
