@@ -9,6 +9,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::access::Peer;
 use crate::exports::{ExportCounters, ExportTable, Served};
 use crate::proto::*;
+use crate::tls::TlsMode;
 use crate::wire::{self, Agreed, DecodeError};
 
 /// Longest option data read; every option this server knows fits in far
@@ -33,12 +34,28 @@ pub enum HandshakeError {
     ExportNameRefused(String),
     #[error("NBD_OPT_EXPORT_NAME after extended headers were negotiated")]
     ExportNameWithExtendedHeaders,
+    #[error("NBD_OPT_EXPORT_NAME without TLS, which this server requires")]
+    TlsRequired,
+    #[error("TLS handshake: {0}")]
+    Tls(io::Error),
 }
 
 /// What the server offers in negotiation.
 pub(crate) struct Offer<'a> {
     pub exports: &'a ExportTable,
     pub max_payload: u32,
+    /// TLS the client may start, and whether it must.
+    pub tls: Option<TlsMode>,
+}
+
+/// Where negotiation ended.
+pub(crate) enum Step {
+    Transmit(Negotiated),
+    /// The client left with NBD_OPT_ABORT.
+    Leave,
+    /// NBD_OPT_STARTTLS was accepted: the caller runs the TLS handshake
+    /// and negotiation starts over inside it.
+    StartTls,
 }
 
 /// A connection ready for transmission.
@@ -54,6 +71,7 @@ struct Options {
     extended: bool,
     /// The export `base:allocation` was selected for.
     allocation_for: Option<String>,
+    in_tls: bool,
 }
 
 async fn reply<S: AsyncWrite + Unpin>(
@@ -99,13 +117,11 @@ fn preferred_block(served: &Served, max_payload: u32) -> u32 {
     }
 }
 
-/// Runs negotiation on `io` until the client goes to transmission
-/// (`Some`) or leaves politely (`None`).
-pub(crate) async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
+/// Sends the greeting and reads the client's flags: whether the client
+/// wants the 124 zeros after NBD_OPT_EXPORT_NAME's answer.
+pub(crate) async fn greet<S: AsyncRead + AsyncWrite + Unpin>(
     io: &mut S,
-    peer: Peer,
-    offer: &Offer<'_>,
-) -> Result<Option<Negotiated>, HandshakeError> {
+) -> Result<bool, HandshakeError> {
     io.write_all(&wire::greeting()).await?;
     io.flush().await?;
     let client_flags = io.read_u32().await?;
@@ -114,8 +130,23 @@ pub(crate) async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
     {
         return Err(HandshakeError::NotFixedNewstyle(client_flags));
     }
-    let zeroes = client_flags & FLAG_C_NO_ZEROES == 0;
-    let mut state = Options::default();
+    Ok(client_flags & FLAG_C_NO_ZEROES == 0)
+}
+
+/// Answers options on `io` until the client goes to transmission, leaves,
+/// or starts TLS. `in_tls`: this runs inside TLS already.
+pub(crate) async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut S,
+    peer: Peer,
+    offer: &Offer<'_>,
+    zeroes: bool,
+    in_tls: bool,
+) -> Result<Step, HandshakeError> {
+    // State negotiated before TLS does not carry into it.
+    let mut state = Options {
+        in_tls,
+        ..Options::default()
+    };
     loop {
         let mut header = [0; 16];
         io.read_exact(&mut header).await?;
@@ -145,13 +176,34 @@ async fn option<S: AsyncRead + AsyncWrite + Unpin>(
     opt: u32,
     data: &[u8],
     zeroes: bool,
-) -> Result<Option<Option<Negotiated>>, HandshakeError> {
+) -> Result<Option<Step>, HandshakeError> {
     let invalid = |why: &str| wire::option_reply(opt, REP_ERR_INVALID, why.as_bytes());
+    let tls_missing = offer.tls == Some(TlsMode::Require) && !state.in_tls;
     match opt {
         OPT_ABORT => {
             // The client may already be gone; the ACK is a courtesy.
             let _ = reply(io, opt, REP_ACK, &[]).await;
-            Ok(Some(None))
+            Ok(Some(Step::Leave))
+        }
+        OPT_STARTTLS => {
+            if offer.tls.is_none() {
+                reply(io, opt, REP_ERR_UNSUP, b"this server has no TLS configured").await?;
+            } else if state.in_tls {
+                io.write_all(&invalid("TLS is up already")).await?;
+            } else if !data.is_empty() {
+                io.write_all(&invalid("NBD_OPT_STARTTLS takes no data"))
+                    .await?;
+            } else {
+                reply(io, opt, REP_ACK, &[]).await?;
+                return Ok(Some(Step::StartTls));
+            }
+            Ok(None)
+        }
+        OPT_EXPORT_NAME if tls_missing => Err(HandshakeError::TlsRequired),
+        _ if tls_missing => {
+            let why = b"this server requires TLS: use NBD_OPT_STARTTLS first";
+            reply(io, opt, REP_ERR_TLS_REQD, why).await?;
+            Ok(None)
         }
         OPT_EXPORT_NAME => {
             if state.extended {
@@ -164,7 +216,7 @@ async fn option<S: AsyncRead + AsyncWrite + Unpin>(
             let size = served.export.device.size();
             io.write_all(&wire::export_name_reply(size, flags, zeroes))
                 .await?;
-            Ok(Some(Some(finish(served, state, offer))))
+            Ok(Some(Step::Transmit(finish(served, state, offer))))
         }
         OPT_LIST => {
             if !data.is_empty() {
@@ -216,7 +268,7 @@ async fn option<S: AsyncRead + AsyncWrite + Unpin>(
             reply(io, opt, REP_INFO, &sizes).await?;
             reply(io, opt, REP_ACK, &[]).await?;
             if opt == OPT_GO {
-                return Ok(Some(Some(finish(served, state, offer))));
+                return Ok(Some(Step::Transmit(finish(served, state, offer))));
             }
             Ok(None)
         }
@@ -235,10 +287,6 @@ async fn option<S: AsyncRead + AsyncWrite + Unpin>(
         }
         OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
             meta_context(io, peer, offer, state, opt, data).await?;
-            Ok(None)
-        }
-        OPT_STARTTLS => {
-            reply(io, opt, REP_ERR_UNSUP, b"this server has no TLS configured").await?;
             Ok(None)
         }
         _ => {

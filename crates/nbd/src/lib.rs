@@ -12,6 +12,7 @@
 //!   flight bounded per connection;
 //! - `ops`: the device work of each command (holes found through
 //!   `allocation()` become hole chunks and block status extents);
+//! - [`Tls`]: NBD_OPT_STARTTLS with an x509 certificate and key;
 //! - [`Server`]: TCP and unix-socket listeners, a live-replaceable table
 //!   of [`Export`]s with allow lists, and counters for metrics.
 
@@ -22,9 +23,11 @@ mod ops;
 pub mod proto;
 mod reply;
 mod server;
+mod tls;
 mod transmission;
 pub mod wire;
 
 pub use access::{Allow, Peer, Rule};
 pub use exports::{Export, ExportStats, DEFAULT_EXPORT};
 pub use server::{Limits, Server, ServerStats};
+pub use tls::{Tls, TlsMode};

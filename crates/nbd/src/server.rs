@@ -15,7 +15,8 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::access::Peer;
 use crate::exports::{Export, ExportCounters, ExportStats, ExportTable};
-use crate::handshake::{self, HandshakeError, Offer};
+use crate::handshake::{self, HandshakeError, Negotiated, Offer, Step};
+use crate::tls::Tls;
 use crate::transmission::{self, Shared};
 
 /// Bounds that keep one client from hurting the others.
@@ -75,6 +76,7 @@ struct Inner {
     shared: Arc<Shared>,
     prelogin: Arc<PreLoginBudget>,
     shutdown: watch::Sender<bool>,
+    tls: parking_lot::RwLock<Option<Tls>>,
     open: AtomicU64,
     protocol_errors: EventLog,
     source_full: EventLog,
@@ -85,6 +87,12 @@ struct Inner {
 #[derive(Clone)]
 pub struct Server {
     inner: Arc<Inner>,
+}
+
+/// The stream a negotiated connection transmits on.
+enum Link<S> {
+    Plain(S),
+    Tls(Box<tokio_rustls::server::TlsStream<S>>),
 }
 
 /// Resolves once shutdown is asked for (or the server is gone).
@@ -108,6 +116,7 @@ impl Server {
                 shared,
                 prelogin,
                 shutdown: watch::channel(false).0,
+                tls: parking_lot::RwLock::new(None),
                 open: AtomicU64::new(0),
                 protocol_errors: EventLog::new(EVENT_LOG_INTERVAL),
                 source_full: EventLog::new(EVENT_LOG_INTERVAL),
@@ -119,6 +128,12 @@ impl Server {
     /// keep the export they negotiated; counters of a name carry over.
     pub fn replace_exports(&self, exports: BTreeMap<String, Export>) {
         self.inner.exports.replace(exports);
+    }
+
+    /// Offers TLS through NBD_OPT_STARTTLS (or stops offering it) to
+    /// connections from now on.
+    pub fn set_tls(&self, tls: Option<Tls>) {
+        *self.inner.tls.write() = tls;
     }
 
     pub fn stats(&self) -> ServerStats {
@@ -189,15 +204,49 @@ impl Server {
         }
     }
 
+    /// Negotiation from the greeting, through TLS when the client starts
+    /// it: the export and the stream to transmit on, or `None` when the
+    /// client left.
+    async fn handshake<S>(
+        stream: S,
+        peer: Peer,
+        offer: &Offer<'_>,
+        tls: Option<Tls>,
+    ) -> Result<Option<(Negotiated, Link<S>)>, HandshakeError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let mut stream = stream;
+        let zeroes = handshake::greet(&mut stream).await?;
+        match handshake::negotiate(&mut stream, peer, offer, zeroes, false).await? {
+            Step::Transmit(n) => Ok(Some((n, Link::Plain(stream)))),
+            Step::Leave => Ok(None),
+            Step::StartTls => {
+                let Some(tls) = tls else {
+                    return Ok(None); // not offered, so never accepted
+                };
+                let mut secure = tls
+                    .acceptor
+                    .accept(stream)
+                    .await
+                    .map_err(HandshakeError::Tls)?;
+                match handshake::negotiate(&mut secure, peer, offer, zeroes, true).await? {
+                    Step::Transmit(n) => Ok(Some((n, Link::Tls(Box::new(secure))))),
+                    Step::Leave | Step::StartTls => Ok(None),
+                }
+            }
+        }
+    }
+
     /// One client from accept to close.
     async fn connection<S, R, W>(
         &self,
-        mut stream: S,
+        stream: S,
         peer: Peer,
         source: IpAddr,
         split: impl FnOnce(S) -> (R, W),
     ) where
-        S: AsyncRead + AsyncWrite + Unpin,
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
@@ -212,13 +261,15 @@ impl Server {
         if *stop.borrow() {
             return;
         }
+        let tls = i.tls.read().clone();
         let offer = Offer {
             exports: &i.exports,
             max_payload: i.shared.limits.max_payload,
+            tls: tls.as_ref().map(|t| t.mode),
         };
         let timeout = i.shared.limits.handshake_timeout;
         let negotiated = tokio::select! {
-            r = tokio::time::timeout(timeout, handshake::negotiate(&mut stream, peer, &offer)) => match r {
+            r = tokio::time::timeout(timeout, Self::handshake(stream, peer, &offer, tls)) => match r {
                 Ok(Ok(Some(n))) => n,
                 Ok(Ok(None)) => return,
                 Ok(Err(HandshakeError::Io(e))) => {
@@ -241,14 +292,23 @@ impl Server {
             _ = stopped(&mut stop) => return,
         };
         drop(ticket);
+        let (negotiated, link) = negotiated;
         let counters = negotiated.served.counters.clone();
         let export = negotiated.served.name.clone();
         ExportCounters::add(&counters.connections, 1);
         ExportCounters::add(&counters.open_connections, 1);
         i.open.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%peer, %export, "nbd: client in transmission");
-        let (r, w) = split(stream);
-        let ended = transmission::transmit(r, w, negotiated, i.shared.clone(), stop).await;
+        let ended = match link {
+            Link::Plain(stream) => {
+                let (r, w) = split(stream);
+                transmission::transmit(r, w, negotiated, i.shared.clone(), stop).await
+            }
+            Link::Tls(secure) => {
+                let (r, w) = tokio::io::split(*secure);
+                transmission::transmit(r, w, negotiated, i.shared.clone(), stop).await
+            }
+        };
         i.open.fetch_sub(1, Ordering::Relaxed);
         counters.open_connections.fetch_sub(1, Ordering::Relaxed);
         if let Err(e) = ended {
