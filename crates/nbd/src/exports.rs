@@ -21,6 +21,17 @@ pub struct Export {
     pub description: String,
 }
 
+impl std::fmt::Debug for Export {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Export")
+            .field("device", &self.device.describe())
+            .field("read_only", &self.read_only)
+            .field("allow", &self.allow)
+            .field("description", &self.description)
+            .finish()
+    }
+}
+
 impl Export {
     pub fn new(device: Arc<dyn BlockDevice>) -> Export {
         Export {

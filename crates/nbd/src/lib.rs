@@ -17,6 +17,7 @@
 //!   of [`Export`]s with allow lists, and counters for metrics.
 
 mod access;
+mod config;
 mod exports;
 mod handshake;
 mod ops;
@@ -28,6 +29,7 @@ mod transmission;
 pub mod wire;
 
 pub use access::{Allow, Peer, Rule};
+pub use config::{ExportConfig, ListenAddr, NbdConfig, TlsConfig, DEFAULT_PORT};
 pub use exports::{Export, ExportStats, DEFAULT_EXPORT};
 pub use server::{Limits, Server, ServerStats};
 pub use tls::{Tls, TlsMode};

@@ -12,8 +12,10 @@ use peer_limits::{EventLog, PreLoginBudget};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinHandle;
 
 use crate::access::Peer;
+use crate::config::ListenAddr;
 use crate::exports::{Export, ExportCounters, ExportStats, ExportTable};
 use crate::handshake::{self, HandshakeError, Negotiated, Offer, Step};
 use crate::tls::Tls;
@@ -152,6 +154,30 @@ impl Server {
     /// flight are answered.
     pub fn shutdown(&self) {
         self.inner.shutdown.send_replace(true);
+    }
+
+    /// Binds `addr` and serves it on a task of the current runtime until
+    /// [`Server::shutdown`]. A unix socket file left by a process that is
+    /// gone is replaced; one that still answers is not.
+    pub async fn listen(&self, addr: &ListenAddr) -> io::Result<JoinHandle<io::Result<()>>> {
+        let server = self.clone();
+        match addr {
+            ListenAddr::Tcp(a) => {
+                let listener = TcpListener::bind(a).await?;
+                Ok(tokio::spawn(
+                    async move { server.serve_tcp(listener).await },
+                ))
+            }
+            ListenAddr::Unix(path) => {
+                if path.exists() && tokio::net::UnixStream::connect(path).await.is_err() {
+                    std::fs::remove_file(path)?;
+                }
+                let listener = UnixListener::bind(path)?;
+                Ok(tokio::spawn(
+                    async move { server.serve_unix(listener).await },
+                ))
+            }
+        }
     }
 
     /// Accepts clients on `listener` until [`Server::shutdown`].

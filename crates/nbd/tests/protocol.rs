@@ -286,14 +286,10 @@ fn unix_socket_clients_and_shutdown() {
     unix_only.allow = Allow::parse(&["unix"]).unwrap();
     srv.server
         .replace_exports(BTreeMap::from([("u".to_string(), unix_only)]));
-    let listener = {
-        let _guard = srv.runtime().enter();
-        tokio::net::UnixListener::bind(&path).unwrap()
-    };
-    let s = srv.server.clone();
-    let serving = srv
-        .runtime()
-        .spawn(async move { s.serve_unix(listener).await });
+    // A socket file left by a process that is gone is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let addr: nbd::ListenAddr = format!("unix:{}", path.display()).parse().unwrap();
+    let serving = srv.runtime().block_on(srv.server.listen(&addr)).unwrap();
     // Over TCP the export is refused; over the socket it is served.
     let mut tcp = Raw::connect(srv.addr).unwrap();
     assert_eq!(tcp.go("u", false, false, false), Err(REP_ERR_POLICY));
