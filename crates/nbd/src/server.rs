@@ -39,6 +39,9 @@ pub struct Limits {
     /// Connections negotiating at once, per source address and in total.
     pub handshakes_per_source: usize,
     pub handshakes_total: usize,
+    /// Connections open at once, negotiating or transmitting; with
+    /// `in_flight_bytes` it bounds the server's memory.
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -51,6 +54,7 @@ impl Default for Limits {
             handshake_timeout: Duration::from_secs(10),
             handshakes_per_source: 16,
             handshakes_total: 256,
+            max_connections: 1024,
         }
     }
 }
@@ -66,6 +70,8 @@ pub struct ServerStats {
     pub protocol_errors: u64,
     /// Connections refused because their source had too many negotiating.
     pub refused_busy: u64,
+    /// Connections refused at `max_connections`.
+    pub refused_full: u64,
     /// Negotiating connections evicted to make room for newer ones.
     pub evicted: u64,
     pub exports: Vec<ExportStats>,
@@ -82,6 +88,8 @@ struct Inner {
     open: AtomicU64,
     protocol_errors: EventLog,
     source_full: EventLog,
+    server_full: EventLog,
+    connection_slots: Arc<Semaphore>,
 }
 
 /// An NBD server: its exports, listeners and connections. Cheap to clone;
@@ -107,6 +115,7 @@ const UNIX_SOURCE: IpAddr = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
 
 impl Server {
     pub fn new(exports: BTreeMap<String, Export>, limits: Limits) -> Server {
+        let max_connections = limits.max_connections.max(1);
         let prelogin = PreLoginBudget::new(limits.handshakes_per_source, limits.handshakes_total);
         let shared = Arc::new(Shared {
             device_slots: Arc::new(Semaphore::new(limits.device_threads.max(1))),
@@ -122,6 +131,8 @@ impl Server {
                 open: AtomicU64::new(0),
                 protocol_errors: EventLog::new(EVENT_LOG_INTERVAL),
                 source_full: EventLog::new(EVENT_LOG_INTERVAL),
+                server_full: EventLog::new(EVENT_LOG_INTERVAL),
+                connection_slots: Arc::new(Semaphore::new(max_connections)),
             }),
         }
     }
@@ -145,6 +156,7 @@ impl Server {
             negotiating: i.prelogin.waiting() as u64,
             protocol_errors: i.protocol_errors.total(),
             refused_busy: i.source_full.total(),
+            refused_full: i.server_full.total(),
             evicted: i.prelogin.evicted(),
             exports: i.exports.stats(),
         }
@@ -277,6 +289,12 @@ impl Server {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let i = &self.inner;
+        let Ok(_slot) = i.connection_slots.clone().try_acquire_owned() else {
+            i.server_full.record(|held| {
+                tracing::warn!(%peer, held_back = held, "nbd: refused a connection: the server has its maximum open");
+            });
+            return;
+        };
         let Ok(ticket) = i.prelogin.admit(source) else {
             i.source_full.record(|held| {
                 tracing::warn!(%peer, held_back = held, "nbd: refused a connection: too many negotiating from this source");

@@ -318,3 +318,32 @@ fn unix_socket_clients_and_shutdown() {
         Ok(0) | Err(_)
     ));
 }
+
+#[test]
+fn connections_beyond_the_maximum_are_refused() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
+    let limits = nbd::Limits {
+        max_connections: 2,
+        ..nbd::Limits::default()
+    };
+    let srv = common::Running::with_limits(vec![("v", Export::new(dev))], limits);
+    let mut a = Raw::connect(srv.addr).unwrap();
+    a.go("v", false, false, false).unwrap();
+    let _b = Raw::connect(srv.addr).unwrap();
+    // The third is closed before its greeting.
+    let mut third = std::net::TcpStream::connect(srv.addr).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0; 8];
+    assert!(matches!(
+        std::io::Read::read(&mut third, &mut buf),
+        Ok(0) | Err(_)
+    ));
+    assert_eq!(srv.server.stats().refused_full, 1);
+    // A session leaving frees its place.
+    a.request(CMD_DISC, 0, 1, 0, 0, &[]);
+    drop(a);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(Raw::connect(srv.addr).is_ok());
+}
