@@ -347,3 +347,50 @@ fn connections_beyond_the_maximum_are_refused() {
     std::thread::sleep(Duration::from_millis(200));
     assert!(Raw::connect(srv.addr).is_ok());
 }
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_and_pins_bounded_memory() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * MIB));
+    dev.write_at(&random_bytes(64 * MIB as usize, 9), 0, false)
+        .unwrap();
+    let limits = nbd::Limits {
+        write_deadline: Duration::from_secs(1),
+        in_flight_bytes: 8 << 20,
+        ..nbd::Limits::default()
+    };
+    let srv = common::Running::with_limits(vec![("v", Export::new(dev))], limits);
+    let mut silent = Raw::connect(srv.addr).unwrap();
+    silent.go("v", true, false, false).unwrap();
+    silent
+        .s
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    // Ask for 256 MiB of reads and read none of it.
+    for i in 0..256u64 {
+        let mut b = REQUEST_MAGIC.to_be_bytes().to_vec();
+        b.extend_from_slice(&0u16.to_be_bytes());
+        b.extend_from_slice(&CMD_READ.to_be_bytes());
+        b.extend_from_slice(&i.to_be_bytes());
+        b.extend_from_slice(&((i % 64) * MIB).to_be_bytes());
+        b.extend_from_slice(&(MIB as u32).to_be_bytes());
+        if silent.s.write_all(&b).is_err() {
+            break; // the server stopped reading requests: its budget is full
+        }
+    }
+    // Meanwhile another session is served as usual.
+    let mut other = Raw::connect(srv.addr).unwrap();
+    other.go("v", true, false, false).unwrap();
+    assert_eq!(other.read(1, 0, 4096).unwrap().len(), 4096);
+    // The silent one is closed once a write makes no progress for 1 s.
+    let started = std::time::Instant::now();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while srv.server.stats().open_connections > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the silent client is still connected"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(other.command(CMD_FLUSH, 0, 2, 0, 0, &[]), 0);
+}
