@@ -122,4 +122,27 @@ fn clients_negotiate_tls_and_plain_ones_are_refused_where_it_is_required() {
         std::fs::read(&back).unwrap() == data,
         "the image read back over TLS differs"
     );
+
+    // Where TLS is only offered, plain clients are served too.
+    srv.server
+        .set_tls(Some(Tls::from_dir(dir.path(), TlsMode::Allow).unwrap()));
+    let mut plain = Raw::connect(srv.addr).unwrap();
+    plain.go("secure", true, false, false).unwrap();
+    assert_eq!(plain.read(1, 0, 4096).unwrap(), data[..4096]);
+    let out = run("nbdinfo", &["--size", &uri]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (16 * MIB).to_string()
+    );
+    // Without TLS configured, NBD_OPT_STARTTLS is unsupported.
+    srv.server.set_tls(None);
+    let mut c = Raw::connect(srv.addr).unwrap();
+    assert_eq!(c.option(OPT_STARTTLS, &[]).unwrap()[0].0, REP_ERR_UNSUP);
+    // Bad credential files are refused with the file named.
+    let missing = dir.path().join("nothere.pem");
+    let key = dir.path().join("server-key.pem");
+    let e = Tls::from_pem_files(&missing, &key, TlsMode::Allow)
+        .err()
+        .expect("a missing certificate is an error");
+    assert!(e.to_string().contains("nothere.pem"), "{e}");
 }
