@@ -307,6 +307,11 @@ mod tests {
                 len: 2 << 20
             }]
         );
+        // A short read is data whatever it covers.
+        let Outcome::Read { pieces, .. } = read(&dev, 0, 4096, ReadShape::Sparse) else {
+            panic!("read failed")
+        };
+        assert_eq!(pieces, vec![Piece::Data { at: 0, len: 4096 }]);
     }
 
     #[test]
