@@ -27,6 +27,7 @@ declare -A NEED=(
   # crates/nbd's tests drive real NBD clients.
   [nbdinfo]=libnbd-bin
   [nbdcopy]=libnbd-bin
+  [openssl]=openssl
   [ps]=procps
   [fallocate]=util-linux
   [python3]=python3

@@ -281,7 +281,7 @@ pub enum Command {
 /// compact replies are 32-bit; with extended headers, a bound on the work
 /// of one request. Clients ask again from where a reply stops.
 const MAX_STATUS_SCAN: u64 = 0xffff_f000;
-const MAX_STATUS_SCAN_EXTENDED: u64 = 1 << 36;
+const MAX_STATUS_SCAN_EXTENDED: u64 = 1 << 34;
 
 /// A request the server answers with an error, the connection going on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -339,7 +339,12 @@ pub fn check_request(h: &RequestHeader, s: &Agreed) -> Result<Command, Refused> 
         CMD_DISC => Command::Disconnect,
         CMD_FLUSH => Command::Flush,
         CMD_TRIM => Command::Trim { offset, len, fua },
-        CMD_CACHE => Command::Cache { offset, len },
+        // Caching is advice: at most one payload's worth is read ahead,
+        // so one request cannot keep a thread reading for long.
+        CMD_CACHE => Command::Cache {
+            offset,
+            len: len.min(s.max_payload),
+        },
         CMD_WRITE_ZEROES => Command::WriteZeroes {
             offset,
             len,

@@ -82,7 +82,7 @@ pub fn tool(name: &str) -> PathBuf {
             return p;
         }
     }
-    panic!("{name} is not installed: run scripts/install-deps.sh (qemu-utils, libnbd-bin, fio)");
+    panic!("{name} is not installed: run scripts/install-deps.sh (qemu-utils, libnbd-bin, fio, openssl)");
 }
 
 /// Runs a tool and fails the test with its output if it fails.
