@@ -5,6 +5,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use block::BlockDevice;
 use bytes::Bytes;
 use peer_limits::{write_deadline, OutgoingBudget};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
@@ -158,31 +159,28 @@ where
         };
         let device = device.clone();
         let counters = counters.clone();
-        let slots = shared.device_slots.clone();
         let tx = tx.clone();
-        tokio::spawn(async move {
-            let work = move || {
-                let outcome = ops::run(&*device, cmd, &payload, shape);
-                count(&counters, cmd, &outcome);
-                outcome
-            };
-            let outcome = if blocking {
-                let Ok(_slot) = slots.acquire_owned().await else {
-                    return;
-                };
-                match tokio::task::spawn_blocking(work).await {
-                    Ok(o) => o,
-                    Err(e) => Outcome::Failed {
-                        error: crate::proto::EIO,
-                        message: format!("the device call failed: {e}"),
-                    },
-                }
-            } else {
-                work()
-            };
+        // The whole request, from the device call to the queued reply, in
+        // one closure: on a blocking thread it needs no task of its own.
+        let answer = move || {
+            let outcome = run_guarded(&*device, cmd, &payload, shape);
+            count(&counters, cmd, &outcome);
             let parts = reply::encode(framing, answering, outcome);
             let _ = tx.send(Outgoing { parts, cost: taken });
-        });
+        };
+        if blocking {
+            // Waiting here for a free device thread holds back reading
+            // further requests, as a full pool should.
+            let Ok(slot) = shared.device_slots.clone().acquire_owned().await else {
+                break Ok(());
+            };
+            tokio::task::spawn_blocking(move || {
+                answer();
+                drop(slot);
+            });
+        } else {
+            tokio::spawn(async move { answer() });
+        }
     };
     // Requests still running hold senders; the writer ends once they
     // have all answered.
@@ -195,6 +193,21 @@ where
         (Ok(()), Err(e)) => Err(gone(format!("writing replies: {e}"))),
         (Ok(()), Ok(())) => Ok(()),
     }
+}
+
+/// Runs a command, a panic in the device becoming an I/O error for this
+/// request instead of a reply that never comes.
+fn run_guarded(
+    device: &dyn BlockDevice,
+    cmd: Command,
+    payload: &[u8],
+    shape: ReadShape,
+) -> Outcome {
+    let run = std::panic::AssertUnwindSafe(|| ops::run(device, cmd, payload, shape));
+    std::panic::catch_unwind(run).unwrap_or_else(|_| Outcome::Failed {
+        error: crate::proto::EIO,
+        message: "the device call failed".into(),
+    })
 }
 
 fn count(c: &ExportCounters, cmd: Command, outcome: &Outcome) {

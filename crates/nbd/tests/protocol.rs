@@ -394,3 +394,42 @@ fn a_client_that_stops_reading_is_dropped_and_pins_bounded_memory() {
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(other.command(CMD_FLUSH, 0, 2, 0, 0, &[]), 0);
 }
+
+/// A device whose reads at offset 0 panic, as a bug below would.
+struct PanickyDevice(MemDevice);
+
+impl BlockDevice for PanickyDevice {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        assert!(offset != 0, "a device bug");
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> std::io::Result<()> {
+        self.0.write_at(buf, offset, fua)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+    fn capabilities(&self) -> block::Capabilities {
+        block::Capabilities {
+            may_block: true,
+            ..self.0.capabilities()
+        }
+    }
+    fn describe(&self) -> String {
+        "panicky".into()
+    }
+}
+
+#[test]
+fn a_panic_in_the_device_fails_that_request_only() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(PanickyDevice(MemDevice::new(MIB)));
+    let srv = Running::start(vec![("p", Export::new(dev))]);
+    let mut c = Raw::connect(srv.addr).unwrap();
+    c.go("p", true, false, false).unwrap();
+    assert_eq!(c.read(1, 0, 4096), Err(EIO));
+    assert_eq!(c.command(CMD_WRITE, 0, 2, 4096, 512, &[3; 512]), 0);
+    assert_eq!(c.read(3, 4096, 512).unwrap(), vec![3; 512]);
+}
