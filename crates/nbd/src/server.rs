@@ -18,6 +18,7 @@ use crate::access::Peer;
 use crate::config::ListenAddr;
 use crate::exports::{Export, ExportCounters, ExportStats, ExportTable};
 use crate::handshake::{self, HandshakeError, Negotiated, Offer, Step};
+use crate::sessions::{Session, Sessions};
 use crate::tls::Tls;
 use crate::transmission::{self, Shared};
 
@@ -85,6 +86,7 @@ struct Inner {
     prelogin: Arc<PreLoginBudget>,
     shutdown: watch::Sender<bool>,
     tls: parking_lot::RwLock<Option<Tls>>,
+    sessions: Sessions,
     open: AtomicU64,
     protocol_errors: EventLog,
     source_full: EventLog,
@@ -128,6 +130,7 @@ impl Server {
                 prelogin,
                 shutdown: watch::channel(false).0,
                 tls: parking_lot::RwLock::new(None),
+                sessions: Sessions::default(),
                 open: AtomicU64::new(0),
                 protocol_errors: EventLog::new(EVENT_LOG_INTERVAL),
                 source_full: EventLog::new(EVENT_LOG_INTERVAL),
@@ -137,14 +140,28 @@ impl Server {
         }
     }
 
-    /// Offers `exports` from now on. Connections already transmitting
-    /// keep the export they negotiated; counters of a name carry over.
+    /// Offers `exports` from now on. Sessions whose export is removed, or
+    /// changes device, access list or mode, end once their requests in
+    /// flight are answered; the others go on. Counters of a name carry
+    /// over.
     pub fn replace_exports(&self, exports: BTreeMap<String, Export>) {
-        self.inner.exports.replace(exports);
+        let i = &self.inner;
+        i.exports.replace(exports);
+        // After the swap: a session registering meanwhile checks the new
+        // table itself.
+        let ended = i.sessions.end_changed(&i.exports.list());
+        if ended > 0 {
+            tracing::info!("nbd: ending {ended} sessions whose export was removed or changed");
+        }
+    }
+
+    /// Connections in transmission now.
+    pub fn sessions(&self) -> Vec<Session> {
+        self.inner.sessions.list()
     }
 
     /// Offers TLS through NBD_OPT_STARTTLS (or stops offering it) to
-    /// connections from now on.
+    /// connections from now on; sessions already in TLS keep it.
     pub fn set_tls(&self, tls: Option<Tls>) {
         *self.inner.tls.write() = tls;
     }
@@ -343,16 +360,32 @@ impl Server {
         ExportCounters::add(&counters.open_connections, 1);
         i.open.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%peer, %export, "nbd: client in transmission");
+        let session = Session {
+            id: 0,
+            peer: peer.to_string(),
+            export: export.clone(),
+            tls: matches!(link, Link::Tls(_)),
+            structured_replies: negotiated.agreed.structured,
+            extended_headers: negotiated.agreed.extended,
+            since: std::time::SystemTime::now(),
+        };
+        let registered = i
+            .sessions
+            .register(session, negotiated.served.export.clone());
+        // The export may have been replaced since negotiation found it.
+        i.sessions.end_changed(&i.exports.list());
+        let end = registered.end.clone();
         let ended = match link {
             Link::Plain(stream) => {
                 let (r, w) = split(stream);
-                transmission::transmit(r, w, negotiated, i.shared.clone(), stop).await
+                transmission::transmit(r, w, negotiated, i.shared.clone(), stop, end).await
             }
             Link::Tls(secure) => {
                 let (r, w) = tokio::io::split(*secure);
-                transmission::transmit(r, w, negotiated, i.shared.clone(), stop).await
+                transmission::transmit(r, w, negotiated, i.shared.clone(), stop, end).await
             }
         };
+        drop(registered);
         i.open.fetch_sub(1, Ordering::Relaxed);
         counters.open_connections.fetch_sub(1, Ordering::Relaxed);
         if let Err(e) = ended {

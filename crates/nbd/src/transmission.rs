@@ -61,6 +61,7 @@ pub(crate) async fn transmit<R, W>(
     negotiated: Negotiated,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
+    end: Arc<Notify>,
 ) -> Result<(), Ended>
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -93,6 +94,7 @@ where
             biased;
             _ = shutdown.changed() => break Ok(()),
             _ = writer_failed.notified() => break Ok(()),
+            _ = end.notified() => break Ok(()),
             r = reader.read_exact(&mut header[..header_len]) => match r {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {

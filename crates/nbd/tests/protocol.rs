@@ -258,22 +258,41 @@ fn read_only_exports_refuse_writes() {
 }
 
 #[test]
-fn replaced_exports_apply_to_new_clients_and_sessions_keep_theirs() {
+fn replaced_exports_end_the_sessions_of_removed_ones_only() {
     let first: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
-    let srv = Running::start(vec![("a", Export::new(first.clone()))]);
-    let mut old = Raw::connect(srv.addr).unwrap();
-    old.go("a", true, false, false).unwrap();
+    let kept: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
+    let srv = Running::start(vec![
+        ("a", Export::new(first.clone())),
+        ("k", Export::new(kept.clone())),
+    ]);
+    let mut on_a = Raw::connect(srv.addr).unwrap();
+    on_a.go("a", true, false, false).unwrap();
+    let mut on_k = Raw::connect(srv.addr).unwrap();
+    on_k.go("k", true, false, false).unwrap();
+    assert_eq!(srv.server.sessions().len(), 2);
     let second: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(2 * MIB));
-    srv.server
-        .replace_exports(BTreeMap::from([("b".to_string(), Export::new(second))]));
+    let mut k = Export::new(kept);
+    k.description = "a new description changes nothing".into();
+    srv.server.replace_exports(BTreeMap::from([
+        ("b".to_string(), Export::new(second)),
+        ("k".to_string(), k),
+    ]));
+    // New clients see the new table.
     let mut c = Raw::connect(srv.addr).unwrap();
     assert_eq!(c.go("a", false, false, false), Err(REP_ERR_UNKNOWN));
     c.go("b", false, false, false).unwrap();
     assert_eq!(c.size, 2 * MIB);
-    assert_eq!(old.command(CMD_WRITE, 0, 1, 0, 512, &[1; 512]), 0);
-    let mut b = [0; 512];
-    first.read_at(&mut b, 0).unwrap();
-    assert_eq!(b, [1; 512]);
+    // The session on the removed export is closed; the other goes on.
+    let mut byte = [0; 1];
+    assert!(matches!(
+        std::io::Read::read(&mut on_a.s, &mut byte),
+        Ok(0) | Err(_)
+    ));
+    assert_eq!(on_k.command(CMD_WRITE, 0, 1, 0, 512, &[1; 512]), 0);
+    let sessions = srv.server.sessions();
+    let exports: Vec<&str> = sessions.iter().map(|s| s.export.as_str()).collect();
+    assert_eq!(exports, ["k", "b"]);
+    assert!(sessions[0].structured_replies && !sessions[0].tls);
 }
 
 #[test]
