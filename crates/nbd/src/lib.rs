@@ -3,18 +3,23 @@
 //! client speak it.
 //!
 //! - [`wire`]: decoding what clients send and encoding replies, pure
-//!   functions on bytes (the fuzz target drives them);
+//!   functions on bytes (the `nbd_decode` fuzz target drives them);
 //! - `handshake`: fixed-newstyle negotiation (GO, INFO, LIST, ABORT,
-//!   EXPORT_NAME, structured replies, extended headers, metadata
-//!   contexts with `base:allocation`);
-//! - `transmission`: many requests in flight per connection, run on
-//!   blocking threads and answered as each finishes, with the bytes in
-//!   flight bounded per connection;
-//! - `ops`: the device work of each command (holes found through
-//!   `allocation()` become hole chunks and block status extents);
+//!   EXPORT_NAME, STARTTLS, structured replies, extended headers,
+//!   metadata contexts with `base:allocation`, block size constraints);
+//! - `transmission`: many requests in flight per connection, run on the
+//!   device (on blocking threads where it may block) and answered as each
+//!   finishes, with the bytes in flight bounded per connection and a
+//!   deadline on every write to the client;
+//! - `ops`: the device work of each command: holes found through
+//!   `allocation()` become hole chunks and block status extents; a flush
+//!   flushes the device, so it covers writes of every connection
+//!   (CAN_MULTI_CONN);
 //! - [`Tls`]: NBD_OPT_STARTTLS with an x509 certificate and key;
 //! - [`Server`]: TCP and unix-socket listeners, a live-replaceable table
-//!   of [`Export`]s with allow lists, and counters for metrics.
+//!   of [`Export`]s with allow lists, the [`Session`]s in transmission,
+//!   and counters for metrics ([`ServerStats`]);
+//! - [`NbdConfig`]: the `[nbd]` section of the configuration.
 
 mod access;
 mod config;
