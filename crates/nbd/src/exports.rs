@@ -65,7 +65,7 @@ pub struct ExportCounters {
     pub refused: AtomicU64,
 }
 
-/// A copy of [`ExportCounters`] at one moment, for metrics.
+/// The counters of one export at one moment, for metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExportStats {
     pub name: String,
