@@ -209,7 +209,11 @@ async fn option<S: AsyncRead + AsyncWrite + Unpin>(
             if state.extended {
                 return Err(HandshakeError::ExportNameWithExtendedHeaders);
             }
-            let name = wire::parse_export_name(data).unwrap_or_default();
+            // This option has no error reply: a name that is not served,
+            // or not valid, closes the connection.
+            let name = wire::parse_export_name(data).map_err(|_| {
+                HandshakeError::ExportNameRefused(String::from_utf8_lossy(data).into())
+            })?;
             let served = admit(offer, peer, &name)
                 .map_err(|_| HandshakeError::ExportNameRefused(name.clone()))?;
             let flags = transmission_flags(&served, state.structured);

@@ -452,3 +452,19 @@ fn a_panic_in_the_device_fails_that_request_only() {
     assert_eq!(c.command(CMD_WRITE, 0, 2, 4096, 512, &[3; 512]), 0);
     assert_eq!(c.read(3, 4096, 512).unwrap(), vec![3; 512]);
 }
+
+#[test]
+fn export_name_that_is_not_served_closes_the_connection() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
+    let srv = Running::start(vec![("default", Export::new(dev))]);
+    for name in [&b"nothere"[..], &[0xff, 0xfe][..]] {
+        let mut c = Raw::connect(srv.addr).unwrap();
+        c.send_option(OPT_EXPORT_NAME, name).unwrap();
+        let mut byte = [0; 1];
+        assert!(matches!(
+            std::io::Read::read(&mut c.s, &mut byte),
+            Ok(0) | Err(_)
+        ));
+    }
+    assert_eq!(srv.server.stats().protocol_errors, 2);
+}
