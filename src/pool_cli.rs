@@ -444,7 +444,7 @@ fn destroy(config: &Path, name: &str, force: bool) -> anyhow::Result<()> {
         );
     }
     {
-        let open = control::open_pool(p).with_context(|| format!("pool {name}"))?;
+        let open = control::open_pool(&cfg, p).with_context(|| format!("pool {name}"))?;
         let volumes = open.volumes();
         if !volumes.is_empty() && !force {
             let names: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
@@ -454,14 +454,24 @@ fn destroy(config: &Path, name: &str, force: bool) -> anyhow::Result<()> {
             );
         }
     }
-    for device in &p.devices {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(device)
-            .with_context(|| format!("{}", device.display()))?;
-        use std::io::Write;
-        f.write_all(&[0u8; 4096])?;
-        f.sync_all()?;
+    for member in &p.devices {
+        let device = match member {
+            control::PoolMember::Path(path) => {
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .with_context(|| format!("{}", path.display()))?;
+                use std::io::Write;
+                f.write_all(&[0u8; 4096])?;
+                f.sync_all()?;
+                continue;
+            }
+            control::PoolMember::Device(name) => {
+                control::open_device(&cfg, name).with_context(|| format!("device {name}"))?
+            }
+        };
+        device.write_at(&[0u8; 4096], 0, true)?;
+        device.flush()?;
     }
     std::fs::remove_file(&p.metadata)
         .with_context(|| format!("cannot remove {}", p.metadata.display()))?;

@@ -96,7 +96,7 @@ impl PoolSource for Offline {
     }
 
     fn open(&self, config: &control::PoolConfig) -> io::Result<Arc<Pool>> {
-        let pool = control::open_pool(config)?;
+        let pool = control::open_pool(&self.config, config)?;
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if !open.iter().any(|p| Arc::ptr_eq(p, &pool)) {
             open.push(pool.clone());

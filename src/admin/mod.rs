@@ -14,6 +14,7 @@
 //! | `GET /metrics` | the same in the Prometheus text format |
 //! | `/v1/sessions...` | live sessions; ending one (`sessions.rs`) |
 //! | `GET /v1/status` | everything on one page, with what is degraded (`status.rs`) |
+//! | `/v1/devices/{name}...` | a device's tree and state; faults injected (`devices.rs`) |
 //!
 //! Errors answer 4xx/5xx with `{"error"}`; a configuration error names the
 //! file, line, field and reason. `apply` and `edit` validate the whole
@@ -24,6 +25,7 @@
 //! the running objects cannot take (a formatted pool's layout) is refused,
 //! and so is one that replaces data a LUN serves unless `force=true`.
 
+mod devices;
 mod http;
 pub mod portals;
 mod sessions;
@@ -59,7 +61,10 @@ pub struct Current {
 
 pub struct Admin {
     pub current: Mutex<Current>,
+    /// The iSCSI transport, for its sessions.
     pub server: Arc<iscsi::Server>,
+    /// Every transport, each given the exports of a change.
+    pub frontends: Vec<Arc<dyn export::Frontend>>,
     /// The daemon's I/O statistics (one registry for its whole life).
     pub stats: Arc<stats::Registry>,
     /// The iSCSI listeners, one per portal (lock after `current`).
@@ -152,6 +157,7 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
             | "/v1/config/save" | "/v1/stats" | "/v1/edit",
         ) => error(405, "method not allowed"),
         (method, path) => sessions::route(admin, method, path)
+            .or_else(|| devices::route(admin, method, path, &req.body))
             .or_else(|| status::route(admin, method, path))
             .or_else(|| crate::volume_api::route(admin, method, path, &req.body))
             .unwrap_or_else(|| error(404, format!("no such resource {path}"))),
@@ -179,8 +185,9 @@ fn objects(config: &control::Config) -> Value {
         "discovery_chap": chap(&config.discovery_chap),
         "devices": config.devices.iter().map(|d| json!({
             "name": d.name,
-            "kind": format!("{:?}", d.kind).to_lowercase(),
-            "size": d.size,
+            "kind": d.kind(),
+            "size": d.spec.size(),
+            "settings": d.spec.settings().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         })).collect::<Vec<_>>(),
         "targets": config.targets.iter().map(|t| json!({
             "name": t.name,
@@ -278,7 +285,7 @@ fn apply_text(
             "serving the built-in default: start with --config FILE to change the configuration",
         );
     };
-    let mut runtime = match control::rebuild(&config, &current.runtime) {
+    let runtime = match control::rebuild(&config, &current.runtime) {
         Ok(r) => r,
         Err(e) => return error(400, e),
     };
@@ -297,11 +304,11 @@ fn apply_text(
         return error(500, format!("cannot write {}: {e}", path.display()));
     }
     runtime.commit(Some(&current.runtime));
-    admin
-        .server
-        .replace_targets(std::mem::take(&mut runtime.targets));
-    // Sessions whose initiator lost the target are asked to log out.
-    admin.server.end_refused_sessions();
+    for frontend in &admin.frontends {
+        frontend.replace_exports(&runtime.exports);
+        // Sessions whose initiator lost the target are asked to log out.
+        frontend.end_refused_sessions();
+    }
     for (addr, listener) in listeners {
         tracing::info!(%addr, "portal added");
         portals.start(addr, listener);
