@@ -74,7 +74,7 @@ impl ExportConfig {
         let allow =
             Allow::parse(&self.allow).map_err(|e| format!("export {:?}: {e}", self.name))?;
         Ok(Export {
-            device,
+            backing: export::Backing::new(device, true),
             read_only: self.read_only,
             allow,
             description: self.description.clone(),

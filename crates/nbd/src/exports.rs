@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use block::BlockDevice;
+use export::Backing;
 use parking_lot::RwLock;
 
 use crate::access::Allow;
@@ -13,7 +14,9 @@ use crate::access::Allow;
 /// One device offered under a name.
 #[derive(Clone)]
 pub struct Export {
-    pub device: Arc<dyn BlockDevice>,
+    /// The device with the range locks and write-cache policy every
+    /// transport over it shares.
+    pub backing: Arc<Backing>,
     /// Refuse writes even where the device takes them.
     pub read_only: bool,
     pub allow: Allow,
@@ -24,7 +27,7 @@ pub struct Export {
 impl std::fmt::Debug for Export {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Export")
-            .field("device", &self.device.describe())
+            .field("device", &self.device().describe())
             .field("read_only", &self.read_only)
             .field("allow", &self.allow)
             .field("description", &self.description)
@@ -33,13 +36,24 @@ impl std::fmt::Debug for Export {
 }
 
 impl Export {
+    /// An export of a device no other transport serves, with its write
+    /// cache on.
     pub fn new(device: Arc<dyn BlockDevice>) -> Export {
+        Export::over(Backing::new(device, true))
+    }
+
+    /// An export over a device shared with other transports.
+    pub fn over(backing: Arc<Backing>) -> Export {
         Export {
-            device,
+            backing,
             read_only: false,
             allow: Allow::default(),
             description: String::new(),
         }
+    }
+
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        self.backing.device()
     }
 }
 

@@ -85,7 +85,7 @@ async fn reply<S: AsyncWrite + Unpin>(
 
 /// Transmission flags of an export, given what was negotiated.
 pub(crate) fn transmission_flags(served: &Served, structured: bool) -> u16 {
-    let caps = served.export.device.capabilities();
+    let caps = served.export.device().capabilities();
     let mut flags = FLAG_HAS_FLAGS
         | FLAG_SEND_FLUSH
         | FLAG_SEND_FUA
@@ -109,7 +109,7 @@ pub(crate) fn transmission_flags(served: &Served, structured: bool) -> u16 {
 /// Preferred block size: the device's granularity when it is a usable
 /// power of two, else a page.
 fn preferred_block(served: &Served, max_payload: u32) -> u32 {
-    let g = served.export.device.granularity();
+    let g = served.export.device().granularity();
     if g.is_power_of_two() && (512..=max_payload as u64).contains(&g) {
         g as u32
     } else {
@@ -217,7 +217,7 @@ async fn option<S: AsyncRead + AsyncWrite + Unpin>(
             let served = admit(offer, peer, &name)
                 .map_err(|_| HandshakeError::ExportNameRefused(name.clone()))?;
             let flags = transmission_flags(&served, state.structured);
-            let size = served.export.device.size();
+            let size = served.export.device().size();
             io.write_all(&wire::export_name_reply(size, flags, zeroes))
                 .await?;
             Ok(Some(Step::Transmit(finish(served, state, offer))))
@@ -257,7 +257,7 @@ async fn option<S: AsyncRead + AsyncWrite + Unpin>(
                 io,
                 opt,
                 REP_INFO,
-                &wire::info_export(export.device.size(), flags),
+                &wire::info_export(export.device().size(), flags),
             )
             .await?;
             if req.infos.contains(&INFO_NAME) {
@@ -320,9 +320,9 @@ fn admit(offer: &Offer<'_>, peer: Peer, name: &str) -> Result<Served, (u32, Stri
 fn finish(served: Served, state: &Options, offer: &Offer<'_>) -> Negotiated {
     // Contexts chosen for another export do not carry over.
     let block_status = state.allocation_for.as_deref() == Some(served.name.as_str());
-    let caps = served.export.device.capabilities();
+    let caps = served.export.device().capabilities();
     let agreed = Agreed {
-        size: served.export.device.size(),
+        size: served.export.device().size(),
         read_only: served.export.read_only || caps.read_only,
         structured: state.structured,
         extended: state.extended,

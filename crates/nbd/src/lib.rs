@@ -19,11 +19,15 @@
 //! - [`Server`]: TCP and unix-socket listeners, a live-replaceable table
 //!   of [`Export`]s with allow lists, the [`Session`]s in transmission,
 //!   and counters for metrics ([`ServerStats`]);
-//! - [`NbdConfig`]: the `[nbd]` section of the configuration.
+//! - [`NbdConfig`]: the `[nbd]` section of the configuration;
+//! - [`exports_of`] and `impl export::Frontend for Server`: the daemon's
+//!   device exports served over the [`export::Backing`] every transport
+//!   of a device shares (one range lock, one write-cache policy).
 
 mod access;
 mod config;
 mod exports;
+mod frontend;
 mod handshake;
 mod ops;
 pub mod proto;
@@ -37,6 +41,7 @@ pub mod wire;
 pub use access::{Allow, Peer, Rule};
 pub use config::{ExportConfig, ListenAddr, NbdConfig, TlsConfig, DEFAULT_PORT};
 pub use exports::{Export, ExportStats, DEFAULT_EXPORT};
+pub use frontend::exports_of;
 pub use server::{Limits, Server, ServerStats};
 pub use sessions::Session;
 pub use tls::{Tls, TlsMode};

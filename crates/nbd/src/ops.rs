@@ -4,6 +4,7 @@
 use std::io;
 
 use block::{Allocation, BlockDevice};
+use export::Backing;
 
 use crate::proto::*;
 use crate::wire::{Command, Extent};
@@ -88,6 +89,61 @@ fn reads_split_at_holes(device: &dyn BlockDevice, len: usize) -> bool {
 fn holes_read_zero(device: &dyn BlockDevice) -> bool {
     let caps = device.capabilities();
     caps.thin || caps.discard_zeroes
+}
+
+/// Runs `cmd` on the device of `backing` as every transport over it
+/// does: its byte range held shared in the backing's range locks (so a
+/// SCSI COMPARE AND WRITE of those bytes cannot interleave), and a write
+/// forced to stable storage when the shared write cache is off.
+pub(crate) fn run_on(backing: &Backing, cmd: Command, payload: &[u8], shape: ReadShape) -> Outcome {
+    let cmd = forced(cmd, !backing.write_cache());
+    let _held = medium_range(cmd).map(|(offset, len)| backing.locks.lock(offset, len, false));
+    run(&**backing.device(), cmd, payload, shape)
+}
+
+/// `cmd` with FUA set when the write cache is off.
+fn forced(cmd: Command, cache_off: bool) -> Command {
+    if !cache_off {
+        return cmd;
+    }
+    match cmd {
+        Command::Write { offset, len, .. } => Command::Write {
+            offset,
+            len,
+            fua: true,
+        },
+        Command::Trim { offset, len, .. } => Command::Trim {
+            offset,
+            len,
+            fua: true,
+        },
+        Command::WriteZeroes {
+            offset,
+            len,
+            no_hole,
+            fast,
+            ..
+        } => Command::WriteZeroes {
+            offset,
+            len,
+            fua: true,
+            no_hole,
+            fast,
+        },
+        other => other,
+    }
+}
+
+/// The bytes a command reads or changes on the medium.
+fn medium_range(cmd: Command) -> Option<(u64, u64)> {
+    match cmd {
+        Command::Read { offset, len, .. }
+        | Command::Write { offset, len, .. }
+        | Command::Trim { offset, len, .. }
+        | Command::WriteZeroes { offset, len, .. }
+        | Command::Cache { offset, len } => Some((offset, len)),
+        Command::Flush | Command::Disconnect | Command::BlockStatus { .. } => None,
+    }
 }
 
 /// Runs `cmd` on `device`; `payload` is a write's data.
@@ -324,6 +380,48 @@ mod tests {
         assert_eq!(all[1].flags, 0);
         let one = extents(&dev, 0, 8 << 20, true).unwrap();
         assert_eq!(one, vec![all[0]]);
+    }
+
+    #[test]
+    fn a_write_holds_its_range_and_obeys_the_shared_write_cache() {
+        use block::FaultyDevice;
+        let faulty = std::sync::Arc::new(FaultyDevice::new(std::sync::Arc::new(MemDevice::new(
+            1 << 20,
+        ))));
+        let backing = Backing::new(faulty.clone(), true);
+        let write = Command::Write {
+            offset: 0,
+            len: 4096,
+            fua: false,
+        };
+        assert!(matches!(
+            run_on(&backing, write, &[5; 4096], ReadShape::Whole),
+            Outcome::Done
+        ));
+        // With the cache on, an unflushed write is lost in a power cut.
+        faulty.drop_unflushed();
+        let mut back = [0; 4096];
+        faulty.read_at(&mut back, 0).unwrap();
+        assert_eq!(back, [0; 4096]);
+        // With it off (as MODE SELECT of a LUN over the same device turns
+        // it), the same write is stable when it completes.
+        backing.set_write_cache(false);
+        run_on(&backing, write, &[6; 4096], ReadShape::Whole);
+        faulty.drop_unflushed();
+        faulty.read_at(&mut back, 0).unwrap();
+        assert_eq!(back, [6; 4096]);
+        // An exclusive holder of the bytes (COMPARE AND WRITE) holds the
+        // write back until it is done.
+        let backing = std::sync::Arc::new(backing);
+        let held = backing.locks.lock(0, 512, true);
+        let t = {
+            let backing = backing.clone();
+            std::thread::spawn(move || run_on(&backing, write, &[7; 4096], ReadShape::Whole))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!t.is_finished());
+        drop(held);
+        assert!(matches!(t.join().unwrap(), Outcome::Done));
     }
 
     #[test]

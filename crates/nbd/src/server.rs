@@ -155,6 +155,13 @@ impl Server {
         }
     }
 
+    /// Ends the sessions whose export is gone or no longer the one they
+    /// negotiated (device, access list, mode); returns how many.
+    pub fn end_refused_sessions(&self) -> usize {
+        let i = &self.inner;
+        i.sessions.end_changed(&i.exports.list())
+    }
+
     /// Connections in transmission now.
     pub fn sessions(&self) -> Vec<Session> {
         self.inner.sessions.list()

@@ -5,8 +5,8 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use block::BlockDevice;
 use bytes::Bytes;
+use export::Backing;
 use peer_limits::{write_deadline, OutgoingBudget};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
@@ -83,8 +83,8 @@ where
         writer_failed.clone(),
         shared.limits.write_deadline,
     ));
-    let device = served.export.device.clone();
-    let blocking = device.capabilities().may_block;
+    let backing = served.export.backing.clone();
+    let blocking = backing.device().capabilities().may_block;
     let counters = served.counters.clone();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let header_len = wire::request_header_len(agreed.extended);
@@ -159,13 +159,13 @@ where
             (Framing::Simple, _) | (_, Command::Read { df: true, .. }) => ReadShape::Whole,
             _ => ReadShape::Sparse,
         };
-        let device = device.clone();
+        let backing = backing.clone();
         let counters = counters.clone();
         let tx = tx.clone();
         // The whole request, from the device call to the queued reply, in
         // one closure: on a blocking thread it needs no task of its own.
         let answer = move || {
-            let outcome = run_guarded(&*device, cmd, &payload, shape);
+            let outcome = run_guarded(&backing, cmd, &payload, shape);
             count(&counters, cmd, &outcome);
             let parts = reply::encode(framing, answering, outcome);
             let _ = tx.send(Outgoing { parts, cost: taken });
@@ -199,13 +199,8 @@ where
 
 /// Runs a command, a panic in the device becoming an I/O error for this
 /// request instead of a reply that never comes.
-fn run_guarded(
-    device: &dyn BlockDevice,
-    cmd: Command,
-    payload: &[u8],
-    shape: ReadShape,
-) -> Outcome {
-    let run = std::panic::AssertUnwindSafe(|| ops::run(device, cmd, payload, shape));
+fn run_guarded(backing: &Backing, cmd: Command, payload: &[u8], shape: ReadShape) -> Outcome {
+    let run = std::panic::AssertUnwindSafe(|| ops::run_on(backing, cmd, payload, shape));
     std::panic::catch_unwind(run).unwrap_or_else(|_| Outcome::Failed {
         error: crate::proto::EIO,
         message: "the device call failed".into(),
