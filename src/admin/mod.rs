@@ -57,6 +57,9 @@ pub struct Current {
     pub runtime: control::Runtime,
     /// `--listen` addresses that replace every configuration's portals.
     pub listen_override: Vec<SocketAddr>,
+    /// `--nbd-listen` addresses that replace every configuration's
+    /// `[nbd] listen`.
+    pub nbd_listen_override: Vec<nbd::ListenAddr>,
 }
 
 pub struct Admin {
@@ -211,6 +214,9 @@ fn proposed(current: &Current, text: &str, origin: &str) -> Result<control::Conf
     if !current.listen_override.is_empty() {
         config.override_listen(&current.listen_override);
     }
+    if !current.nbd_listen_override.is_empty() {
+        config.override_nbd_listen(&current.nbd_listen_override);
+    }
     Ok(config)
 }
 
@@ -326,7 +332,10 @@ fn apply_text(
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     // The transport reads its [daemon] settings once, at start.
-    let restart_needed = current.config.daemon != config.daemon;
+    let nbd_listeners =
+        |c: &control::Config| c.nbd.as_ref().map(|n| (n.listen.clone(), n.tls.clone()));
+    let restart_needed = current.config.daemon != config.daemon
+        || nbd_listeners(&current.config) != nbd_listeners(&config);
     let previous = std::mem::replace(&mut current.runtime, runtime);
     current.config = config;
     current.text = text;
@@ -339,7 +348,9 @@ fn apply_text(
     }
     let mut answer = json!({ "changes": changes, "applied": true });
     if restart_needed {
-        answer["note"] = json!("[daemon] settings take effect at the next start");
+        answer["note"] = json!(
+            "[daemon] settings and where NBD listens (listen, tls) take effect at the next start"
+        );
     }
     (200, answer)
 }
