@@ -7,6 +7,7 @@ mod check_config;
 mod completions;
 mod device_cli;
 mod edit_cli;
+mod export_cli;
 mod listener_metrics;
 mod nbd_serve;
 mod output;

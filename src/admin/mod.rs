@@ -192,6 +192,16 @@ fn objects(config: &control::Config) -> Value {
             "size": d.spec.size(),
             "settings": d.spec.settings().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         })).collect::<Vec<_>>(),
+        "nbd": config.nbd.as_ref().map(|n| json!({
+            "listen": n.listen.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            "exports": n.exports.iter().map(|e| json!({
+                "name": e.name,
+                "device": e.device,
+                "read_only": e.read_only,
+                "allow": e.allow,
+                "description": e.description,
+            })).collect::<Vec<_>>(),
+        })),
         "targets": config.targets.iter().map(|t| json!({
             "name": t.name,
             "alias": t.alias,
