@@ -128,7 +128,7 @@ pub enum DeviceOp {
         #[arg(long = "set", value_name = "KEY=VALUE", value_parser = setting)]
         settings: Vec<(String, String)>,
     },
-    /// Remove a device no LUN maps any more.
+    /// Remove a device no LUN or NBD export serves any more.
     Remove { name: String },
     /// Change keys of [[device]]: `modify vm1 product_id=VM1 read_only=true`
     /// (`KEY=` removes the key). Identity, read-only and write cache

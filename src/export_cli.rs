@@ -38,7 +38,12 @@ pub enum ExportOp {
     },
     /// Stop offering an export; its sessions end once their requests in
     /// flight are answered.
-    Remove { name: String },
+    Remove {
+        name: String,
+        /// Accept losing the data of a RAM device nothing else serves.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 pub fn action(op: ExportOp) -> Action {
@@ -66,7 +71,7 @@ pub fn action(op: ExportOp) -> Action {
             allow,
             description,
         }),
-        ExportOp::Remove { name } => plain(Edit::NbdExportRemove { name }),
+        ExportOp::Remove { name, force } => Action::Edit(Edit::NbdExportRemove { name }, force),
     }
 }
 

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod hostile_packets;
 pub mod raw;
 
 use std::collections::BTreeMap;
