@@ -704,3 +704,38 @@ device = "v"
     let count: u64 = errors.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(count > 100, "malformed input was not noticed: {errors}");
 }
+
+#[test]
+fn the_default_configuration_exports_its_ram_disk_where_nbd_listen_says() {
+    let (port, nbd_port) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("serve.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let mut child = common::serve_command()
+        .args(["--admin-socket", "none", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--nbd-listen")
+        .arg(format!("127.0.0.1:{nbd_port}"))
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+    let nbd = SocketAddr::from(([127, 0, 0, 1], nbd_port));
+    let started = Instant::now();
+    let line = format!("NBD listening addr={nbd}");
+    while !std::fs::read_to_string(&log).unwrap().contains(&line) {
+        assert!(child.try_wait().unwrap().is_none(), "serve exited");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = run("nbdinfo", &[&format!("nbd://{nbd}/default")]);
+    let info = String::from_utf8_lossy(&out.stdout).to_string();
+    // SAFETY: kill(2) on our own child, still unreaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    assert!(info.contains("export-size: 1073741824"), "{info}");
+    assert!(info.contains("can_multi_conn: true"), "{info}");
+}
