@@ -458,11 +458,13 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
     let device_exports = config
         .nbd_exports()
         .filter_map(|e| {
+            // A read-only device refuses writes on every transport.
+            let device_read_only = config.device(&e.device).is_some_and(|d| d.read_only);
             Some(export::DeviceExport {
                 name: e.name.clone(),
                 device: e.device.clone(),
                 backing: devices.get(&e.device)?.clone(),
-                read_only: e.read_only,
+                read_only: e.read_only || device_read_only,
                 allow: e.allow.clone(),
                 description: e.description.clone(),
             })
