@@ -54,7 +54,7 @@ impl Drop for Registered<'_> {
 /// Whether `b` is still the export `a` was: the same device, access and
 /// mode (a new description alone ends nothing).
 fn same_export(a: &Export, b: &Export) -> bool {
-    let device = |e: &Export| Arc::as_ptr(&e.backing);
+    let device = |e: &Export| Arc::as_ptr(e.device()) as *const u8;
     device(a) == device(b) && a.read_only == b.read_only && a.allow == b.allow
 }
 

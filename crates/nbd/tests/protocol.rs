@@ -269,7 +269,7 @@ fn replaced_exports_end_the_sessions_of_removed_ones_only() {
     on_a.go("a", true, false, false).unwrap();
     let mut on_k = Raw::connect(srv.addr).unwrap();
     on_k.go("k", true, false, false).unwrap();
-    assert_eq!(srv.server.sessions().len(), 2);
+    common::eventually("two sessions", || srv.server.sessions().len() == 2);
     let second: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(2 * MIB));
     let mut k = Export::new(kept);
     k.description = "a new description changes nothing".into();
@@ -289,9 +289,12 @@ fn replaced_exports_end_the_sessions_of_removed_ones_only() {
         Ok(0) | Err(_)
     ));
     assert_eq!(on_k.command(CMD_WRITE, 0, 1, 0, 512, &[1; 512]), 0);
+    let exports = || -> Vec<String> {
+        let sessions = srv.server.sessions();
+        sessions.iter().map(|s| s.export.clone()).collect()
+    };
+    common::eventually("sessions on k and b", || exports() == ["k", "b"]);
     let sessions = srv.server.sessions();
-    let exports: Vec<&str> = sessions.iter().map(|s| s.export.as_str()).collect();
-    assert_eq!(exports, ["k", "b"]);
     assert!(sessions[0].structured_replies && !sessions[0].tls);
 }
 
@@ -466,5 +469,7 @@ fn export_name_that_is_not_served_closes_the_connection() {
             Ok(0) | Err(_)
         ));
     }
-    assert_eq!(srv.server.stats().protocol_errors, 2);
+    common::eventually("two protocol errors", || {
+        srv.server.stats().protocol_errors == 2
+    });
 }

@@ -113,3 +113,16 @@ pub fn rss_bytes() -> u64 {
     let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
     pages * 4096
 }
+
+/// Waits up to ten seconds for `cond`: the server counts a session or an
+/// error on its own task, after the client has had its answer.
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never came true: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
