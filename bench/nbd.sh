@@ -114,9 +114,11 @@ run_fio() {
         --time_based --runtime="$SECONDS_PER_RUN" --ramp_time=1 --group_reporting \
         --output-format=terse 2>"$WORK/fio.err") || { log "fio failed: $(cat "$WORK/fio.err")"; echo "n/a|n/a|n/a"; return; }
     after=$(cpu_ticks "$SERVER_PID")
-    # Terse v3: field 8 read IOPS, 7 read KiB/s; 49 write IOPS, 48 write KiB/s.
-    iops=$(awk -F';' '{printf "%d", $8 + $49}' <<<"$out")
-    bw=$(awk -F';' '{printf "%d", ($7 + $48) / 1024}' <<<"$out")
+    # Terse v3 (the one line with its 130 fields; fio may print notes
+    # before it): field 8 read IOPS, 7 read KiB/s; 49 write IOPS, 48 write
+    # KiB/s.
+    iops=$(awk -F';' 'NF > 100 {printf "%d", $8 + $49}' <<<"$out")
+    bw=$(awk -F';' 'NF > 100 {printf "%d", ($7 + $48) / 1024}' <<<"$out")
     # The ramp second is in the CPU time but not in the IOPS: count it.
     echo "$iops|$(us_per_io "$((after - before))" "$((iops * (SECONDS_PER_RUN + 1)))")|$bw"
 }
@@ -127,6 +129,7 @@ for rw in randread randwrite; do
 done
 ROWS+=("read 1M 8" "write 1M 8")
 
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A RESULT
 for server in $SERVERS; do
     port=$(free_port)
@@ -155,7 +158,8 @@ done
     echo "which caps near a core's worth of client work; two jobs, two of each."
     echo "qemu-nbd runs \`--cache=writeback --aio=io_uring --shared=16\` (tmpfs"
     echo "refuses the O_DIRECT of \`--cache=none\`); nbdkit the file plugin with"
-    echo "its defaults (parallel thread model)."
+    echo "its defaults (parallel thread model). Load average (1, 5, 15 min)"
+    echo "before the runs: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)."
     echo
     printf '| workload | jobs |'
     for server in $SERVERS; do printf ' %s | µs/IO |' "$server"; done
