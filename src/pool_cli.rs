@@ -50,12 +50,6 @@ pub enum PoolCommand {
         #[command(flatten)]
         at: Where,
         pool: String,
-        /// For crash tests only: from the next start on, data written to
-        /// the pool's devices waits in the daemon's memory until a flush,
-        /// so killing the daemon loses it like a power cut loses a volatile
-        /// disk cache.
-        #[arg(long, hide = true)]
-        simulate_volatile_cache: bool,
         #[command(flatten)]
         format: Format,
     },
@@ -267,17 +261,12 @@ fn print_pool(p: &Value, f: &Format) {
         return;
     }
     println!(
-        "pool {}: size {} used {} free {} (unit {}{})",
+        "pool {}: size {} used {} free {} (unit {})",
         p["name"].as_str().unwrap_or(""),
         f.size_of(&p["size"]),
         f.size_of(&p["used"]),
         f.size_of(&p["free"]),
         f.size_of(&p["unit_size"]),
-        if p["simulated_volatile_cache"] == true {
-            ", simulated volatile cache"
-        } else {
-            ""
-        }
     );
     println!("  {}", space_line(p, f));
     print_volumes(&p["volumes"], f);
@@ -371,21 +360,11 @@ fn pool_command(cmd: PoolCommand) -> anyhow::Result<bool> {
         PoolCommand::Status { at, pool, format } => {
             print_pools(&pools(&Via::choose(&at)?, pool.as_deref())?, &format);
         }
-        PoolCommand::Create {
-            at,
-            pool,
-            simulate_volatile_cache,
-            format,
-        } => {
-            let body = if simulate_volatile_cache {
-                json!({ "simulate_volatile_cache": true })
-            } else {
-                Value::Null
-            };
+        PoolCommand::Create { at, pool, format } => {
             let p = Via::choose(&at)?.call(
                 "POST",
                 &format!("/v1/pools/{}", percent_encode(&pool)),
-                body,
+                Value::Null,
             )?;
             print_pools(&[p], &format);
         }

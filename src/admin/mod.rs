@@ -27,15 +27,10 @@
 
 mod devices;
 mod http;
-pub mod portals;
 mod sessions;
 mod socket;
 mod status;
 
-use std::io::Write;
-use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
@@ -43,24 +38,7 @@ use serde_json::{json, Value};
 pub use http::{serve_metrics, serve_tcp, serve_unix, Deadlines, Token};
 pub use socket::{bind, held_by_a_daemon, SocketFile};
 
-/// How long a change waits for a removed portal's listener to close.
-const PORTAL_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The configuration being served and the objects built from it.
-pub struct Current {
-    pub config: control::Config,
-    /// The text `config` was read from (what `save` writes).
-    pub text: String,
-    /// Where the configuration is kept; `None` when serving the built-in
-    /// default, which has nowhere to persist changes to.
-    pub path: Option<PathBuf>,
-    pub runtime: control::Runtime,
-    /// `--listen` addresses that replace every configuration's portals.
-    pub listen_override: Vec<SocketAddr>,
-    /// `--nbd-listen` addresses that replace every configuration's
-    /// `[nbd] listen`.
-    pub nbd_listen_override: Vec<nbd::ListenAddr>,
-}
+pub use daemon::{portals, write_atomically, Current};
 
 pub struct Admin {
     pub current: Mutex<Current>,
@@ -129,7 +107,9 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
             };
             let origin = req.origin.clone().unwrap_or_else(|| "<request>".into());
             let current = admin.lock();
-            match proposed(&current, text, &origin) {
+            match daemon::proposed(&current, text, &origin)
+                .map_err(|r| error(r.status(), r.message()))
+            {
                 Ok(config) => {
                     let mut changes = control::diff(&current.config, &config);
                     // What `apply` would need --force for.
@@ -217,19 +197,6 @@ fn objects(config: &control::Config) -> Value {
     })
 }
 
-/// `text` validated, with the daemon's `--listen` override applied as at
-/// start.
-fn proposed(current: &Current, text: &str, origin: &str) -> Result<control::Config, (u16, Value)> {
-    let mut config = control::parse_config(text, origin).map_err(|e| error(400, e))?;
-    if !current.listen_override.is_empty() {
-        config.override_listen(&current.listen_override);
-    }
-    if !current.nbd_listen_override.is_empty() {
-        config.override_nbd_listen(&current.nbd_listen_override);
-    }
-    Ok(config)
-}
-
 /// `POST /v1/config/apply`: the body is the whole configuration.
 fn apply(admin: &Admin, req: &Request) -> (u16, Value) {
     let Ok(text) = String::from_utf8(req.body.clone()) else {
@@ -271,11 +238,7 @@ fn edit(admin: &Admin, req: &Request) -> (u16, Value) {
     apply_text(admin, &mut current, text, &origin, req.force())
 }
 
-/// Validates `text` as a whole, checks the running objects can take the
-/// change (a change that replaces a LUN's data only with `force`), builds
-/// the new objects over the running ones, binds new portals, writes the
-/// file atomically, and only then makes the change live. Anything failing
-/// before that leaves the running state and the file as they were.
+/// The change made through the daemon's one transaction, as an answer.
 fn apply_text(
     admin: &Admin,
     current: &mut Current,
@@ -283,136 +246,18 @@ fn apply_text(
     origin: &str,
     force: bool,
 ) -> (u16, Value) {
-    let config = match proposed(current, &text, origin) {
-        Ok(c) => c,
-        Err(e) => return e,
+    let transports = daemon::Transports {
+        portals: &admin.portals,
+        frontends: &admin.frontends,
     };
-    let mut changes = control::diff(&current.config, &config);
-    if changes.is_empty() {
-        return (200, json!({ "changes": changes, "applied": false }));
-    }
-    match control::check_live_change(&current.config, &config, force) {
-        Ok(losses) => changes.extend(losses),
-        Err(e) => return error(409, e),
-    }
-    let Some(path) = current.path.clone() else {
-        return error(
-            409,
-            "serving the built-in default: start with --config FILE to change the configuration",
-        );
-    };
-    let runtime = match control::rebuild(&config, &current.runtime) {
-        Ok(r) => r,
-        Err(e) => return error(400, e),
-    };
-    let mut portals = admin.portals.lock().unwrap_or_else(|p| p.into_inner());
-    let (added, removed) = portals::changes(&portals.addrs(), &runtime.listen);
-    let mut listeners = Vec::with_capacity(added.len());
-    for addr in added {
-        match portals::bind(addr) {
-            Ok(l) => listeners.push((addr, l)),
-            Err(e) => return error(400, format!("portal: cannot listen on {addr}: {e}")),
+    match daemon::apply_text(&transports, current, text, origin, force) {
+        Ok(done) => {
+            let mut answer = json!({ "changes": done.changes, "applied": done.applied });
+            if let Some(note) = done.note {
+                answer["note"] = json!(note);
+            }
+            (200, answer)
         }
-    }
-    // Persist before going live: a file that cannot be written leaves
-    // everything as it was.
-    if let Err(e) = write_atomically(&path, &text) {
-        return error(500, format!("cannot write {}: {e}", path.display()));
-    }
-    runtime.commit(Some(&current.runtime));
-    for frontend in &admin.frontends {
-        frontend.replace_exports(&runtime.exports);
-        // Sessions whose initiator lost the target are asked to log out.
-        frontend.end_refused_sessions();
-    }
-    for (addr, listener) in listeners {
-        tracing::info!(%addr, "portal added");
-        portals.start(addr, listener);
-    }
-    let closing: Vec<_> = removed
-        .into_iter()
-        .filter_map(|a| portals.stop(a))
-        .collect();
-    drop(portals);
-    // Answer once removed portals are closed, so their address can be
-    // bound by the next change (`remove` then `add` moves a portal).
-    // (Polled rather than awaited: changes run on a blocking thread.)
-    let waiting = std::time::Instant::now();
-    while closing.iter().any(|t| !t.is_finished()) && waiting.elapsed() < PORTAL_CLOSE_WAIT {
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    // The transport reads its [daemon] settings once, at start.
-    let nbd_listeners =
-        |c: &control::Config| c.nbd.as_ref().map(|n| (n.listen.clone(), n.tls.clone()));
-    let restart_needed = current.config.daemon != config.daemon
-        || nbd_listeners(&current.config) != nbd_listeners(&config);
-    let previous = std::mem::replace(&mut current.runtime, runtime);
-    current.config = config;
-    current.text = text;
-    // Devices the new configuration dropped are flushed before they go.
-    if let Err(e) = previous.flush_all() {
-        tracing::warn!(error = %e, "flushing the previous configuration's devices");
-    }
-    for change in &changes {
-        tracing::info!(change = %change, "configuration applied");
-    }
-    let mut answer = json!({ "changes": changes, "applied": true });
-    if restart_needed {
-        answer["note"] = json!(
-            "[daemon] settings and where NBD listens (listen, tls) take effect at the next start"
-        );
-    }
-    (200, answer)
-}
-
-/// Replace `path` with `text` so that a crash leaves the old file or the
-/// new one, never a mix: a temporary file beside it (mode 0600, for the
-/// secrets), fsync, rename over, fsync the directory.
-pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    #[test]
-    fn atomic_write_replaces_with_owner_only_mode() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("c.toml");
-        std::fs::write(&path, "old").unwrap();
-        write_atomically(&path, "new text").unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new text");
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
-        // No temporary file is left behind.
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-        // A directory that does not exist fails without touching anything.
-        assert!(write_atomically(&dir.path().join("no/c.toml"), "x").is_err());
+        Err(refused) => error(refused.status(), refused.message()),
     }
 }

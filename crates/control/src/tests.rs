@@ -566,3 +566,14 @@ fn pool_limits_parse_and_bad_ones_name_their_line_and_field() {
         );
     }
 }
+
+#[test]
+fn failure_rehearsal_example_parses_into_a_graph() {
+    let text = include_str!("../../../examples/failure-rehearsal.toml");
+    let c = parse_config(text, "examples/failure-rehearsal.toml").unwrap_or_else(|e| panic!("{e}"));
+    let kind = |name: &str| c.device(name).map(|d| d.kind());
+    assert_eq!(kind("flaky0"), Some("faulty"));
+    assert_eq!(c.device("flaky0").unwrap().spec.children(), ["slow0"]);
+    assert_eq!(c.device("slow0").unwrap().spec.children(), ["disk0"]);
+    assert_eq!(c.pools[0].member_devices().collect::<Vec<_>>(), ["f0"]);
+}
