@@ -73,8 +73,8 @@ pub struct ScsiExport {
 /// Everything one configuration exports, for every transport.
 #[derive(Clone, Default)]
 pub struct Exports {
-    /// Every open device by its configured name, for transports that
-    /// export devices directly (NBD).
+    /// Every served device by its configured name (what a device export
+    /// names is among them).
     pub devices: BTreeMap<String, Arc<Backing>>,
     /// SCSI targets, for transports that carry SCSI commands (iSCSI).
     pub scsi_targets: Vec<ScsiExport>,
