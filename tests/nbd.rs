@@ -73,15 +73,17 @@ impl Served {
         c
     }
 
-    /// `GET /metrics` through the administration socket.
-    fn metrics(&self) -> String {
+    /// `GET PATH` through the administration socket: the body.
+    fn get(&self, path: &str) -> String {
         let stream = std::os::unix::net::UnixStream::connect(&self.daemon.socket).unwrap();
-        let (status, body) = http_exchange(
-            stream,
-            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        );
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let (status, body) = http_exchange(stream, &request);
         assert_eq!(status, 200, "{body}");
         body
+    }
+
+    fn metrics(&self) -> String {
+        self.get("/metrics")
     }
 }
 
@@ -515,6 +517,19 @@ device = "a"
     assert!(info.contains("export-size: 8388608"), "{info}");
     assert!(info.contains("is_read_only: true"), "{info}");
     assert_eq!(first.read(2, 0, 4096).unwrap(), data);
+    // The status page lists the exports with their sessions.
+    let status: serde_json::Value = serde_json::from_str(&s.get("/v1/status")).unwrap();
+    let exports = status["nbd_exports"].as_array().unwrap();
+    assert_eq!(exports.len(), 2, "{status}");
+    assert_eq!(exports[0]["name"], "first");
+    assert_eq!(exports[0]["sessions"], 1, "{status}");
+    assert_eq!(exports[1]["read_only"], true);
+    assert_eq!(status["healthy"], true);
+    let shown = s.daemon.ok(&["status"]);
+    assert!(
+        shown.contains("nbd exports:\n  first -> a (1 session(s))"),
+        "{shown}"
+    );
 
     // A device still exported cannot be removed; the refusal names it.
     let out = s.daemon.cli(&["device", "remove", "b"]);
