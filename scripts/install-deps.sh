@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs what the tests and benchmarks drive: real iSCSI clients (libiscsi
-# tools, qemu-img with its iSCSI block driver), the tgt peer target for
-# side-by-side benchmarks, fio, and systemd-analyze for the unit file. Idempotent: apt runs only when something
-# is missing.
+# Installs what building needs beyond Rust (librbd's headers and libclang for
+# the RBD bindings) and what the tests and benchmarks drive: real iSCSI
+# clients (libiscsi tools, qemu-img with its iSCSI block driver), the tgt
+# peer target for side-by-side benchmarks, fio, and systemd-analyze for the
+# unit file. Idempotent: apt runs only when something is missing.
 set -euo pipefail
 
 SUDO=""
@@ -46,6 +47,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   mapfile -t pkgs < <(printf '%s\n' "${missing[@]}" | sort -u)
   echo "installing: ${pkgs[*]}"
   apt_install "${pkgs[@]}"
+fi
+
+# Building: the rbd crate generates its librbd bindings with bindgen, which
+# needs librbd's headers and libclang (checked by file, since neither is a
+# command). The Ceph daemons of the test cluster are installed by
+# scripts/ceph-fixture.sh when it starts one.
+build_missing=()
+[ -e /usr/include/rbd/librbd.h ] || build_missing+=(librbd-dev)
+compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null ||
+  compgen -G '/usr/lib/*/libclang*.so*' >/dev/null || build_missing+=(libclang-dev)
+if [ ${#build_missing[@]} -gt 0 ]; then
+  echo "installing: ${build_missing[*]}"
+  apt_install "${build_missing[@]}"
 fi
 
 # qemu-img opens iscsi:// only through the block-iscsi module of

@@ -1,4 +1,4 @@
-//! `openarray device fault` and the device tree `device show` prints: the
+//! `openarray device fault`, `openarray device rbd` and the device tree `device show` prints: the
 //! device graph as it runs, asked of the daemon.
 
 use clap::Subcommand;
@@ -25,6 +25,31 @@ pub enum FaultArg {
     Corrupt { offset: String, len: String },
     /// Lose every write no flush has covered, as a power cut would.
     DropUnflushed,
+}
+
+/// An operation on the image of an `rbd` device.
+#[derive(Subcommand, Clone, Debug)]
+pub enum RbdArg {
+    /// Take an RBD snapshot of the image.
+    Snapshot { snapshot: String },
+    /// Make a layered clone IMAGE (same Ceph pool) of SNAPSHOT.
+    Clone { snapshot: String, image: String },
+    /// Grow the image to SIZE (bytes, or with a unit: 10G).
+    Resize { size: String },
+}
+
+/// The request body for `POST /v1/devices/{name}/rbd`.
+pub fn rbd_body(op: &RbdArg) -> anyhow::Result<Value> {
+    Ok(match op {
+        RbdArg::Snapshot { snapshot } => json!({ "op": "snapshot", "snapshot": snapshot }),
+        RbdArg::Clone { snapshot, image } => {
+            json!({ "op": "clone", "snapshot": snapshot, "image": image })
+        }
+        RbdArg::Resize { size } => {
+            let size = control::parse_size(size).map_err(|e| anyhow::anyhow!("`{size}`: {e}"))?;
+            json!({ "op": "resize", "size": size })
+        }
+    })
 }
 
 /// The request body for `POST /v1/devices/{name}/fault`.

@@ -109,6 +109,12 @@ pub enum DeviceOp {
         #[command(subcommand)]
         fault: crate::device_cli::FaultArg,
     },
+    /// Snapshot, clone or grow the image of an `rbd` device, live.
+    Rbd {
+        name: String,
+        #[command(subcommand)]
+        op: crate::device_cli::RbdArg,
+    },
     /// Add a device, e.g. `add vm1 --kind file --path /srv/vm1.img --size 10G`.
     Add {
         name: String,
@@ -387,6 +393,8 @@ pub(crate) enum Action {
     },
     /// Inject a fault into a `faulty` device.
     Fault { name: String, body: Value },
+    /// An operation on an `rbd` device's image.
+    Rbd { name: String, body: Value },
     /// A command whose arguments do not make a request.
     Invalid(anyhow::Error),
 }
@@ -442,6 +450,10 @@ fn device(op: DeviceOp) -> Action {
         },
         DeviceOp::Fault { name, fault } => match crate::device_cli::fault_body(&fault) {
             Ok(body) => Action::Fault { name, body },
+            Err(e) => Action::Invalid(e),
+        },
+        DeviceOp::Rbd { name, op } => match crate::device_cli::rbd_body(&op) {
+            Ok(body) => Action::Rbd { name, body },
             Err(e) => Action::Invalid(e),
         },
         DeviceOp::Add {
@@ -750,6 +762,14 @@ fn run_action(api: &Endpoint, action: Action) -> anyhow::Result<()> {
         Action::Fault { name, body } => {
             let path = format!(
                 "/v1/devices/{}/fault",
+                crate::volume_api::percent_encode(&name)
+            );
+            let json = answer(api, "POST", &path, body.to_string().as_bytes())?;
+            println!("{name}: {}", json["done"].as_str().unwrap_or("done"));
+        }
+        Action::Rbd { name, body } => {
+            let path = format!(
+                "/v1/devices/{}/rbd",
                 crate::volume_api::percent_encode(&name)
             );
             let json = answer(api, "POST", &path, body.to_string().as_bytes())?;

@@ -186,7 +186,7 @@ pool = "tank"
             "{err}"
         );
         assert!(
-            err.contains("device[1].pool: only `volume` devices have `pool`"),
+            err.contains("device[1].pool: only `volume`, `rbd` devices have `pool`"),
             "{err}"
         );
         let text = "[[pool]]\nname = \"p\"\ndevices = []\nunit_size = \"3K\"\n";

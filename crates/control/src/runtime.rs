@@ -129,10 +129,14 @@ impl Runtime {
 }
 
 /// The LU settings of a device; identifiers not given are derived from the
-/// device name, so they stay the same across restarts.
-fn lu_config(config: &Config, dev: &Device) -> LuConfig {
+/// device name (or what its kind says identifies it), so they stay the same
+/// across restarts.
+fn lu_config(config: &Config, dev: &Device, device: &dyn BlockDevice) -> LuConfig {
     let id = &dev.identity;
-    let naa = id.naa.unwrap_or_else(|| scsi::naa_from_seed(&dev.name));
+    let seed = dev.spec.identity_seed(device);
+    let naa = id
+        .naa
+        .unwrap_or_else(|| scsi::naa_from_seed(seed.as_deref().unwrap_or(&dev.name)));
     let serial = id
         .serial
         .clone()
@@ -276,7 +280,7 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             (true, Some((_, _, lu))) => lu.backing().clone(),
             _ => export::Backing::new(device.clone(), dev.write_cache),
         };
-        match LogicalUnit::over(backing, lu_config(config, dev)) {
+        match LogicalUnit::over(backing, lu_config(config, dev, &*device)) {
             Ok(lu) => {
                 units.insert(dev.name.as_str(), lu);
                 opened.insert(dev.name.as_str(), device);
@@ -622,7 +626,7 @@ impl Views<'_> {
         let config = LuConfig {
             read_only: true,
             pr_state_file: None,
-            ..lu_config(self.config, dev)
+            ..lu_config(self.config, dev, &**backing.device())
         };
         match LogicalUnit::over(backing, config) {
             Ok(ro) => {

@@ -662,6 +662,17 @@ pub(crate) fn io_sense(e: &io::Error, writing: bool) -> Sense {
     if e.raw_os_error() == Some(libc::EROFS) {
         return Sense::write_protected();
     }
+    // The storage did not answer in time (a network device such as an RBD
+    // image whose cluster is slow or partitioned) and may still complete
+    // the request: nothing says the medium is bad, so not a MEDIUM ERROR
+    // but NOT READY with an operation in progress, which initiators retry
+    // after a pause (and multipath may send to another path).
+    if e.raw_os_error() == Some(libc::ETIMEDOUT) || e.kind() == io::ErrorKind::TimedOut {
+        return Sense::new(
+            crate::sense::key::NOT_READY,
+            crate::sense::asc::NOT_READY_OPERATION_IN_PROGRESS,
+        );
+    }
     // A thin pool (or the file system under a sparse file) out of space:
     // SBC's answer for a write that needs space the LU cannot allocate, so
     // that initiators report a full pool rather than a failing disk.
@@ -827,6 +838,16 @@ mod tests {
         // Other failures stay medium errors.
         let s = io_sense(&io::Error::from_raw_os_error(libc::EIO), true);
         assert_eq!(s.key, key::MEDIUM_ERROR);
+    }
+
+    #[test]
+    fn a_timeout_is_retryable_and_a_lost_lock_is_write_protection() {
+        for writing in [false, true] {
+            let s = io_sense(&io::Error::from_raw_os_error(libc::ETIMEDOUT), writing);
+            assert_eq!((s.key, s.asc, s.ascq), (key::NOT_READY, 0x04, 0x07));
+        }
+        let s = io_sense(&io::Error::from_raw_os_error(libc::EROFS), true);
+        assert_eq!((s.key, s.asc, s.ascq), (key::DATA_PROTECT, 0x27, 0x00));
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod fields;
 mod file;
 mod mem;
 mod null;
+mod rbd;
 mod volume;
 
 pub use delay::DelaySpec;
@@ -28,6 +29,7 @@ pub(crate) use fields::TableContext;
 pub use file::FileSpec;
 pub use mem::MemSpec;
 pub use null::NullSpec;
+pub use rbd::{rbd_operation, RbdOp, RbdSpec};
 pub use volume::VolumeSpec;
 
 /// Every kind a `[[device]]` may have.
@@ -38,6 +40,7 @@ pub const KINDS: &[Kind] = &[
     volume::KIND,
     delay::KIND,
     faulty::KIND,
+    rbd::KIND,
 ];
 
 /// One kind of device, as the registry lists it.
@@ -119,6 +122,15 @@ pub trait DeviceSpec: SameSpec + fmt::Debug + Send + Sync {
     fn opened_read_only(&self, read_only: bool) -> bool {
         let _ = read_only;
         false
+    }
+
+    /// What the LUN's NAA and serial derive from when the configuration
+    /// gives no `naa`: something of the open device that every gateway
+    /// serving the same data sees (an RBD image's id), rather than the
+    /// device's name in this file.
+    fn identity_seed(&self, device: &dyn BlockDevice) -> Option<String> {
+        let _ = device;
+        None
     }
 
     /// What the open device says of itself beyond its settings: faults

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# One run: the same RBD image of a one-node Ceph cluster served over iSCSI
+# by openarray and by tgt's rbd backing store (tgt-rbd), both driven by
+# fio's libiscsi engine, beside fio's own rbd engine (librbd straight to
+# the cluster, no gateway) as the limit. 4K random read and write at QD 1
+# and 32, 1M sequential read and write at QD 8; IOPS, mean latency and the
+# gateway's CPU per I/O. Writes the report to docs/bench/rbd.md (or $1).
+#
+# Starts its own cluster with scripts/ceph-fixture.sh, installs tgt-rbd
+# and builds fio with libiscsi (bench/fio-libiscsi.sh) when missing.
+#   RUNTIME=15   seconds per run
+#   OPENARRAY=…  the openarray binary (default: target/release/openarray)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/common.sh
+. "$ROOT/bench/common.sh"
+
+OUT=${1:-$ROOT/docs/bench/rbd.md}
+RUNTIME=${RUNTIME:-15}
+OPENARRAY=${OPENARRAY:-$ROOT/target/release/openarray}
+CLK_TCK=$(getconf CLK_TCK)
+SPAN=1G # the part of the image every run works on
+IQN=iqn.2026-11.org.openarray:bench-rbd
+TGT_IQN=iqn.2026-11.org.openarray:bench-rbd-tgt
+IMAGE=bench
+WORK=$(mktemp -d /tmp/openarray-rbd-bench.XXXXXX)
+CEPH=$WORK/ceph
+GATEWAY_PID=""
+
+cleanup() {
+    kill_children
+    [ -z "$GATEWAY_PID" ] || stop_process "$GATEWAY_PID" || true
+    "$ROOT/scripts/ceph-fixture.sh" stop "$CEPH" >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+[ -x "$OPENARRAY" ] || die "no $OPENARRAY (cargo build --release, or set OPENARRAY)"
+dpkg -s tgt-rbd >/dev/null 2>&1 || apt_install tgt tgt-rbd
+FIO_ISCSI=$(bash "$ROOT/bench/fio-libiscsi.sh") || die "cannot build fio with the libiscsi engine"
+fio --enghelp 2>/dev/null | grep -qx '[[:space:]]*rbd' || die "Debian's fio has no rbd engine here"
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+log "starting the Ceph cluster"
+CEPH_FIXTURE_PORT=$(free_port) "$ROOT/scripts/ceph-fixture.sh" start "$CEPH" >/dev/null
+eval "$("$ROOT/scripts/ceph-fixture.sh" env "$CEPH")"
+rbd_tool() { rbd -c "$OPENARRAY_CEPH_CONF" --name "$OPENARRAY_CEPH_CLIENT" --keyring "$OPENARRAY_CEPH_KEYRING" "$@"; }
+rbd_tool create --size 4G "$OPENARRAY_CEPH_POOL/$IMAGE"
+
+RESULTS=()
+# system workload iops lat_us gateway_us_per_io
+record() {
+    RESULTS+=("$*")
+    log "$*"
+}
+
+# fio's JSON: IOPS, mean completion latency in µs and I/Os done.
+parse_fio() {
+    python3 -c '
+import json, sys
+job = json.load(open(sys.argv[1]))["jobs"][0]
+iops = lat = ios = 0
+for d in ("read", "write"):
+    p = job[d]
+    if p["total_ios"]:
+        iops, lat, ios = p["iops"], p["clat_ns"]["mean"] / 1000, p["total_ios"]
+print(f"{iops:.0f} {lat:.0f} {ios}")' "$1"
+}
+
+WORKLOADS=(randread:4k:1 randread:4k:32 randwrite:4k:1 randwrite:4k:32 read:1m:8 write:1m:8)
+
+# fio's name for an iSCSI LUN: its URL with every colon escaped.
+fio_lun() { echo "iscsi://127.0.0.1:$1/$2/$3" | sed 's/:/\\:/g'; }
+
+# fio against one system: rbd (the engine), or an iSCSI URL with the
+# gateway's pid, whose CPU time is counted.
+run_all() { # system engine-args... (the gateway's pid in GATEWAY_PID)
+    local system=$1 w rw bs qd out t0 t1 iops lat ios
+    shift
+    for w in "${WORKLOADS[@]}"; do
+        IFS=: read -r rw bs qd <<<"$w"
+        out="$WORK/$system-$rw-$bs-$qd.json"
+        t0=0
+        [ -z "$GATEWAY_PID" ] || t0=$(cpu_ticks "$GATEWAY_PID")
+        run_child timeout $((RUNTIME + 60)) "$@" --name="$rw" --rw="$rw" --bs="$bs" --iodepth="$qd" \
+            --size="$SPAN" --time_based --runtime="$RUNTIME" --output-format=json --output="$out" \
+            >/dev/null 2>"$out.err" || die "fio $rw $bs QD$qd against $system: $(tail -2 "$out.err")"
+        read -r iops lat ios < <(parse_fio "$out")
+        if [ -n "$GATEWAY_PID" ]; then
+            t1=$(cpu_ticks "$GATEWAY_PID")
+            record "$system $rw-$bs-qd$qd $iops $lat $(us_per_io $((t1 - t0)) "$ios")"
+        else
+            record "$system $rw-$bs-qd$qd $iops $lat -"
+        fi
+    done
+}
+
+FIO_RBD=(fio --ioengine=rbd --clientname="${OPENARRAY_CEPH_CLIENT#client.}" --pool="$OPENARRAY_CEPH_POOL" --rbdname="$IMAGE")
+log "filling the first $SPAN of the image"
+run_child "${FIO_RBD[@]}" --name=fill --rw=write --bs=4m --iodepth=8 --size="$SPAN" >/dev/null
+
+log "fio's rbd engine"
+run_all fio-rbd "${FIO_RBD[@]}"
+
+log "openarray"
+PORT=$(free_port)
+cat >"$WORK/openarray.toml" <<EOF
+[[portal]]
+listen = "127.0.0.1:$PORT"
+
+[[device]]
+name = "bench"
+kind = "rbd"
+pool = "$OPENARRAY_CEPH_POOL"
+image = "$IMAGE"
+ceph_conf = "$OPENARRAY_CEPH_CONF"
+client = "$OPENARRAY_CEPH_CLIENT"
+keyring = "$OPENARRAY_CEPH_KEYRING"
+
+[[target]]
+name = "$IQN"
+
+[[target.lun]]
+lun = 0
+device = "bench"
+EOF
+"$OPENARRAY" serve -c "$WORK/openarray.toml" --admin-socket none --log-level warn >"$WORK/openarray.log" 2>&1 &
+GATEWAY_PID=$!
+wait_for_port "$PORT" "$GATEWAY_PID" openarray
+run_all openarray "$FIO_ISCSI" --ioengine=libiscsi --filename="$(fio_lun "$PORT" "$IQN" 0)"
+stop_process "$GATEWAY_PID" || true
+GATEWAY_PID=""
+
+log "tgt with its rbd backing store"
+PORT=$(free_port)
+# tgtd's control port is a small number naming its management socket.
+CONTROL=${TGT_CONTROL:-77}
+[ -e "/var/run/tgtd/socket.$CONTROL.lock" ] && die "a tgtd with control port $CONTROL runs already; set TGT_CONTROL"
+tgtd -f -C "$CONTROL" --iscsi "portal=127.0.0.1:$PORT" >"$WORK/tgt.log" 2>&1 &
+GATEWAY_PID=$!
+for _ in $(seq 1 100); do
+    [ -S "/var/run/tgtd/socket.$CONTROL" ] && break
+    sleep 0.1
+done
+adm=(tgtadm -C "$CONTROL" --lld iscsi)
+"${adm[@]}" --op new --mode target --tid 1 -T "$TGT_IQN"
+"${adm[@]}" --op new --mode logicalunit --tid 1 --lun 1 --bstype rbd \
+    --backing-store "$OPENARRAY_CEPH_POOL/$IMAGE" \
+    --bsopts "conf=$OPENARRAY_CEPH_CONF;id=${OPENARRAY_CEPH_CLIENT#client.}"
+"${adm[@]}" --op bind --mode target --tid 1 -I ALL
+wait_for_port "$PORT" "$GATEWAY_PID" tgt
+run_all tgt-rbd "$FIO_ISCSI" --ioengine=libiscsi --filename="$(fio_lun "$PORT" "$TGT_IQN" 1)"
+stop_process "$GATEWAY_PID" || true # tgtd ends by SIGKILL
+rm -f "/var/run/tgtd/socket.$CONTROL" "/var/run/tgtd/socket.$CONTROL.lock"
+GATEWAY_PID=""
+
+# The report: one row per workload, the three systems side by side.
+figure() { # system workload field(3 iops, 4 latency, 5 cpu)
+    local r
+    for r in "${RESULTS[@]}"; do
+        # shellcheck disable=SC2086
+        set -- $r
+        if [ "$1" = "$SYSTEM" ] && [ "$2" = "$WORKLOAD" ]; then
+            echo "${!FIELD}"
+            return
+        fi
+    done
+}
+mkdir -p "$(dirname "$OUT")"
+{
+    echo "# RBD: openarray, tgt-rbd and fio's rbd engine"
+    echo
+    echo "One run of \`bench/rbd.sh\` on $(date -u +%Y-%m-%d), $(nproc) cores, a one-node"
+    echo "Ceph cluster (\`scripts/ceph-fixture.sh\`: one BlueStore OSD on a sparse file,"
+    echo "pool size 1) on the same machine, a 4 GiB image of which the first $SPAN is"
+    echo "used. fio's libiscsi engine drives the two gateways over loopback; fio's"
+    echo "rbd engine goes to the cluster directly. ${RUNTIME} s per run. Latency is the"
+    echo "mean completion latency; CPU is the gateway process's user+system time per"
+    echo "I/O (the cluster's daemons and fio are not counted)."
+    echo
+    echo "| workload | fio-rbd IOPS | openarray IOPS | tgt-rbd IOPS | fio-rbd µs | openarray µs | tgt-rbd µs | openarray CPU µs/IO | tgt-rbd CPU µs/IO |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for w in "${WORKLOADS[@]}"; do
+        IFS=: read -r rw bs qd <<<"$w"
+        WORKLOAD="$rw-$bs-qd$qd"
+        row="| $WORKLOAD"
+        for FIELD in 3 4; do
+            for SYSTEM in fio-rbd openarray tgt-rbd; do row="$row | $(figure)"; done
+        done
+        FIELD=5
+        for SYSTEM in openarray tgt-rbd; do row="$row | $(figure)"; done
+        echo "$row |"
+    done
+} >"$OUT"
+log "wrote $OUT"
