@@ -25,6 +25,10 @@ declare -A NEED=(
   [iscsi-perf]=libiscsi-bin
   [tgtd]=tgt
   [fio]=fio
+  # crates/nbd's tests drive real NBD clients.
+  [nbdinfo]=libnbd-bin
+  [nbdcopy]=libnbd-bin
+  [openssl]=openssl
   [ps]=procps
   [fallocate]=util-linux
   [python3]=python3

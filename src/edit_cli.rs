@@ -1,4 +1,4 @@
-//! `openarray device|target|portal|group|initiator|lun|chap ...`: the
+//! `openarray device|target|portal|group|initiator|lun|chap|export ...`: the
 //! imperative administration commands. Each change is one `POST /v1/edit`
 //! that the daemon validates against the whole configuration, writes
 //! atomically and applies live, exactly as `config apply` does; listings
@@ -81,6 +81,13 @@ pub enum EditCommand {
         #[command(subcommand)]
         op: ChapOp,
     },
+    /// NBD exports: list, add, remove.
+    Export {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        op: crate::export_cli::ExportOp,
+    },
 }
 
 #[derive(Subcommand)]
@@ -127,7 +134,7 @@ pub enum DeviceOp {
         #[arg(long = "set", value_name = "KEY=VALUE", value_parser = setting)]
         settings: Vec<(String, String)>,
     },
-    /// Remove a device no LUN maps any more.
+    /// Remove a device no LUN or NBD export serves any more.
     Remove { name: String },
     /// Change keys of [[device]]: `modify vm1 product_id=VM1 read_only=true`
     /// (`KEY=` removes the key). Identity, read-only and write cache
@@ -368,7 +375,7 @@ fn read_secret(path: &Path) -> anyhow::Result<String> {
 type Selector = Box<dyn Fn(&Value) -> anyhow::Result<Value>>;
 
 /// What a command asks of the daemon.
-enum Action {
+pub(crate) enum Action {
     /// The change, and whether it may replace data a LUN serves.
     Edit(Edit, bool),
     /// Print the entries `select` picks from `GET /v1/objects`, one `line`
@@ -392,7 +399,7 @@ enum Action {
     Invalid(anyhow::Error),
 }
 
-fn list(
+pub(crate) fn list(
     format: Format,
     select: impl Fn(&Value) -> anyhow::Result<Value> + 'static,
     line: fn(&Value, &Format) -> String,
@@ -405,7 +412,7 @@ fn list(
 }
 
 /// A change that never replaces data a LUN serves.
-fn plain(edit: Edit) -> Action {
+pub(crate) fn plain(edit: Edit) -> Action {
     Action::Edit(edit, false)
 }
 
@@ -422,6 +429,7 @@ fn action(cmd: EditCommand) -> anyhow::Result<(ApiArgs, Action)> {
         EditCommand::Initiator { api, op } => (api, initiator(op)),
         EditCommand::Lun { api, op } => (api, lun(op)),
         EditCommand::Chap { api, op } => (api, chap(op)?),
+        EditCommand::Export { api, op } => (api, crate::export_cli::action(op)),
     })
 }
 
@@ -656,11 +664,11 @@ fn chap(op: ChapOp) -> anyhow::Result<Action> {
     })
 }
 
-fn items(v: &Value) -> Vec<Value> {
+pub(crate) fn items(v: &Value) -> Vec<Value> {
     v.as_array().cloned().unwrap_or_default()
 }
 
-fn s(v: &Value) -> String {
+pub(crate) fn s(v: &Value) -> String {
     v.as_str().unwrap_or("").to_string()
 }
 
@@ -799,68 +807,5 @@ pub fn run(cmd: EditCommand) -> ExitCode {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settings_split_at_the_first_equals() {
-        assert_eq!(setting("size=1G"), Ok(("size".into(), "1G".into())));
-        assert_eq!(setting("serial=a=b"), Ok(("serial".into(), "a=b".into())));
-        assert_eq!(setting("alias="), Ok(("alias".into(), String::new())));
-        assert!(setting("size").is_err());
-        assert!(setting("=1").is_err());
-    }
-
-    #[test]
-    fn chap_scope_follows_the_flags() {
-        let at = |discovery, target: Option<&str>, group: Option<&str>| ChapWhere {
-            discovery,
-            target: target.map(String::from),
-            group: group.map(String::from),
-        };
-        assert_eq!(at(true, None, None).scope(), ChapScope::Discovery);
-        assert_eq!(
-            at(false, Some("t"), None).scope(),
-            ChapScope::Target { target: "t".into() }
-        );
-        assert_eq!(
-            at(false, Some("t"), Some("g")).scope(),
-            ChapScope::Group {
-                target: "t".into(),
-                group: "g".into()
-            }
-        );
-    }
-
-    #[test]
-    fn secrets_come_from_files_without_the_newline() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("s");
-        std::fs::write(&file, "0123456789abcdef\n").unwrap();
-        assert_eq!(read_secret(&file).unwrap(), "0123456789abcdef");
-        std::fs::write(&file, "\n").unwrap();
-        assert!(read_secret(&file).is_err());
-        assert!(read_secret(&dir.path().join("none")).is_err());
-    }
-
-    #[test]
-    fn device_add_quotes_the_path_and_keeps_the_rest() {
-        let Action::Edit(Edit::DeviceAdd { name, settings }, false) = device(DeviceOp::Add {
-            name: "vm1".into(),
-            kind: "file".into(),
-            path: Some("/srv/1234".into()),
-            size: Some("1G".into()),
-            read_only: true,
-            settings: vec![("block_size".into(), "4096".into())],
-        }) else {
-            panic!("not a device add");
-        };
-        assert_eq!(name, "vm1");
-        let typed = |k: &str| control::typed_value(&settings[k]).to_string();
-        assert_eq!(typed("path").trim(), "\"/srv/1234\"");
-        assert_eq!(typed("size").trim(), "\"1G\"");
-        assert_eq!(typed("kind").trim(), "\"file\"");
-        assert_eq!(typed("read_only").trim(), "true");
-        assert_eq!(typed("block_size").trim(), "4096");
-    }
-}
+#[path = "edit_cli_tests.rs"]
+mod tests;

@@ -7,7 +7,9 @@ mod check_config;
 mod completions;
 mod device_cli;
 mod edit_cli;
+mod export_cli;
 mod listener_metrics;
+mod nbd_serve;
 mod output;
 mod pool_cli;
 mod pool_metrics;
@@ -57,6 +59,12 @@ enum Command {
         /// IPv6 as [::1]:3260.
         #[arg(long, value_name = "ADDR:PORT", value_parser = control::parse_listen)]
         listen: Vec<SocketAddr>,
+
+        /// Serve NBD here instead of the configured `[nbd] listen`;
+        /// repeatable. HOST:PORT, HOST (port 10809), [::1]:PORT or
+        /// unix:/PATH.
+        #[arg(long, value_name = "ADDR", value_parser = parse_nbd_listen)]
+        nbd_listen: Vec<nbd::ListenAddr>,
 
         /// Serve the administration API (`openarray config ...`) on this
         /// unix socket, usable by its owner only; `none` turns it off.
@@ -121,6 +129,10 @@ enum Command {
     },
 }
 
+fn parse_nbd_listen(text: &str) -> Result<nbd::ListenAddr, String> {
+    text.parse()
+}
+
 fn init_logging(level: Option<&str>) -> Result<(), String> {
     let filter = match level {
         Some(level) => {
@@ -147,11 +159,13 @@ fn main() -> ExitCode {
         Command::Serve {
             config,
             listen,
+            nbd_listen,
             admin_socket,
             metrics_listen,
         } => match serve::run(
             config.as_deref(),
             &listen,
+            &nbd_listen,
             &serve::AdminSocket::from_arg(admin_socket),
             metrics_listen,
         ) {

@@ -11,6 +11,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::admin;
 use crate::admin::portals;
+use crate::nbd_serve::{NbdFrontend, NbdListen};
 
 /// Where the administration API listens.
 pub enum AdminSocket {
@@ -75,6 +76,7 @@ pub fn default_config_path() -> PathBuf {
 pub fn run(
     config_path: Option<&Path>,
     listen: &[SocketAddr],
+    nbd_listen: &[nbd::ListenAddr],
     admin_socket: &AdminSocket,
     metrics_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
@@ -105,6 +107,9 @@ pub fn run(
     if !listen.is_empty() {
         config.override_listen(listen);
     }
+    if !nbd_listen.is_empty() {
+        config.override_nbd_listen(nbd_listen);
+    }
     // Checked before anything is opened: a bad token file is a config error.
     let api_token = control::load_api_token(&config)?;
     let mut runtime = control::build(&config)?;
@@ -120,6 +125,7 @@ pub fn run(
         path: config_path.map(Path::to_path_buf),
         runtime,
         listen_override: listen.to_vec(),
+        nbd_listen_override: nbd_listen.to_vec(),
     };
     let api = match (current.config.daemon.api_listen, api_token) {
         (Some(addr), Some(token)) => Some((addr, admin::Token::new(&token))),
@@ -217,6 +223,21 @@ async fn serve(
     runtime
         .stats
         .add_source(Arc::new(crate::pool_metrics::PoolSamples));
+    let mut nbd = NbdFrontend::new(&current.config, &runtime.exports)?;
+    // The built-in default's NBD address may be held by another daemon;
+    // an address of a file or of --nbd-listen must be served.
+    let nbd_listen = NbdListen {
+        addrs: current
+            .config
+            .nbd
+            .as_ref()
+            .map_or_else(Vec::new, |n| n.listen.clone()),
+        required: current.path.is_some() || !current.nbd_listen_override.is_empty(),
+    };
+    nbd.listen(&nbd_listen).await?;
+    runtime
+        .stats
+        .add_source(crate::nbd_serve::samples(&nbd.server));
     let admin_listener = admin_socket.bind()?;
     let api_listener = match &api {
         Some((addr, _)) => Some(
@@ -246,7 +267,8 @@ async fn serve(
     let admin = Arc::new(admin::Admin {
         current: Mutex::new(current),
         server: server.clone(),
-        frontends: vec![server.clone()],
+        frontends: vec![server.clone(), Arc::new(nbd.server.clone())],
+        nbd: nbd.server.clone(),
         stats,
         portals: Mutex::new(portals),
         jobs: Arc::default(),
@@ -289,6 +311,7 @@ async fn serve(
         _ = sigterm.recv() => tracing::warn!("second SIGTERM: not waiting for sessions to end"),
         _ = sigint.recv() => tracing::warn!("second SIGINT: not waiting for sessions to end"),
     }
+    nbd.shutdown(ACCEPT_LOOP_GRACE).await;
     // No configuration change may start while the devices are flushed.
     if let Some(task) = admin_task {
         task.abort();

@@ -122,6 +122,28 @@ fn summary(s: &Value) -> String {
             text(&x["peer"])
         ));
     }
+    let exports = list(&s["nbd_exports"]);
+    if !exports.is_empty() {
+        out.push_str("nbd exports:\n");
+    }
+    for e in exports {
+        let ro = if e["read_only"] == true {
+            " read-only"
+        } else {
+            ""
+        };
+        let mut line = format!(
+            "  {} -> {}{ro} ({} session(s))",
+            text(&e["name"]),
+            text(&e["device"]),
+            text(&e["sessions"])
+        );
+        if let Some(p) = e["problem"].as_str() {
+            line.push_str(&format!("  DEGRADED: {p}"));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
     out.push_str("pools:\n");
     for p in list(&s["pools"]) {
         let use_ = match (p["size"].as_u64(), p["used"].as_u64()) {

@@ -46,6 +46,8 @@ pub struct Admin {
     pub server: Arc<iscsi::Server>,
     /// Every transport, each given the exports of a change.
     pub frontends: Vec<Arc<dyn export::Frontend>>,
+    /// The NBD transport, for its sessions.
+    pub nbd: nbd::Server,
     /// The daemon's I/O statistics (one registry for its whole life).
     pub stats: Arc<stats::Registry>,
     /// The iSCSI listeners, one per portal (lock after `current`).
@@ -172,6 +174,16 @@ fn objects(config: &control::Config) -> Value {
             "size": d.spec.size(),
             "settings": d.spec.settings().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         })).collect::<Vec<_>>(),
+        "nbd": config.nbd.as_ref().map(|n| json!({
+            "listen": n.listen.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            "exports": n.exports.iter().map(|e| json!({
+                "name": e.name,
+                "device": e.device,
+                "read_only": e.read_only,
+                "allow": e.allow,
+                "description": e.description,
+            })).collect::<Vec<_>>(),
+        })),
         "targets": config.targets.iter().map(|t| json!({
             "name": t.name,
             "alias": t.alias,

@@ -1,11 +1,12 @@
 //! `GET /v1/status`: the whole daemon on one page, with what is degraded.
 //!
 //! `{"healthy", "degraded": [{"kind", "name", "problem"}], "portals",
-//! "targets", "sessions", "pools", "schedules"}`. Degraded means: a configured portal
+//! "targets", "sessions", "nbd_exports", "pools", "schedules"}`. Degraded means: a configured portal
 //! whose listener is not accepting, a pool above [`POOL_FULL_PERCENT`]
 //! used, a pool that cannot be opened or whose metadata or a data device
 //! file is gone, and a LUN whose file device's path no longer names the
-//! file it serves, and a `[[schedule]]` whose last run failed.
+//! file it serves (or an NBD export's device, likewise), and a
+//! `[[schedule]]` whose last run failed.
 
 use std::net::SocketAddr;
 use std::time::SystemTime;
@@ -108,6 +109,7 @@ fn status(admin: &Admin) -> Value {
         })
         .collect();
 
+    let nbd_exports = nbd_exports(admin, &current, &devices, &mut degraded);
     let pools = pools(&current, &mut degraded);
     for sch in schedules.as_array().into_iter().flatten() {
         if let Some(e) = sch["error"].as_str() {
@@ -135,9 +137,46 @@ fn status(admin: &Admin) -> Value {
         "portals": portals,
         "targets": targets,
         "sessions": sessions,
+        "nbd_exports": nbd_exports,
         "pools": pools,
         "schedules": schedules,
     })
+}
+
+/// Every NBD export with its device's state and its sessions now.
+fn nbd_exports(
+    admin: &Admin,
+    current: &Current,
+    devices: &[control::DeviceHealth],
+    degraded: &mut Vec<Value>,
+) -> Vec<Value> {
+    let sessions = admin.nbd.sessions();
+    current
+        .config
+        .nbd_exports()
+        .map(|e| {
+            let device = devices.iter().find(|d| d.name == e.device);
+            let trouble = device.and_then(|d| d.problem.clone());
+            if let Some(p) = &trouble {
+                let what = format!("device {}: {p}", e.device);
+                degraded.push(problem("nbd_export", &e.name, &what));
+            }
+            let peers: Vec<&str> = sessions
+                .iter()
+                .filter(|s| s.export == e.name)
+                .map(|s| s.peer.as_str())
+                .collect();
+            json!({
+                "name": e.name,
+                "device": e.device,
+                "read_only": e.read_only,
+                "sessions": peers.len(),
+                "peers": peers,
+                "state": if trouble.is_some() { "degraded" } else { "ok" },
+                "problem": trouble,
+            })
+        })
+        .collect()
 }
 
 /// Whether a connection that arrived at `local` came through the portal

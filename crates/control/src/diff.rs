@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::model::{Chap, Config, Group, Lun, Target};
+use crate::model::{Chap, Config, Group, Lun, NbdExport, Target};
 use crate::render::{
     changed_fields, daemon_fields, device_fields, list, pool_fields, schedule_fields, Field,
 };
@@ -66,7 +66,42 @@ pub fn diff(old: &Config, new: &Config) -> Vec<String> {
         target_changes,
         "target",
     );
+    nbd_changes(&mut out, old, new);
     out
+}
+
+/// Where NBD listens, its TLS, and its exports.
+fn nbd_changes(out: &mut Vec<String>, old: &Config, new: &Config) {
+    let fields = |c: &Config| -> Vec<Field> {
+        let Some(n) = &c.nbd else {
+            return vec![("listen", "(off)".into())];
+        };
+        let mut fields = vec![("listen", list(&n.listen, |a| a.to_string(), "(none)"))];
+        if let Some(t) = &n.tls {
+            let require = if t.require { ", required" } else { "" };
+            let tls = format!("{} {}{require}", t.cert.display(), t.key.display());
+            fields.push(("tls", tls));
+        }
+        fields
+    };
+    changed_fields(out, "nbd", &fields(old), &fields(new));
+    let export_fields = |e: &NbdExport| -> Vec<Field> {
+        vec![
+            ("device", e.device.clone()),
+            ("read_only", e.read_only.to_string()),
+            ("allow", list(&e.allow, |a| a.clone(), "(every client)")),
+            ("description", e.description.clone()),
+        ]
+    };
+    let exports = |c: &Config| c.nbd_exports().cloned().collect::<Vec<_>>();
+    by_fields(
+        out,
+        &exports(old),
+        &exports(new),
+        |e| &e.name,
+        export_fields,
+        "nbd export",
+    );
 }
 
 /// Removed, added and (through `changes`) changed entities of one kind.
@@ -350,5 +385,24 @@ read_only = true
             ]
         );
         assert!(!lines.iter().any(|l| l.contains("Some(") || l.contains('{')));
+    }
+
+    #[test]
+    fn nbd_listen_and_exports_take_part() {
+        let nbd = "\n[nbd]\n[[nbd.export]]\nname = \"vm\"\ndevice = \"d0\"\n";
+        let with = format!("{BASE}{nbd}");
+        assert_eq!(
+            diff(&config(BASE), &config(&with)),
+            vec!["~ nbd listen: (off) → 127.0.0.1:10809", "+ nbd export vm"]
+        );
+        let changed = with.replace(
+            "\"vm\"\ndevice = \"d0\"\n",
+            "\"vm\"\ndevice = \"d0\"\nread_only = true\n",
+        );
+        assert_eq!(
+            diff(&config(&with), &config(&changed)),
+            vec!["~ nbd export vm read_only: false → true"]
+        );
+        assert_eq!(diff(&config(&with), &config(BASE)).len(), 2);
     }
 }

@@ -101,6 +101,21 @@ pub enum Edit {
     ChapClear {
         scope: ChapScope,
     },
+    /// A device offered to NBD clients under `name`.
+    NbdExportAdd {
+        name: String,
+        device: String,
+        #[serde(default)]
+        read_only: bool,
+        /// Client addresses, CIDR networks or `unix`; empty admits all.
+        #[serde(default)]
+        allow: Vec<String>,
+        #[serde(default)]
+        description: Option<String>,
+    },
+    NbdExportRemove {
+        name: String,
+    },
 }
 
 /// Whose CHAP credentials a `chap set|clear` changes.
@@ -133,7 +148,8 @@ pub fn apply_edit(text: &str, edit: &Edit) -> Result<String, String> {
             modify(device, settings)?;
         }
         Edit::DeviceRemove { name } => {
-            let users = users_of(root, name);
+            let mut users = users_of(root, name);
+            users.extend(nbd_exports_of(root, name));
             if !users.is_empty() {
                 return Err(format!(
                     "device `{name}` is still mapped as {}; remove the mapping first",
@@ -287,6 +303,37 @@ pub fn apply_edit(text: &str, edit: &Edit) -> Result<String, String> {
             if chap_owner(root, scope)?.remove("chap").is_none() {
                 return Err("no CHAP is set there".into());
             }
+        }
+        Edit::NbdExportAdd {
+            name,
+            device,
+            read_only,
+            allow,
+            description,
+        } => {
+            let exports = tables(nbd_section(root)?, "export")?;
+            if position(exports, "name", name).is_some() {
+                return Err(format!("NBD export `{name}` already exists"));
+            }
+            let mut entry = fresh();
+            entry.insert("name", value(name.as_str()));
+            entry.insert("device", value(device.as_str()));
+            if *read_only {
+                entry.insert("read_only", value(true));
+            }
+            if !allow.is_empty() {
+                entry.insert("allow", value(allow.iter().collect::<toml_edit::Array>()));
+            }
+            if let Some(d) = description {
+                entry.insert("description", value(d.as_str()));
+            }
+            exports.push(entry);
+        }
+        Edit::NbdExportRemove { name } => {
+            let exports = tables(nbd_section(root)?, "export")?;
+            let i =
+                position(exports, "name", name).ok_or_else(|| format!("no NBD export `{name}`"))?;
+            exports.remove(i);
         }
     }
     Ok(doc.to_string())
@@ -472,6 +519,30 @@ fn users_of(root: &Table, name: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// The `[nbd]` table, created (listening on its default address) when
+/// absent.
+fn nbd_section(root: &mut Table) -> Result<&mut Table, String> {
+    root.entry("nbd")
+        .or_insert(Item::Table(Table::new()))
+        .as_table_mut()
+        .ok_or_else(|| "`nbd` must be a table to be edited".to_string())
+}
+
+/// Every NBD export of device `name`, as `NBD export E`.
+fn nbd_exports_of(root: &Table, name: &str) -> Vec<String> {
+    let exports = root
+        .get("nbd")
+        .and_then(Item::as_table)
+        .and_then(|n| n.get("export"))
+        .and_then(Item::as_array_of_tables);
+    exports
+        .into_iter()
+        .flatten()
+        .filter(|e| e.get("device").and_then(Item::as_str) == Some(name))
+        .map(|e| format!("NBD export {}", name_of(e).unwrap_or("?")))
+        .collect()
 }
 
 #[cfg(test)]

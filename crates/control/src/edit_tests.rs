@@ -387,3 +387,63 @@ fn values_with_long_runs_of_quotes_are_written_back_exactly() {
     let config = parse_config(&text, "x").unwrap();
     assert_eq!(config.targets[1].alias.as_deref(), Some(short.as_str()));
 }
+
+#[test]
+fn nbd_exports_are_added_and_removed_and_hold_their_device() {
+    let text = edited(
+        &base(),
+        &[
+            Edit::DeviceAdd {
+                name: "c".into(),
+                settings: settings(&[("kind", "mem"), ("size", "1M")]),
+            },
+            Edit::NbdExportAdd {
+                name: "vm1".into(),
+                device: "c".into(),
+                read_only: true,
+                allow: vec!["127.0.0.0/8".into()],
+                description: Some("the first VM".into()),
+            },
+        ],
+    );
+    let config = parse_config(&text, "edited.toml").unwrap();
+    let nbd = config.nbd.as_ref().expect("an [nbd] section");
+    assert_eq!(nbd.listen[0].to_string(), crate::DEFAULT_NBD_LISTEN);
+    let e = &nbd.exports[0];
+    assert_eq!(
+        (e.name.as_str(), e.device.as_str(), e.read_only),
+        ("vm1", "c", true)
+    );
+    assert_eq!(e.allow, ["127.0.0.0/8"]);
+    assert!(config.mapped_devices().contains("c"));
+    let again = apply_edit(
+        &text,
+        &Edit::NbdExportAdd {
+            name: "vm1".into(),
+            device: "a".into(),
+            read_only: false,
+            allow: vec![],
+            description: None,
+        },
+    );
+    assert_eq!(again.unwrap_err(), "NBD export `vm1` already exists");
+    let held = apply_edit(&text, &Edit::DeviceRemove { name: "c".into() }).unwrap_err();
+    assert!(
+        held.contains("device `c` is still mapped as NBD export vm1"),
+        "{held}"
+    );
+    let text = edited(
+        &text,
+        &[
+            Edit::NbdExportRemove { name: "vm1".into() },
+            Edit::DeviceRemove { name: "c".into() },
+        ],
+    );
+    assert!(parse_config(&text, "edited.toml")
+        .unwrap()
+        .nbd_exports()
+        .next()
+        .is_none());
+    let gone = apply_edit(&text, &Edit::NbdExportRemove { name: "vm1".into() });
+    assert_eq!(gone.unwrap_err(), "no NBD export `vm1`");
+}

@@ -32,8 +32,9 @@ pub use edit::{apply_edit, typed_value, ChapScope, Edit};
 pub use error::{ConfigError, Issue, Location};
 pub use live_change::{check_live_change, loss_notes};
 pub use model::{
-    Chap, Config, Daemon, Device, Group, LuIdentity, Lun, PoolConfig, PoolMember, Portal, Schedule,
-    Target, DEFAULT_DEVICE_SIZE, DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
+    Chap, Config, Daemon, Device, Group, LuIdentity, Lun, Nbd, NbdExport, PoolConfig, PoolMember,
+    Portal, Schedule, Target, DEFAULT_DEVICE_SIZE, DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
+    DEFAULT_NBD_LISTEN,
 };
 pub use names::check_iscsi_name;
 pub use pools::{open_device, open_pool, open_pools_now};

@@ -82,7 +82,7 @@ fn data_losses(old: &Config, new: &Config) -> Vec<Loss> {
                 format!("device[{i}]"),
                 n.at,
                 format!(
-                    "no LUN maps RAM device `{}` any more: it is closed and {}",
+                    "no LUN or NBD export serves RAM device `{}` any more: it is closed and {}",
                     o.name,
                     o.spec.holds()
                 ),

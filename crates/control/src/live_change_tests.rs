@@ -107,7 +107,7 @@ fn replacing_or_dropping_served_data_needs_force() {
     let unmapped = old.replace("[[target.lun]]\nlun = 0\ndevice = \"scratch\"\n", "");
     let err = check(&old, &unmapped, false).unwrap_err();
     assert!(
-        err.contains("device[0]: no LUN maps RAM device `scratch` any more"),
+        err.contains("device[0]: no LUN or NBD export serves RAM device `scratch` any more"),
         "{err}"
     );
     let removed = unmapped.replace(

@@ -26,6 +26,35 @@ pub struct Config {
     pub targets: Vec<Target>,
     /// CHAP every discovery session must pass.
     pub discovery_chap: Option<Chap>,
+    /// The NBD transport, when `[nbd]` is given.
+    pub nbd: Option<Nbd>,
+}
+
+/// Where NBD clients connect and what they may use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nbd {
+    /// [`DEFAULT_NBD_LISTEN`] when the section gives none.
+    pub listen: Vec<nbd::ListenAddr>,
+    pub tls: Option<nbd::TlsConfig>,
+    pub exports: Vec<NbdExport>,
+    pub at: Option<Location>,
+}
+
+/// Where NBD listens when `[nbd]` names no address.
+pub const DEFAULT_NBD_LISTEN: &str = "127.0.0.1:10809";
+
+/// A device offered to NBD clients under a name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NbdExport {
+    /// The name clients ask for ("" reaches the one named `default`).
+    pub name: String,
+    /// Name of a [`Device`].
+    pub device: String,
+    pub read_only: bool,
+    /// Addresses, CIDR networks or `unix`; empty admits every client.
+    pub allow: Vec<String>,
+    pub description: String,
+    pub at: Option<Location>,
 }
 
 /// CHAP credentials (secrets are hidden from `Debug`).
@@ -233,9 +262,42 @@ impl Config {
                 .any(|t| t.chap.is_some() || t.groups.iter().any(|g| g.chap.is_some()))
     }
 
-    /// Names of the devices some LUN maps.
+    /// Names of the devices served: mapped by some LUN or exported over
+    /// NBD. These are opened; the others only when a served one is over
+    /// them.
     pub fn mapped_devices(&self) -> std::collections::BTreeSet<&str> {
-        mapped_devices(&self.targets)
+        let mut served = mapped_devices(&self.targets);
+        served.extend(self.nbd_exports().map(|e| e.device.as_str()));
+        served
+    }
+
+    pub fn nbd_exports(&self) -> impl Iterator<Item = &NbdExport> {
+        self.nbd.iter().flat_map(|n| &n.exports)
+    }
+
+    /// The NBD exports of device `device`.
+    pub fn nbd_exports_of(&self, device: &str) -> Vec<&str> {
+        self.nbd_exports()
+            .filter(|e| e.device == device)
+            .map(|e| e.name.as_str())
+            .collect()
+    }
+
+    /// Replaces where NBD listens, e.g. from `--nbd-listen`; a
+    /// configuration without `[nbd]` gets one without exports.
+    pub fn override_nbd_listen(&mut self, listen: &[nbd::ListenAddr]) {
+        let nbd = self.nbd.get_or_insert_with(|| Nbd {
+            listen: Vec::new(),
+            tls: None,
+            exports: Vec::new(),
+            at: None,
+        });
+        nbd.listen.clear();
+        for addr in listen {
+            if !nbd.listen.contains(addr) {
+                nbd.listen.push(addr.clone());
+            }
+        }
     }
 
     /// The targets with a LUN (of any group) served by device `device`.

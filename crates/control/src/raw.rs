@@ -19,6 +19,38 @@ pub struct RawConfig {
     pub device: Vec<Spanned<RawDevice>>,
     #[serde(default)]
     pub target: Vec<Spanned<RawTarget>>,
+    pub nbd: Option<Spanned<RawNbd>>,
+}
+
+/// The NBD transport: where it listens and the devices it exports.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNbd {
+    /// `host:port`, `host`, `[v6]:port` or `unix:/path`.
+    pub listen: Option<Spanned<Vec<Spanned<String>>>>,
+    pub tls: Option<Spanned<RawNbdTls>>,
+    #[serde(default)]
+    pub export: Vec<Spanned<RawNbdExport>>,
+}
+
+/// An x509 certificate and key for NBD_OPT_STARTTLS.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNbdTls {
+    pub cert: Spanned<String>,
+    pub key: Spanned<String>,
+    pub require: Option<bool>,
+}
+
+/// A device offered to NBD clients under a name.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNbdExport {
+    pub name: Spanned<String>,
+    pub device: Spanned<String>,
+    pub read_only: Option<bool>,
+    pub allow: Option<Spanned<Vec<Spanned<String>>>>,
+    pub description: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]

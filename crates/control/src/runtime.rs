@@ -295,7 +295,7 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
     let nodes = opener.nodes();
     for dev in &config.devices {
         if !used.contains(dev.name.as_str()) && !nodes.contains_key(&dev.name) {
-            tracing::warn!(device = %dev.name, "device is not mapped to any target and no other device uses it; not opened");
+            tracing::warn!(device = %dev.name, "device is not mapped to any target, not exported over NBD, and no other device uses it; not opened");
         }
     }
     if !issues.is_empty() {
@@ -453,14 +453,32 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         .map(|(n, lu)| (n.to_string(), lu))
         .collect();
     units.sort_by(|a, b| a.0.cmp(&b.0));
-    let devices = units_by_name
+    let devices: BTreeMap<String, Arc<export::Backing>> = units_by_name
         .iter()
         .map(|(name, lu)| (name.to_string(), lu.backing().clone()))
+        .collect();
+    // Over the logical unit's backing: an NBD write of a device takes the
+    // same range locks and write-cache policy as its LUNs.
+    let device_exports = config
+        .nbd_exports()
+        .filter_map(|e| {
+            // A read-only device refuses writes on every transport.
+            let device_read_only = config.device(&e.device).is_some_and(|d| d.read_only);
+            Some(export::DeviceExport {
+                name: e.name.clone(),
+                device: e.device.clone(),
+                backing: devices.get(&e.device)?.clone(),
+                read_only: e.read_only || device_read_only,
+                allow: e.allow.clone(),
+                description: e.description.clone(),
+            })
+        })
         .collect();
     Ok(Runtime {
         exports: export::Exports {
             devices,
             scsi_targets: targets,
+            device_exports,
         },
         listen: config.portals.iter().map(|p| p.listen).collect(),
         options,

@@ -28,6 +28,49 @@ fn builds_the_default_configuration() {
     assert_eq!(lu.naa, scsi::naa_from_seed("mem0"));
     assert_eq!(lu.serial.len(), 16);
     runtime.flush_all().unwrap();
+    // The RAM disk is also exported over NBD, over the unit's backing.
+    let nbd = &runtime.exports.device_exports;
+    assert_eq!(nbd.len(), 1);
+    assert_eq!(
+        (nbd[0].name.as_str(), nbd[0].device.as_str()),
+        ("default", "mem0")
+    );
+    assert!(Arc::ptr_eq(&nbd[0].backing, units[0].1.backing()));
+    assert!(!nbd[0].read_only);
+}
+
+#[test]
+fn an_export_alone_opens_its_device_and_a_read_only_device_stays_read_only() {
+    let text = r#"
+[[portal]]
+listen = "127.0.0.1:3260"
+
+[[device]]
+name = "ro"
+kind = "mem"
+size = "1M"
+read_only = true
+
+[[device]]
+name = "unused"
+kind = "mem"
+size = "1M"
+
+[nbd]
+[[nbd.export]]
+name = "golden"
+device = "ro"
+"#;
+    let runtime = build(&parse_config(text, "t.toml").unwrap()).unwrap();
+    let nbd = &runtime.exports.device_exports;
+    assert_eq!(nbd.len(), 1);
+    assert!(
+        nbd[0].read_only,
+        "the device is read-only; so is its export"
+    );
+    assert_eq!(nbd[0].backing.device().size(), 1 << 20);
+    let open: Vec<&String> = runtime.exports.devices.keys().collect();
+    assert_eq!(open, ["ro"], "only the exported device is opened");
 }
 
 #[test]

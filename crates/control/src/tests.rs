@@ -44,6 +44,12 @@ fn default_config_is_one_gib_mem_lun_on_loopback() {
     assert_eq!(dev.kind(), "mem");
     assert_eq!(dev.spec.as_kind::<MemSpec>().unwrap().size, 1 << 30);
     assert_eq!(dev.identity.block_size, 512);
+    let nbd = c
+        .nbd
+        .as_ref()
+        .expect("the default configuration serves NBD");
+    assert_eq!(nbd.listen, ["127.0.0.1:10809".parse().unwrap()]);
+    assert_eq!(c.nbd_exports_of(&dev.name), ["default"]);
 }
 
 #[test]

@@ -16,6 +16,7 @@ use crate::size::parse_size;
 
 mod daemon;
 mod devices;
+mod nbd;
 mod pools;
 mod schedules;
 
@@ -455,10 +456,18 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
     let schedules = c.schedules(raw.schedule, &pools);
     let (devices, declared) = c.devices(raw.device);
     let targets = c.targets(raw.target, &declared, &portals);
+    let nbd = c.nbd(raw.nbd, &declared, &portals);
     if c.issues.is_empty() {
-        let mapped = crate::model::mapped_devices(&targets);
+        let mut served: std::collections::BTreeMap<&str, &str> =
+            crate::model::mapped_devices(&targets)
+                .into_iter()
+                .map(|d| (d, "a LUN"))
+                .collect();
+        for e in nbd.iter().flat_map(|n| &n.exports) {
+            served.entry(e.device.as_str()).or_insert("an NBD export");
+        }
         c.issues
-            .extend(devices::graph_issues(text, &devices, &pools, &mapped));
+            .extend(devices::graph_issues(text, &devices, &pools, &served));
     }
     if !c.issues.is_empty() {
         // Report in file order.
@@ -475,6 +484,7 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
         devices,
         targets,
         discovery_chap,
+        nbd,
     })
 }
 

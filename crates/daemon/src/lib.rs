@@ -30,6 +30,9 @@ pub struct Current {
     pub runtime: control::Runtime,
     /// `--listen` addresses that replace every configuration's portals.
     pub listen_override: Vec<SocketAddr>,
+    /// `--nbd-listen` addresses that replace every configuration's
+    /// `[nbd] listen`.
+    pub nbd_listen_override: Vec<nbd::ListenAddr>,
 }
 
 /// Why a change was not made, as the API answers it.
@@ -76,13 +79,16 @@ pub struct Transports<'a> {
     pub frontends: &'a [Arc<dyn export::Frontend>],
 }
 
-/// `text` validated, with the daemon's `--listen` override applied as at
-/// start.
+/// `text` validated, with the daemon's `--listen` and `--nbd-listen`
+/// overrides applied as at start.
 pub fn proposed(current: &Current, text: &str, origin: &str) -> Result<control::Config, Refused> {
     let mut config =
         control::parse_config(text, origin).map_err(|e| Refused::Invalid(e.to_string()))?;
     if !current.listen_override.is_empty() {
         config.override_listen(&current.listen_override);
+    }
+    if !current.nbd_listen_override.is_empty() {
+        config.override_nbd_listen(&current.nbd_listen_override);
     }
     Ok(config)
 }
@@ -149,8 +155,12 @@ pub fn apply_text(
     while closing.iter().any(|t| !t.is_finished()) && waiting.elapsed() < PORTAL_CLOSE_WAIT {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    // The transport reads its [daemon] settings once, at start.
-    let restart_needed = current.config.daemon != config.daemon;
+    // The transports read their [daemon] settings, and NBD where it
+    // listens and its TLS, once, at start.
+    let nbd_listeners =
+        |c: &control::Config| c.nbd.as_ref().map(|n| (n.listen.clone(), n.tls.clone()));
+    let restart_needed = current.config.daemon != config.daemon
+        || nbd_listeners(&current.config) != nbd_listeners(&config);
     let previous = std::mem::replace(&mut current.runtime, runtime);
     current.config = config;
     current.text = text;
@@ -164,7 +174,10 @@ pub fn apply_text(
     Ok(Applied {
         changes,
         applied: true,
-        note: restart_needed.then(|| "[daemon] settings take effect at the next start".to_string()),
+        note: restart_needed.then(|| {
+            "[daemon] settings and where NBD listens (listen, tls) take effect at the next start"
+                .to_string()
+        }),
     })
 }
 

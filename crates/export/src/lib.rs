@@ -73,11 +73,32 @@ pub struct ScsiExport {
 /// Everything one configuration exports, for every transport.
 #[derive(Clone, Default)]
 pub struct Exports {
-    /// Every open device by its configured name, for transports that
-    /// export devices directly (NBD).
+    /// Every served device by its configured name (what a device export
+    /// names is among them).
     pub devices: BTreeMap<String, Arc<Backing>>,
     /// SCSI targets, for transports that carry SCSI commands (iSCSI).
     pub scsi_targets: Vec<ScsiExport>,
+    /// Devices offered by name to transports that serve devices
+    /// directly (NBD).
+    pub device_exports: Vec<DeviceExport>,
+}
+
+/// A device offered under a name, as a configuration exports it.
+#[derive(Clone)]
+pub struct DeviceExport {
+    /// The name clients ask for.
+    pub name: String,
+    /// The configured device served, and the one [`Backing`] every
+    /// transport over it shares.
+    pub device: String,
+    pub backing: Arc<Backing>,
+    /// Refuse writes even where the device takes them.
+    pub read_only: bool,
+    /// Client addresses, CIDR networks or `unix`; empty admits every
+    /// client. Validated with the configuration.
+    pub allow: Vec<String>,
+    /// Shown to clients listing the exports.
+    pub description: String,
 }
 
 /// One transport, as the control plane drives it.

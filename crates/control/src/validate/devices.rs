@@ -193,12 +193,13 @@ fn ascii(v: &Value, max: usize) -> Result<String, String> {
 }
 
 /// Problems of the device graph: a device named but not configured, one
-/// with two users, a loop, a device under another also mapped as a LUN.
+/// with two users, a loop, a device under another also served (as a LUN
+/// or an NBD export: `served` says which).
 pub(super) fn graph_issues(
     text: &str,
     devices: &[Device],
     pools: &[crate::model::PoolConfig],
-    mapped: &std::collections::BTreeSet<&str>,
+    served: &std::collections::BTreeMap<&str, &str>,
 ) -> Vec<Issue> {
     let mut issues = Vec::new();
     let at = |d: &Device| d.at.or(Some(Location::of(text, 0)));
@@ -248,12 +249,12 @@ pub(super) fn graph_issues(
     }
     let mut graph_issues = cycles(devices);
     for (i, d) in devices.iter().enumerate() {
-        if let (Some(by), true) = (user.get(d.name.as_str()), mapped.contains(d.name.as_str())) {
+        if let (Some(by), Some(what)) = (user.get(d.name.as_str()), served.get(d.name.as_str())) {
             graph_issues.push(Issue {
                 location: at(d),
                 field: format!("device[{i}]"),
                 reason: format!(
-                    "`{}` is under {by} and cannot also be a LUN: I/O to it would bypass {by}",
+                    "`{}` is under {by} and cannot also be {what}: I/O to it would bypass {by}",
                     d.name
                 ),
             });

@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# NBD servers side by side on the same machine and the same 1 GiB file on
+# tmpfs: openarray's NBD export, qemu-nbd and nbdkit's file plugin, driven
+# by fio's nbd engine (libnbd), one job (one connection) and two jobs (two
+# connections) per row:
+#   - 4K randread and randwrite at QD 1, 32 and 128,
+#   - 1M sequential read and write at QD 8,
+# with IOPS and the server's CPU time per I/O (utime+stime of the server
+# process, all threads, from /proc/PID/stat before and after each run).
+#
+# fio's nbd engine runs one libnbd thread per job, which saturates a core
+# near 80K IOPS on this kind of machine: one-job rows measure the client as
+# much as the server; the two-job rows show more of the server.
+#
+# Usage: bench/nbd.sh
+# Environment (all optional):
+#   SECONDS_PER_RUN=5    length of each fio run
+#   SERVERS="openarray qemu-nbd nbdkit"
+#   JOBS="1 2"           fio jobs (connections) per row
+#   OPENARRAY=PATH       a built openarray (default: cargo build --release)
+#   BENCH_OUT=docs/bench/nbd.md  where the report goes
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
+SERVERS=${SERVERS:-"openarray qemu-nbd nbdkit"}
+JOBS=${JOBS:-"1 2"}
+BENCH_OUT=${BENCH_OUT:-$ROOT/docs/bench/nbd.md}
+SIZE_MIB=1024
+CLK_TCK=$(getconf CLK_TCK)
+
+# shellcheck source=bench/common.sh
+. "$ROOT/bench/common.sh"
+
+WORK=""
+SERVER_PID=""
+cleanup() {
+    local status=$?
+    set +e
+    kill_children
+    [ -z "$SERVER_PID" ] || stop_process "$SERVER_PID"
+    [ -z "$WORK" ] || rm -rf "$WORK"
+    exit "$status"
+}
+trap cleanup EXIT
+
+for tool in fio qemu-nbd nbdkit nbdinfo; do
+    command -v "$tool" >/dev/null || apt_install fio qemu-utils nbdkit libnbd-bin
+done
+fio --enghelp=nbd >/dev/null 2>&1 || die "this fio has no nbd engine"
+
+if [ -z "${OPENARRAY:-}" ]; then
+    log "building openarray (release)"
+    (cd "$ROOT" && cargo build --release --quiet --bin openarray)
+    OPENARRAY=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/openarray
+fi
+
+# tmpfs, so that the device costs nothing and the servers are compared.
+WORK=$(mktemp -d /dev/shm/openarray-nbd-bench.XXXXXX)
+DISK=$WORK/disk.img
+log "writing a ${SIZE_MIB} MiB file of random data on tmpfs"
+head -c "$((SIZE_MIB << 20))" /dev/urandom >"$DISK"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Starts server $1 on 127.0.0.1:$2 serving $DISK as export `d`; its PID
+# goes in SERVER_PID.
+start_server() {
+    local name=$1 port=$2
+    case "$name" in
+    openarray)
+        cat >"$WORK/openarray.toml" <<EOF
+[[portal]]
+listen = "127.0.0.1:$(free_port)"
+
+[[device]]
+name = "d"
+kind = "file"
+path = "$DISK"
+
+[nbd]
+listen = ["127.0.0.1:$port"]
+
+[[nbd.export]]
+name = "d"
+device = "d"
+EOF
+        "$OPENARRAY" serve -c "$WORK/openarray.toml" --admin-socket none --log-level warn \
+            >"$WORK/openarray.log" 2>&1 &
+        ;;
+    qemu-nbd)
+        # --cache=none needs O_DIRECT, which tmpfs refuses: the page cache
+        # is the file here. io_uring is its fastest AIO.
+        qemu-nbd -f raw -x d -b 127.0.0.1 -p "$port" --persistent --shared=16 \
+            --cache=writeback --aio=io_uring "$DISK" >"$WORK/qemu-nbd.log" 2>&1 &
+        ;;
+    nbdkit)
+        nbdkit --foreground --exit-with-parent -i 127.0.0.1 -p "$port" --exportname d \
+            file "$DISK" >"$WORK/nbdkit.log" 2>&1 &
+        ;;
+    esac
+    SERVER_PID=$!
+    wait_for_port "$port" "$SERVER_PID" "$name"
+    nbdinfo --size "nbd://127.0.0.1:$port/d" >/dev/null || die "$name does not serve export d"
+}
+
+# One fio run: prints "iops|us_per_io|MiB/s".
+run_fio() {
+    local port=$1 rw=$2 bs=$3 qd=$4 jobs=$5 out before after iops bw
+    before=$(cpu_ticks "$SERVER_PID")
+    out=$(fio --name=nbd --ioengine=nbd --uri="nbd://127.0.0.1:$port/d" --rw="$rw" \
+        --bs="$bs" --iodepth="$qd" --numjobs="$jobs" --size="${SIZE_MIB}M" \
+        --time_based --runtime="$SECONDS_PER_RUN" --ramp_time=1 --group_reporting \
+        --output-format=terse 2>"$WORK/fio.err") || { log "fio failed: $(cat "$WORK/fio.err")"; echo "n/a|n/a|n/a"; return; }
+    after=$(cpu_ticks "$SERVER_PID")
+    # Terse v3 (the one line with its 130 fields; fio may print notes
+    # before it): field 8 read IOPS, 7 read KiB/s; 49 write IOPS, 48 write
+    # KiB/s.
+    iops=$(awk -F';' 'NF > 100 {printf "%d", $8 + $49}' <<<"$out")
+    bw=$(awk -F';' 'NF > 100 {printf "%d", ($7 + $48) / 1024}' <<<"$out")
+    # The ramp second is in the CPU time but not in the IOPS: count it.
+    echo "$iops|$(us_per_io "$((after - before))" "$((iops * (SECONDS_PER_RUN + 1)))")|$bw"
+}
+
+ROWS=()
+for rw in randread randwrite; do
+    for qd in 1 32 128; do ROWS+=("$rw 4k $qd"); done
+done
+ROWS+=("read 1M 8" "write 1M 8")
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+declare -A RESULT
+for server in $SERVERS; do
+    port=$(free_port)
+    log "$server on port $port"
+    start_server "$server" "$port"
+    for row in "${ROWS[@]}"; do
+        read -r rw bs qd <<<"$row"
+        for jobs in $JOBS; do
+            RESULT["$server|$row|$jobs"]=$(run_fio "$port" "$rw" "$bs" "$qd" "$jobs")
+            log "$server $rw $bs QD$qd ${jobs}j: ${RESULT["$server|$row|$jobs"]}"
+        done
+    done
+    stop_process "$SERVER_PID"
+    SERVER_PID=""
+done
+
+{
+    echo "# NBD: openarray, qemu-nbd and nbdkit on one tmpfs file"
+    echo
+    echo "One run of \`bench/nbd.sh\` on $(date -u +%Y-%m-%d), $(nproc) cores"
+    echo "($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), ${SECONDS_PER_RUN} s per row"
+    echo "after a 1 s ramp; fio $(fio --version | sed 's/fio-//') with its nbd engine (libnbd),"
+    echo "$(qemu-nbd --version | head -1), $(nbdkit --version | head -1)."
+    echo "IOPS (MiB/s for the 1M rows) and the server's CPU time per I/O in µs"
+    echo "(all its threads). One job is one connection and one libnbd thread,"
+    echo "which caps near a core's worth of client work; two jobs, two of each."
+    echo "qemu-nbd runs \`--cache=writeback --aio=io_uring --shared=16\` (tmpfs"
+    echo "refuses the O_DIRECT of \`--cache=none\`); nbdkit the file plugin with"
+    echo "its defaults (parallel thread model). Load average (1, 5, 15 min)"
+    echo "before the runs: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)."
+    echo
+    printf '| workload | jobs |'
+    for server in $SERVERS; do printf ' %s | µs/IO |' "$server"; done
+    echo " openarray / best peer |"
+    printf '| --- | --- |'
+    for _ in $SERVERS; do printf ' ---: | ---: |'; done
+    echo " ---: |"
+    for row in "${ROWS[@]}"; do
+        read -r rw bs qd <<<"$row"
+        for jobs in $JOBS; do
+            printf '| %s %s QD%s | %s |' "$rw" "$bs" "$qd" "$jobs"
+            best=0
+            for server in $SERVERS; do
+                IFS='|' read -r iops us bw <<<"${RESULT["$server|$row|$jobs"]}"
+                figure=$iops
+                [ "$bs" = 4k ] || figure="$bw MiB/s"
+                printf ' %s | %s |' "$figure" "$us"
+                value=$iops
+                [ "$bs" = 4k ] || value=$bw
+                if [ "$server" != openarray ] && [[ "$value" =~ ^[0-9]+$ ]] && [ "$value" -gt "$best" ]; then
+                    best=$value
+                fi
+            done
+            IFS='|' read -r iops _ bw <<<"${RESULT["openarray|$row|$jobs"]:-n/a|n/a|n/a}"
+            mine=$iops
+            [ "$bs" = 4k ] || mine=$bw
+            echo " $(ratio "$mine" "$best") |"
+        done
+    done
+} >"$BENCH_OUT"
+log "report: $BENCH_OUT"

@@ -1,0 +1,47 @@
+//! The NBD transport: the devices of the array served over the Network
+//! Block Device protocol, as QEMU, libnbd tools, fio and the Linux kernel
+//! client speak it.
+//!
+//! - [`wire`]: decoding what clients send and encoding replies, pure
+//!   functions on bytes (the `nbd_decode` fuzz target drives them);
+//! - `handshake`: fixed-newstyle negotiation (GO, INFO, LIST, ABORT,
+//!   EXPORT_NAME, STARTTLS, structured replies, extended headers,
+//!   metadata contexts with `base:allocation`, block size constraints);
+//! - `transmission`: many requests in flight per connection, run on the
+//!   device (on blocking threads where it may block) and answered as each
+//!   finishes, with the bytes in flight bounded per connection and a
+//!   deadline on every write to the client;
+//! - `ops`: the device work of each command: holes found through
+//!   `allocation()` become hole chunks and block status extents; a flush
+//!   flushes the device, so it covers writes of every connection
+//!   (CAN_MULTI_CONN);
+//! - [`Tls`]: NBD_OPT_STARTTLS with an x509 certificate and key;
+//! - [`Server`]: TCP and unix-socket listeners, a live-replaceable table
+//!   of [`Export`]s with allow lists, the [`Session`]s in transmission,
+//!   and counters for metrics ([`ServerStats`]);
+//! - [`NbdConfig`]: the `[nbd]` section of the configuration;
+//! - [`exports_of`] and `impl export::Frontend for Server`: the daemon's
+//!   device exports served over the [`export::Backing`] every transport
+//!   of a device shares (one range lock, one write-cache policy).
+
+mod access;
+mod config;
+mod exports;
+mod frontend;
+mod handshake;
+mod ops;
+pub mod proto;
+mod reply;
+mod server;
+mod sessions;
+mod tls;
+mod transmission;
+pub mod wire;
+
+pub use access::{Allow, Peer, Rule};
+pub use config::{ExportConfig, ListenAddr, NbdConfig, TlsConfig, DEFAULT_PORT};
+pub use exports::{Export, ExportStats, DEFAULT_EXPORT};
+pub use frontend::exports_of;
+pub use server::{Limits, Server, ServerStats};
+pub use sessions::Session;
+pub use tls::{Tls, TlsMode};

@@ -1,0 +1,265 @@
+//! The transmission phase of one connection: requests read in order,
+//! run concurrently on the device, answered as each finishes.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use export::Backing;
+use peer_limits::{write_deadline, OutgoingBudget};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
+
+use crate::exports::ExportCounters;
+use crate::handshake::Negotiated;
+use crate::ops::{self, Outcome, ReadShape};
+use crate::reply::{self, Answering};
+use crate::wire::{self, Command, Framing};
+use crate::Limits;
+
+/// Least a request costs in the in-flight budget, so that requests
+/// without data are bounded in number too.
+const MIN_COST: usize = 4096;
+
+/// What a block status reply can take at most (extents of 16 bytes).
+const STATUS_COST: usize = 1 << 20;
+
+/// A reply ready to be written, and the budget it held.
+struct Outgoing {
+    parts: Vec<Bytes>,
+    cost: u32,
+}
+
+/// What every connection of a server shares.
+pub(crate) struct Shared {
+    pub limits: Limits,
+    /// Bounds the blocking threads running device calls, server-wide.
+    pub device_slots: Arc<Semaphore>,
+}
+
+/// Why a connection ended other than by NBD_CMD_DISC or shutdown.
+#[derive(Debug)]
+pub(crate) struct Ended {
+    pub reason: String,
+    /// The client broke the protocol (as opposed to leaving or stalling).
+    pub protocol: bool,
+}
+
+fn gone(reason: String) -> Ended {
+    Ended {
+        reason,
+        protocol: false,
+    }
+}
+
+/// Runs transmission until the client disconnects, breaks the protocol,
+/// or the server shuts down. `Err` carries the reason to log.
+pub(crate) async fn transmit<R, W>(
+    reader: R,
+    writer: W,
+    negotiated: Negotiated,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+    end: Arc<Notify>,
+) -> Result<(), Ended>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let Negotiated { served, agreed } = negotiated;
+    let framing = match (agreed.extended, agreed.structured) {
+        (true, _) => Framing::Extended,
+        (false, true) => Framing::Structured,
+        _ => Framing::Simple,
+    };
+    let budget = Arc::new(OutgoingBudget::new(shared.limits.in_flight_bytes));
+    let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
+    let writer_failed = Arc::new(Notify::new());
+    let writing = tokio::spawn(write_replies(
+        writer,
+        rx,
+        budget.clone(),
+        writer_failed.clone(),
+        shared.limits.write_deadline,
+    ));
+    let backing = served.export.backing.clone();
+    let blocking = backing.device().capabilities().may_block;
+    let counters = served.counters.clone();
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let header_len = wire::request_header_len(agreed.extended);
+    let mut header = [0u8; 32];
+    let ended: Result<(), Ended> = loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => break Ok(()),
+            _ = writer_failed.notified() => break Ok(()),
+            _ = end.notified() => break Ok(()),
+            r = reader.read_exact(&mut header[..header_len]) => match r {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    break Err(gone("the client closed the connection without NBD_CMD_DISC".into()))
+                }
+                Err(e) => break Err(gone(format!("reading a request: {e}"))),
+            },
+        }
+        let h = match wire::decode_request(
+            &header[..header_len],
+            agreed.extended,
+            agreed.max_payload,
+        ) {
+            Ok(h) => h,
+            Err(e) => {
+                break Err(Ended {
+                    reason: format!("malformed request: {e}"),
+                    protocol: true,
+                })
+            }
+        };
+        let payload_len = h.payload_len(agreed.extended) as usize;
+        let checked = wire::check_request(&h, &agreed);
+        let cost = match checked {
+            Ok(Command::Read { len, .. }) => len as usize,
+            Ok(Command::BlockStatus { .. }) => STATUS_COST,
+            _ => payload_len,
+        }
+        .max(MIN_COST);
+        // Waits while the connection has its fill of bytes in flight; the
+        // writer closes the budget if the client stops reading replies.
+        let Ok(taken) = budget.take(cost, Duration::from_secs(24 * 3600)).await else {
+            break Err(gone("the client stopped reading replies".into()));
+        };
+        let mut payload = vec![0; payload_len];
+        if let Err(e) = reader.read_exact(&mut payload).await {
+            budget.give_back(taken);
+            break Err(gone(format!("reading a write's data: {e}")));
+        }
+        let answering = Answering {
+            cookie: h.cookie,
+            offset: h.offset,
+        };
+        let cmd = match checked {
+            Ok(Command::Disconnect) => {
+                budget.give_back(taken);
+                break Ok(());
+            }
+            Ok(cmd) => cmd,
+            Err(refused) => {
+                ExportCounters::add(&counters.errors, 1);
+                let outcome = Outcome::Failed {
+                    error: refused.error,
+                    message: refused.why.to_string(),
+                };
+                let parts = reply::encode(framing, answering, outcome);
+                let _ = tx.send(Outgoing { parts, cost: taken });
+                continue;
+            }
+        };
+        let shape = match (framing, cmd) {
+            (Framing::Simple, _) | (_, Command::Read { df: true, .. }) => ReadShape::Whole,
+            _ => ReadShape::Sparse,
+        };
+        let backing = backing.clone();
+        let counters = counters.clone();
+        let tx = tx.clone();
+        // The whole request, from the device call to the queued reply, in
+        // one closure: on a blocking thread it needs no task of its own.
+        let answer = move || {
+            let outcome = run_guarded(&backing, cmd, &payload, shape);
+            count(&counters, cmd, &outcome);
+            let parts = reply::encode(framing, answering, outcome);
+            let _ = tx.send(Outgoing { parts, cost: taken });
+        };
+        if blocking {
+            // Waiting here for a free device thread holds back reading
+            // further requests, as a full pool should.
+            let Ok(slot) = shared.device_slots.clone().acquire_owned().await else {
+                break Ok(());
+            };
+            tokio::task::spawn_blocking(move || {
+                answer();
+                drop(slot);
+            });
+        } else {
+            tokio::spawn(async move { answer() });
+        }
+    };
+    // Requests still running hold senders; the writer ends once they
+    // have all answered.
+    drop(tx);
+    let written = writing
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
+    match (ended, written) {
+        (Err(e), _) => Err(e),
+        (Ok(()), Err(e)) => Err(gone(format!("writing replies: {e}"))),
+        (Ok(()), Ok(())) => Ok(()),
+    }
+}
+
+/// Runs a command, a panic in the device becoming an I/O error for this
+/// request instead of a reply that never comes.
+fn run_guarded(backing: &Backing, cmd: Command, payload: &[u8], shape: ReadShape) -> Outcome {
+    let run = std::panic::AssertUnwindSafe(|| ops::run_on(backing, cmd, payload, shape));
+    std::panic::catch_unwind(run).unwrap_or_else(|_| Outcome::Failed {
+        error: crate::proto::EIO,
+        message: "the device call failed".into(),
+    })
+}
+
+fn count(c: &ExportCounters, cmd: Command, outcome: &Outcome) {
+    if matches!(outcome, Outcome::Failed { .. }) {
+        ExportCounters::add(&c.errors, 1);
+        return;
+    }
+    match cmd {
+        Command::Read { len, .. } => {
+            ExportCounters::add(&c.reads, 1);
+            ExportCounters::add(&c.read_bytes, len);
+        }
+        Command::Write { len, .. } => {
+            ExportCounters::add(&c.writes, 1);
+            ExportCounters::add(&c.write_bytes, len);
+        }
+        Command::Flush => ExportCounters::add(&c.flushes, 1),
+        Command::Trim { .. } => ExportCounters::add(&c.trims, 1),
+        Command::WriteZeroes { .. } => ExportCounters::add(&c.zeroes, 1),
+        Command::BlockStatus { .. } => ExportCounters::add(&c.block_status, 1),
+        Command::Cache { .. } | Command::Disconnect => {}
+    }
+}
+
+/// Writes replies as they come, flushing when none is waiting, and gives
+/// their bytes back to the budget once written. A client that accepts no
+/// data within the deadline ends the connection.
+async fn write_replies<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    budget: Arc<OutgoingBudget>,
+    failed: Arc<Notify>,
+    deadline: Duration,
+) -> io::Result<()> {
+    let mut out = BufWriter::with_capacity(256 * 1024, writer);
+    let result = async {
+        while let Some(first) = rx.recv().await {
+            let mut next = Some(first);
+            while let Some(item) = next {
+                for part in &item.parts {
+                    write_deadline(deadline, out.write_all(part)).await?;
+                }
+                budget.give_back(item.cost);
+                next = rx.try_recv().ok();
+            }
+            write_deadline(deadline, out.flush()).await?;
+        }
+        write_deadline(deadline, out.shutdown()).await
+    }
+    .await;
+    if result.is_err() {
+        // Wakes the reader, waiting for budget or for a request: the
+        // connection is over.
+        budget.close();
+        failed.notify_one();
+    }
+    result
+}
