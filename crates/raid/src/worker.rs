@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::bitmap::RegionSet;
+use crate::bitmap::{write_image_to, RegionSet};
 use crate::core::{Core, Progress};
 use crate::geometry::Place;
 use crate::member::SyncState;
@@ -77,7 +77,7 @@ impl Core {
     /// Whether there is nothing left to resync or rebuild.
     pub fn idle(&self) -> bool {
         let members = self.members();
-        let resync_pending = self.resync.lock().count() > 0 && self.whole();
+        let resync_pending = self.resync.lock().count() > 0 && self.can_resync();
         let recovering = members
             .iter()
             .flatten()
@@ -90,9 +90,20 @@ impl Core {
         !resync_pending && !recovering && !promotable
     }
 
+    /// Mirrors resync among the copies left; parity needs every member
+    /// (with one missing, a row whose parity disagrees with its data has
+    /// nothing to be repaired from).
+    fn can_resync(&self) -> bool {
+        if self.geo.is_parity() {
+            self.whole()
+        } else {
+            self.survives()
+        }
+    }
+
     /// Does one piece of work; false when there was none.
     fn work_step(&self) -> bool {
-        if self.whole() && self.resync.lock().count() > 0 {
+        if self.can_resync() && self.resync.lock().count() > 0 {
             self.resync_dirty();
             return true;
         }
@@ -119,6 +130,12 @@ impl Core {
                 };
                 if let Some(spare) = spare {
                     tracing::info!(spare = %spare.name, slot, "rebuilding onto hot spare");
+                    // It carries the bits from now on, like every member.
+                    let image = self.bitmap.image();
+                    if let Err(e) = write_image_to(std::slice::from_ref(&spare.dev), &image, true) {
+                        tracing::error!(spare = %spare.name, error = %e, "spare failed");
+                        return true;
+                    }
                     *spare.state.write() = SyncState::Recovering {
                         done_rows: 0,
                         stale: None,
@@ -154,7 +171,7 @@ impl Core {
         let mut synced = RegionSet::new(self.bitmap.regions);
         for region in regions.iter() {
             for row in region * rr..((region + 1) * rr).min(self.geo.rows) {
-                if self.stop.load(Ordering::SeqCst) || !self.whole() {
+                if self.stop.load(Ordering::SeqCst) || !self.can_resync() {
                     return;
                 }
                 for stripe in self.stripes_of_row(row) {
@@ -179,6 +196,15 @@ impl Core {
             }
             synced.set(region, true);
             self.resync.lock().set(region, false);
+        }
+        // The repaired rows stable before their bits are cleared.
+        for (slot, m) in self.members().iter().enumerate() {
+            if let Some(m) = m.as_ref().filter(|m| !m.is_failed()) {
+                if let Err(e) = m.flush() {
+                    self.fail_member(slot, &e);
+                    return;
+                }
+            }
         }
         *self.progress.lock() = None;
         self.report.lock().last_resync_bytes = Some(total);
@@ -253,6 +279,11 @@ impl Core {
                 total_bytes: total,
                 bytes_per_sec: throttle.rate(),
             });
+        }
+        // Stable before its superblock says it is in sync.
+        if let Err(e) = target.flush() {
+            self.fail_member(slot, &e);
+            return;
         }
         {
             let mut st = target.state.write();
