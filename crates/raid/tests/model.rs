@@ -227,11 +227,11 @@ impl Harness {
                 self.settle();
                 let mut got = vec![0u8; size as usize];
                 self.array().read_at(&mut got, 0).unwrap();
-                for i in 0..size as usize {
-                    if self.model.stable[i] && got[i] != self.model.value[i] {
+                for (i, (g, want)) in got.iter().zip(&self.model.value).enumerate() {
+                    if self.model.stable[i] && g != want {
                         panic!(
-                            "{:?}: after a power cut byte {i} reads {} instead of {}",
-                            self.level, got[i], self.model.value[i]
+                            "{:?}: after a power cut byte {i} reads {g} instead of {want}",
+                            self.level
                         );
                     }
                 }
