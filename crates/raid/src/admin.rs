@@ -37,7 +37,7 @@ impl RaidArray {
     /// (a full rebuild), or waits for one.
     pub fn add(&self, dev: Arc<dyn BlockDevice>) -> io::Result<()> {
         let g = self.core.geo;
-        if dev.size() < crate::superblock::DATA_OFFSET + g.rows * g.chunk {
+        if dev.size() < self.core.data_offset + g.rows * g.chunk {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{} is too small for this array", dev.describe()),
@@ -48,10 +48,12 @@ impl RaidArray {
             .superblock_for(SPARE_SLOT, false, events)
             .write_to(&*dev)?;
         let name = dev.describe();
-        self.core
-            .spares
-            .lock()
-            .push(Arc::new(Member::new(dev, name, SyncState::InSync)));
+        self.core.spares.lock().push(Arc::new(Member::new(
+            dev,
+            name,
+            SyncState::InSync,
+            self.core.data_offset,
+        )));
         self.core.kick();
         Ok(())
     }
@@ -94,6 +96,7 @@ impl RaidArray {
                 done_rows: 0,
                 stale,
             },
+            core.data_offset,
         );
         core.slots.write()[slot] = Some(Arc::new(member));
         core.membership_changed();

@@ -14,8 +14,9 @@ use crate::bitmap::{bitmap_bytes, read_bitmap, write_image_to, Bitmap, RegionSet
 use crate::core::{array_failed, Core, RaidOptions};
 use crate::geometry::{Geometry, Level};
 use crate::locks::StripeLocks;
+use crate::log::Log;
 use crate::member::{Member, SyncState};
-use crate::superblock::{Superblock, BITMAP_OFFSET, DATA_OFFSET};
+use crate::superblock::{data_offset, Superblock, BITMAP_OFFSET, LOG_OFFSET};
 
 /// Why members do not make an array.
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +55,7 @@ fn name_of(dev: &dyn BlockDevice) -> String {
 /// bits to fit the bitmap area.
 fn region_rows_for(chunk: u64, rows: u64, region: u64) -> u64 {
     let mut rr = (region / chunk).max(1);
-    while bitmap_bytes(rows.div_ceil(rr)) as u64 > DATA_OFFSET - BITMAP_OFFSET {
+    while bitmap_bytes(rows.div_ceil(rr)) as u64 > LOG_OFFSET - BITMAP_OFFSET {
         rr *= 2;
     }
     rr
@@ -83,8 +84,17 @@ impl RaidArray {
                 "chunk must be a multiple of 4096".into(),
             ));
         }
+        if options.chunk > 1 << 20 {
+            return Err(AssembleError::Invalid("chunk must be at most 1 MiB".into()));
+        }
+        let log_slots = if level.parity() > 0 {
+            options.log_slots
+        } else {
+            0
+        };
+        let data_offset = data_offset(options.chunk, log_slots);
         let smallest = members.iter().map(|m| m.size()).min().unwrap_or(0);
-        let rows = smallest.saturating_sub(DATA_OFFSET) / options.chunk;
+        let rows = smallest.saturating_sub(data_offset) / options.chunk;
         if rows == 0 {
             return Err(AssembleError::Invalid(
                 "members are too small for one chunk".into(),
@@ -92,7 +102,7 @@ impl RaidArray {
         }
         if let Some(s) = spares
             .iter()
-            .find(|s| s.size() < DATA_OFFSET + rows * options.chunk)
+            .find(|s| s.size() < data_offset + rows * options.chunk)
         {
             return Err(AssembleError::Invalid(format!(
                 "spare {} is too small",
@@ -124,27 +134,37 @@ impl RaidArray {
                     d.clone(),
                     name_of(&*d),
                     SyncState::InSync,
+                    data_offset,
                 )))
             })
             .collect();
         let spares = spares
             .into_iter()
-            .map(|d| Arc::new(Member::new(d.clone(), name_of(&*d), SyncState::InSync)))
+            .map(|d| {
+                Arc::new(Member::new(
+                    d.clone(),
+                    name_of(&*d),
+                    SyncState::InSync,
+                    data_offset,
+                ))
+            })
             .collect();
-        let core = Core::new(
+        let mut core = Core::new(
             geo,
             rand::random(),
             options,
-            slots,
-            spares,
+            (slots, spares),
             bitmap,
             resync,
-            0,
+            (0, log_slots),
         );
+        core.log = (log_slots > 0).then(|| Log::new(log_slots, 0, 0));
+        let core = Arc::new(core);
         let image = core.bitmap.image();
         for m in core.members().into_iter().flatten() {
             write_image_to(std::slice::from_ref(&m.dev), &image, true)?;
         }
+        core.init_log()?;
         core.write_superblocks();
         Ok(RaidArray::start(core))
     }
@@ -182,6 +202,7 @@ impl RaidArray {
             .max()
             .unwrap_or(0);
         let geo = reference.geometry();
+        let data_offset = reference.data_offset();
         let mut slots: Vec<Option<Arc<Member>>> = vec![None; geo.members];
         let mut spares = Vec::new();
         for (dev, name, sb) in &found {
@@ -192,7 +213,10 @@ impl RaidArray {
                     reference.array_id,
                 ));
             }
-            if sb.geometry() != geo || sb.region_rows != reference.region_rows {
+            if sb.geometry() != geo
+                || sb.region_rows != reference.region_rows
+                || sb.log_slots != reference.log_slots
+            {
                 return Err(AssembleError::Geometry(name.clone()));
             }
             if sb.is_spare() {
@@ -200,6 +224,7 @@ impl RaidArray {
                     dev.clone(),
                     name.clone(),
                     SyncState::InSync,
+                    data_offset,
                 )));
                 continue;
             }
@@ -228,7 +253,12 @@ impl RaidArray {
             } else {
                 SyncState::InSync
             };
-            slots[slot] = Some(Arc::new(Member::new(dev.clone(), name.clone(), state)));
+            slots[slot] = Some(Arc::new(Member::new(
+                dev.clone(),
+                name.clone(),
+                state,
+                data_offset,
+            )));
         }
         let lost: Vec<bool> = slots
             .iter()
@@ -252,17 +282,25 @@ impl RaidArray {
         }
         let resync = dirty.clone();
         let bitmap = Bitmap::new(reference.region_rows, geo.rows, dirty);
-        let core = Core::new(
+        let mut core = Core::new(
             geo,
             reference.array_id,
             options,
-            slots,
-            spares,
+            (slots, spares),
             bitmap,
             resync,
-            events,
+            (events, reference.log_slots),
         );
         core.events.lock().1 = keep_since;
+        if reference.log_slots > 0 {
+            // Before any I/O: rows a cut left half-written are made whole.
+            let (log, sectors) = core.replay_log(reference.log_slots)?;
+            if sectors > 0 {
+                tracing::info!(sectors, "RAID partial parity log replayed");
+            }
+            core.log = Some(log);
+        }
+        let core = Arc::new(core);
         let whole = core.whole();
         core.bitmap.set_keep(!whole);
         if !whole {
@@ -355,18 +393,20 @@ impl Drop for RaidArray {
 }
 
 impl Core {
-    #[allow(clippy::too_many_arguments)]
+    /// `members`: by slot, and spares; `counts`: events and log slots.
     fn new(
         geo: Geometry,
         array_id: u128,
         options: RaidOptions,
-        slots: Vec<Option<Arc<Member>>>,
-        spares: Vec<Arc<Member>>,
+        members: (Vec<Option<Arc<Member>>>, Vec<Arc<Member>>),
         bitmap: Bitmap,
         resync: RegionSet,
-        events: u64,
-    ) -> Arc<Core> {
-        Arc::new(Core {
+        counts: (u64, u32),
+    ) -> Core {
+        let (slots, spares) = members;
+        let (events, log_slots) = counts;
+        let data_offset = data_offset(geo.chunk, log_slots);
+        Core {
             geo,
             array_id,
             options,
@@ -384,7 +424,10 @@ impl Core {
             wake: Condvar::new(),
             wake_lock: Mutex::new(false),
             stop: AtomicBool::new(false),
-        })
+            log: None,
+            log_slots,
+            data_offset,
+        }
     }
 }
 
@@ -446,21 +489,7 @@ impl BlockDevice for RaidArray {
     }
 
     fn flush(&self) -> io::Result<()> {
-        let core = &self.core;
-        core.bitmap.flush_started();
-        for (slot, m) in core.members().iter().enumerate() {
-            let Some(m) = m else { continue };
-            if m.is_failed() {
-                continue;
-            }
-            if let Err(e) = m.flush() {
-                core.fail_member(slot, &e);
-            }
-        }
-        if !core.survives() {
-            return Err(array_failed());
-        }
-        core.with_bitmap_writer(|w| core.bitmap.flush_done(w))
+        self.core.flush_all()
     }
 
     fn capabilities(&self) -> Capabilities {

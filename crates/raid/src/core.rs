@@ -10,6 +10,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::bitmap::{write_image_to, Bitmap, RegionSet};
 use crate::geometry::Geometry;
 use crate::locks::StripeLocks;
+use crate::log::Log;
 use crate::member::{Member, SyncState};
 use crate::superblock::{Superblock, SPARE_SLOT};
 
@@ -29,6 +30,9 @@ pub struct RaidOptions {
     /// At create: the members already agree (all zeros), skip the initial
     /// resync.
     pub assume_clean: bool,
+    /// At create, RAID5/6: slots of the partial parity log that closes
+    /// the write hole (0: no log, the hole stays open).
+    pub log_slots: u32,
 }
 
 impl Default for RaidOptions {
@@ -39,6 +43,7 @@ impl Default for RaidOptions {
             sync_speed_min: 1 << 20,
             sync_speed_max: 200 << 20,
             assume_clean: false,
+            log_slots: 64,
         }
     }
 }
@@ -74,6 +79,11 @@ pub struct Core {
     pub events: Mutex<(u64, u64)>,
     pub locks: StripeLocks,
     pub bitmap: Bitmap,
+    /// The partial parity log (RAID5/6 unless disabled).
+    pub log: Option<Log>,
+    /// Where member data starts.
+    pub data_offset: u64,
+    pub log_slots: u32,
     /// Regions that must be resynced (after an unclean stop or create).
     pub resync: Mutex<RegionSet>,
     pub read_turn: AtomicUsize,
@@ -168,6 +178,7 @@ impl Core {
             recovering,
             events: events.0,
             keep_since: events.1,
+            log_slots: self.log_slots,
         }
     }
 

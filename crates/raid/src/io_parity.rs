@@ -12,6 +12,8 @@ use std::io;
 use crate::core::{array_failed, Core};
 use crate::geometry::Role;
 use crate::gf;
+use crate::io_log::LogOutcome;
+use crate::log::SECTOR;
 use crate::member::Member;
 use std::sync::Arc;
 
@@ -99,34 +101,53 @@ impl Core {
 
     /// Fills in the data columns `w` lacks from P and Q.
     fn complete(&self, w: &mut Window) -> io::Result<()> {
-        let missing: Vec<usize> = (0..w.data.len()).filter(|c| w.data[*c].is_none()).collect();
-        let refs: Vec<Option<&[u8]>> = w.data.iter().map(|d| d.as_deref()).collect();
-        let rebuilt: Vec<Vec<u8>> = match (missing.as_slice(), &w.p, &w.q) {
-            ([], _, _) => return Ok(()),
-            ([x], Some(p), _) => {
-                let mut d = p.clone();
-                for o in refs.iter().flatten() {
-                    gf::xor_into(&mut d, o);
-                }
-                let _ = x;
-                vec![d]
-            }
-            ([x], None, Some(q)) => {
-                let mut d = vec![0u8; w.len];
-                gf::recover_data_from_q(&refs, q, *x, &mut d);
-                vec![d]
-            }
-            ([x, y], Some(p), Some(q)) => {
-                let (mut dx, mut dy) = (vec![0u8; w.len], vec![0u8; w.len]);
-                gf::recover_two_data(&refs, p, q, *x, *y, &mut dx, &mut dy);
-                vec![dx, dy]
-            }
-            _ => return Err(array_failed()),
-        };
-        for (c, d) in missing.into_iter().zip(rebuilt) {
+        let cols: Vec<Option<&[u8]>> = w.data.iter().map(|d| d.as_deref()).collect();
+        let rebuilt = self.rebuild_columns(&cols, w.p.as_deref(), w.q.as_deref())?;
+        for (c, d) in rebuilt {
             w.data[c] = Some(d);
         }
         Ok(())
+    }
+
+    /// The data columns missing from `cols` (`None`), from the others and
+    /// P and Q where there are.
+    pub fn rebuild_columns(
+        &self,
+        cols: &[Option<&[u8]>],
+        p: Option<&[u8]>,
+        q: Option<&[u8]>,
+    ) -> io::Result<Vec<(usize, Vec<u8>)>> {
+        let missing: Vec<usize> = (0..cols.len()).filter(|c| cols[*c].is_none()).collect();
+        let Some(len) = cols
+            .iter()
+            .flatten()
+            .next()
+            .map(|c| c.len())
+            .or(p.map(|p| p.len()))
+        else {
+            return Err(array_failed());
+        };
+        Ok(match (missing.as_slice(), p, q) {
+            ([], _, _) => vec![],
+            ([x], Some(p), _) => {
+                let mut d = p.to_vec();
+                for o in cols.iter().flatten() {
+                    gf::xor_into(&mut d, o);
+                }
+                vec![(*x, d)]
+            }
+            ([x], None, Some(q)) => {
+                let mut d = vec![0u8; len];
+                gf::recover_data_from_q(cols, q, *x, &mut d);
+                vec![(*x, d)]
+            }
+            ([x, y], Some(p), Some(q)) => {
+                let (mut dx, mut dy) = (vec![0u8; len], vec![0u8; len]);
+                gf::recover_two_data(cols, p, q, *x, *y, &mut dx, &mut dy);
+                vec![(*x, dx), (*y, dy)]
+            }
+            _ => return Err(array_failed()),
+        })
     }
 
     /// P (and Q) of complete data columns.
@@ -197,6 +218,12 @@ impl Core {
     /// Writes logical bytes `[s, e)` of parity row `row` from `data`.
     pub fn write_row(&self, row: u64, s: u64, e: u64, data: &[u8], fua: bool) -> io::Result<()> {
         let _guard = self.locks.lock(row);
+        if fua && self.row_has_live_log(row) {
+            // Parity written now covers earlier unflushed writes of the row;
+            // were those lost to a cut, this stable data could not be
+            // rebuilt from it. So they become stable first.
+            self.flush_all()?;
+        }
         for _ in 0..=self.geo.members {
             if let Some(r) = self.try_write_row(row, s, e, data, fua)? {
                 return Ok(r);
@@ -215,7 +242,13 @@ impl Core {
     ) -> io::Result<Option<()>> {
         let g = self.geo;
         let chunk = g.chunk;
-        let (lo, len) = window_of(chunk, s, e);
+        let (mut lo, mut len) = window_of(chunk, s, e);
+        if self.log.is_some() {
+            // Log entries cover whole sectors.
+            let hi = (lo + len as u64).next_multiple_of(SECTOR);
+            lo -= lo % SECTOR;
+            len = (hi - lo) as usize;
+        }
         let d = g.data_columns();
         let (members, readable) = self.row_members(row);
         let cover: Vec<Option<(usize, usize, usize)>> =
@@ -268,6 +301,9 @@ impl Core {
                 if let Some(q) = q.as_mut() {
                     gf::mul_xor_into(&mut q[from..to], &delta, gf::pow2(c));
                 }
+                // The column as it will be, for the log.
+                let col = w.data[c].as_mut().expect("read");
+                col[from..to].copy_from_slice(&data[pos..pos + (to - from)]);
             }
             (p, q)
         } else {
@@ -280,6 +316,20 @@ impl Core {
                 col[from..to].copy_from_slice(&data[pos..pos + (to - from)]);
             }
             self.parity_of(&w)
+        };
+        let logged = match self.log_write(
+            row,
+            lo,
+            len,
+            &cover,
+            &mut w.data,
+            &p,
+            q.as_deref(),
+            &members,
+        )? {
+            LogOutcome::Retry => return Ok(None),
+            LogOutcome::NotNeeded => None,
+            LogOutcome::Logged(r) => Some(r),
         };
         // Data first, then parity, to every member still taking writes.
         let mut writes: Vec<(usize, u64, &[u8])> = Vec::new();
@@ -307,6 +357,13 @@ impl Core {
             if let Err(err) = m.write(bytes, offset, fua) {
                 self.fail_member(slot, &err);
             }
+        }
+        if let (Some(log), Some(r)) = (&self.log, logged) {
+            if fua {
+                // Stable now; the flush before it left nothing else pending.
+                log.forget(&r, row, (lo / SECTOR) as u32, (len as u64 / SECTOR) as u32);
+            }
+            log.finished(&r, true);
         }
         let (_, readable) = self.row_members(row);
         if readable.iter().filter(|r| !**r).count() > g.level.parity() {

@@ -5,7 +5,7 @@
 //!   P then Q, RAID10 "near 2").
 //! - Each member starts with a [`superblock`] (array id, geometry, slot,
 //!   event counter) and a write-intent [`bitmap`]; data follows at
-//!   [`superblock::DATA_OFFSET`]. [`RaidArray::assemble`] takes members in
+//!   [`superblock::data_offset`]. [`RaidArray::assemble`] takes members in
 //!   any order and refuses foreign or stale ones.
 //! - A member whose I/O fails is marked failed and the array goes on
 //!   degraded; a hot spare takes its slot and is rebuilt by a background
@@ -14,8 +14,9 @@
 //!   a member re-added after an absence catches up only regions written
 //!   meanwhile.
 //!
-//! Known limit: with a parity level, an unclean stop *while degraded* can
-//! leave a row whose parity does not match its data (the write hole).
+//! - On RAID5/6 a partial parity [`log`] closes the write hole: a power
+//!   cut between a partial write's data and parity, followed by the loss
+//!   of a member, does not corrupt the columns nobody was writing.
 
 mod admin;
 mod array;
@@ -24,8 +25,10 @@ mod core;
 pub mod geometry;
 pub mod gf;
 mod io_copies;
+mod io_log;
 mod io_parity;
 mod locks;
+pub mod log;
 mod member;
 mod status;
 pub mod superblock;

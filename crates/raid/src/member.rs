@@ -13,7 +13,6 @@ use parking_lot::RwLock;
 use stats::LatencyHistogram;
 
 use crate::bitmap::RegionSet;
-use crate::superblock::DATA_OFFSET;
 
 /// How far a member's data can be trusted.
 #[derive(Clone, Debug)]
@@ -47,15 +46,23 @@ pub struct MemberStats {
 pub struct Member {
     pub dev: Arc<dyn BlockDevice>,
     pub name: String,
+    /// Where the data area starts on the device.
+    pub data_offset: u64,
     pub state: RwLock<SyncState>,
     pub stats: MemberStats,
 }
 
 impl Member {
-    pub fn new(dev: Arc<dyn BlockDevice>, name: String, state: SyncState) -> Member {
+    pub fn new(
+        dev: Arc<dyn BlockDevice>,
+        name: String,
+        state: SyncState,
+        data_offset: u64,
+    ) -> Member {
         Member {
             dev,
             name,
+            data_offset,
             state: RwLock::new(state),
             stats: MemberStats::default(),
         }
@@ -92,7 +99,7 @@ impl Member {
     }
 
     pub fn read(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let (r, nanos) = self.timed(|| self.dev.read_at(buf, DATA_OFFSET + offset));
+        let (r, nanos) = self.timed(|| self.dev.read_at(buf, self.data_offset + offset));
         self.stats.read_latency.record(nanos);
         self.stats.read_ops.fetch_add(1, Ordering::Relaxed);
         self.stats
@@ -102,7 +109,7 @@ impl Member {
     }
 
     pub fn write(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
-        let (r, nanos) = self.timed(|| self.dev.write_at(buf, DATA_OFFSET + offset, fua));
+        let (r, nanos) = self.timed(|| self.dev.write_at(buf, self.data_offset + offset, fua));
         self.stats.write_latency.record(nanos);
         self.stats.write_ops.fetch_add(1, Ordering::Relaxed);
         self.stats

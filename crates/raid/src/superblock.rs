@@ -6,8 +6,9 @@
 //! they are given in, and refuse one that belongs elsewhere or missed
 //! events (it was failed or absent while the others went on).
 //!
-//! Member layout: superblock at 0, write-intent bitmap from 4 KiB, data
-//! from [`DATA_OFFSET`].
+//! Member layout: superblock at 0, write-intent bitmap from 4 KiB, the
+//! partial parity log (parity levels) from [`LOG_OFFSET`], data from
+//! [`data_offset`].
 
 use std::io;
 
@@ -18,7 +19,22 @@ use crate::geometry::{Geometry, Level};
 pub const SUPERBLOCK_SIZE: usize = 4096;
 pub const BITMAP_OFFSET: u64 = 4096;
 /// Room for the superblock and a bitmap of up to ~8 million regions.
-pub const DATA_OFFSET: u64 = 1 << 20;
+pub const LOG_OFFSET: u64 = 1 << 20;
+
+/// Bytes of one partial parity log slot: a header for a chunk's sectors,
+/// then partial P and partial Q for up to a chunk.
+pub fn log_slot_bytes(chunk: u64) -> u64 {
+    crate::log::header_bytes((chunk / crate::log::SECTOR) as usize) as u64 + 2 * chunk
+}
+
+/// Where member data starts: after the log's header block and slots,
+/// rounded up to a MiB.
+pub fn data_offset(chunk: u64, log_slots: u32) -> u64 {
+    if log_slots == 0 {
+        return LOG_OFFSET;
+    }
+    (LOG_OFFSET + 4096 + log_slots as u64 * log_slot_bytes(chunk)).next_multiple_of(1 << 20)
+}
 const MAGIC: &[u8; 8] = b"OARAID01";
 const VERSION: u32 = 1;
 
@@ -43,6 +59,8 @@ pub struct Superblock {
     /// an absent member: a member last in sync at or after it can catch
     /// up from the bitmap alone.
     pub keep_since: u64,
+    /// Slots of the partial parity log (0: none).
+    pub log_slots: u32,
 }
 
 impl Superblock {
@@ -53,6 +71,10 @@ impl Superblock {
             chunk: self.chunk,
             rows: self.rows,
         }
+    }
+
+    pub fn data_offset(&self) -> u64 {
+        data_offset(self.chunk, self.log_slots)
     }
 
     pub fn is_spare(&self) -> bool {
@@ -73,6 +95,7 @@ impl Superblock {
         b.extend_from_slice(&(self.recovering as u32).to_le_bytes());
         b.extend_from_slice(&self.events.to_le_bytes());
         b.extend_from_slice(&self.keep_since.to_le_bytes());
+        b.extend_from_slice(&self.log_slots.to_le_bytes());
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b.resize(SUPERBLOCK_SIZE, 0);
@@ -103,6 +126,7 @@ impl Superblock {
         let recovering = u32_of(take(4)) != 0;
         let events = u64_of(take(8));
         let keep_since = u64_of(take(8));
+        let log_slots = u32_of(take(4));
         let end = at;
         let crc = u32_of(&b[end..end + 4]);
         if crc != crc32c::crc32c(&b[..end]) {
@@ -126,11 +150,12 @@ impl Superblock {
             recovering,
             events,
             keep_since,
+            log_slots,
         }))
     }
 
     pub fn read_from(dev: &dyn BlockDevice) -> io::Result<Result<Option<Superblock>, String>> {
-        if dev.size() < DATA_OFFSET {
+        if dev.size() < LOG_OFFSET {
             return Ok(Err("device is smaller than the RAID metadata area".into()));
         }
         let mut b = vec![0u8; SUPERBLOCK_SIZE];
@@ -162,6 +187,7 @@ mod tests {
             recovering: true,
             events: 42,
             keep_since: 40,
+            log_slots: 64,
         };
         let mut b = sb.encode();
         assert_eq!(b.len(), SUPERBLOCK_SIZE);

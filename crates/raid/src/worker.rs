@@ -76,13 +76,15 @@ impl Core {
 
     /// Whether there is nothing left to resync or rebuild.
     pub fn idle(&self) -> bool {
+        // Held throughout: a spare moves into its slot under it.
+        let spares = self.spares.lock();
         let members = self.members();
         let resync_pending = self.resync.lock().count() > 0 && self.can_resync();
         let recovering = members
             .iter()
             .flatten()
             .any(|m| matches!(*m.state.read(), SyncState::Recovering { .. }));
-        let promotable = !self.spares.lock().is_empty()
+        let promotable = !spares.is_empty()
             && self.survives()
             && members
                 .iter()
@@ -124,11 +126,9 @@ impl Core {
                 .iter()
                 .position(|m| m.as_ref().is_none_or(|m| m.is_failed()))
             {
-                let spare = {
-                    let mut spares = self.spares.lock();
-                    (!spares.is_empty()).then(|| spares.remove(0))
-                };
-                if let Some(spare) = spare {
+                let mut spares = self.spares.lock();
+                if !spares.is_empty() {
+                    let spare = spares.remove(0);
                     tracing::info!(spare = %spare.name, slot, "rebuilding onto hot spare");
                     // It carries the bits from now on, like every member.
                     let image = self.bitmap.image();
@@ -141,6 +141,7 @@ impl Core {
                         stale: None,
                     };
                     self.slots.write()[slot] = Some(spare);
+                    drop(spares);
                     self.membership_changed();
                     return true;
                 }
@@ -280,9 +281,10 @@ impl Core {
                 bytes_per_sec: throttle.rate(),
             });
         }
-        // Stable before its superblock says it is in sync.
-        if let Err(e) = target.flush() {
-            self.fail_member(slot, &e);
+        // Stable before its superblock says it is in sync, and so is what
+        // it was rebuilt from: the other members' caches may still hold
+        // data the rebuilt chunks already count on.
+        if self.flush_all().is_err() || target.is_failed() {
             return;
         }
         {

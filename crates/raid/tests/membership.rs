@@ -53,7 +53,7 @@ fn refuses_foreign_blank_and_too_few_members() {
     );
 
     let mut with_blank = devs(&members[..2]);
-    with_blank.push(faulty(2 << 20));
+    with_blank.push(faulty(member_size(16)));
     let err = RaidArray::assemble(with_blank, options()).err().unwrap();
     assert!(matches!(err, AssembleError::NoSuperblock(_)), "{err}");
 
@@ -151,7 +151,7 @@ fn after_an_unclean_stop_only_dirty_regions_resync() {
 #[test]
 fn rebuild_runs_in_the_background_with_progress_and_its_speed_cap() {
     let rows = 64;
-    let size = (1 << 20) + rows * CHUNK;
+    let size = member_size(rows);
     let members: Vec<_> = (0..3).map(|_| faulty(size)).collect();
     let opts = RaidOptions {
         sync_speed_min: 64 << 10,
@@ -204,11 +204,11 @@ fn manual_fail_remove_add_and_replace() {
         &(members[0].clone() as Arc<dyn BlockDevice>)
     ));
     assert_eq!(a.status().members[0].state, MemberState::Missing);
-    a.add(faulty(2 << 20)).unwrap();
+    a.add(faulty(member_size(16))).unwrap();
     assert!(a.wait_idle(Duration::from_secs(10)));
     assert_eq!(a.status().state, ArrayState::Clean);
     // Replace member 1 by a new device; the data survives losing slot 0.
-    a.replace(1, faulty(2 << 20)).unwrap();
+    a.replace(1, faulty(member_size(16))).unwrap();
     assert!(a.wait_idle(Duration::from_secs(10)));
     let st = a.status();
     assert_eq!(st.state, ArrayState::Clean);

@@ -27,6 +27,7 @@ pub fn options() -> RaidOptions {
         sync_speed_min: 1 << 40,
         sync_speed_max: 1 << 40,
         assume_clean: true,
+        log_slots: 16,
     }
 }
 
@@ -47,7 +48,12 @@ pub fn array(
     spares: usize,
     rows: u64,
 ) -> (RaidArray, Vec<Arc<FaultyDevice>>, Vec<Arc<FaultyDevice>>) {
-    let size = (1 << 20) + rows * CHUNK;
+    let slots = if level.parity() > 0 {
+        options().log_slots
+    } else {
+        0
+    };
+    let size = raid::superblock::data_offset(CHUNK, slots) + rows * CHUNK;
     let members: Vec<_> = (0..n).map(|_| faulty(size)).collect();
     let spare_devs: Vec<_> = (0..spares).map(|_| faulty(size)).collect();
     let array = RaidArray::create(level, devs(&members), devs(&spare_devs), options()).unwrap();
@@ -78,4 +84,9 @@ pub fn copies(members: &[Arc<FaultyDevice>]) -> Vec<Arc<FaultyDevice>> {
             c
         })
         .collect()
+}
+
+/// Bytes a member needs for `rows` rows of data with [`options`].
+pub fn member_size(rows: u64) -> u64 {
+    raid::superblock::data_offset(CHUNK, options().log_slots) + rows * CHUNK
 }
