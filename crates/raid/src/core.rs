@@ -65,6 +65,7 @@ pub struct SyncReport {
     pub last_resync_bytes: Option<u64>,
     /// A member re-added after an absence: bytes it caught up.
     pub last_catch_up_bytes: Option<u64>,
+    pub last_scrub: Option<crate::scrub::ScrubReport>,
 }
 
 pub struct Core {

@@ -30,6 +30,7 @@ mod io_parity;
 mod locks;
 pub mod log;
 mod member;
+mod scrub;
 mod status;
 pub mod superblock;
 mod worker;
@@ -37,6 +38,7 @@ mod worker;
 pub use array::{AssembleError, RaidArray};
 pub use core::RaidOptions;
 pub use geometry::{Geometry, Level};
+pub use scrub::ScrubReport;
 pub use status::{
     ArrayState, BitmapStatus, MemberIo, MemberState, MemberStatus, RaidStatus, SyncProgress,
 };

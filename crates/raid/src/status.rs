@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::array::RaidArray;
 use crate::member::{Member, SyncState};
+use crate::scrub::ScrubReport;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -55,7 +56,7 @@ pub struct MemberStatus {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct SyncProgress {
-    /// "resync", "rebuild" or "catch-up".
+    /// "resync", "rebuild", "catch-up", or a scrub's "check" or "repair".
     pub kind: &'static str,
     pub slot: Option<usize>,
     pub done_bytes: u64,
@@ -86,6 +87,7 @@ pub struct RaidStatus {
     pub members: Vec<MemberStatus>,
     pub sync: Option<SyncProgress>,
     pub bitmap: BitmapStatus,
+    pub last_scrub: Option<ScrubReport>,
 }
 
 fn io_of(m: &Member) -> MemberIo {
@@ -188,6 +190,7 @@ impl RaidArray {
                 last_resync_bytes: report.last_resync_bytes,
                 last_catch_up_bytes: report.last_catch_up_bytes,
             },
+            last_scrub: report.last_scrub,
         }
     }
 }
