@@ -25,7 +25,7 @@ impl RaidArray {
         if !m.is_failed() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("slot {slot} ({}) is active: fail it first", m.name),
+                format!("slot {slot} ({}) is active: fail it first", m.name()),
             ));
         }
         self.core.slots.write()[slot] = None;
@@ -80,7 +80,7 @@ impl RaidArray {
         }
         if let Some(m) = &core.slots.read()[slot] {
             if !m.is_failed() {
-                return Err(AssembleError::DuplicateSlot(name, sb.slot, m.name.clone()));
+                return Err(AssembleError::DuplicateSlot(name, sb.slot, m.name()));
             }
         }
         let keep_since = core.events.lock().1;

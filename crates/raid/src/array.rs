@@ -242,7 +242,7 @@ impl RaidArray {
                 return Err(AssembleError::DuplicateSlot(
                     name.clone(),
                     sb.slot,
-                    other.name.clone(),
+                    other.name(),
                 ));
             }
             let state = if sb.recovering {
@@ -520,7 +520,7 @@ impl BlockDevice for RaidArray {
             .core
             .members()
             .iter()
-            .map(|m| m.as_ref().map_or("-".into(), |m| m.name.clone()))
+            .map(|m| m.as_ref().map_or("-".into(), |m| m.name()))
             .collect();
         format!("raid{}({})", self.core.geo.level.number(), names.join(","))
     }

@@ -144,7 +144,7 @@ impl Core {
             *st = SyncState::Failed;
         }
         self.failures.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(member = %m.name, slot, error = %err, "RAID member failed");
+        tracing::error!(member = %m.name(), slot, error = %err, "RAID member failed");
         self.membership_changed();
     }
 
@@ -207,7 +207,7 @@ impl Core {
                 for s in self.spares.lock().iter() {
                     let sb = self.superblock_for(SPARE_SLOT, false, events);
                     if let Err(e) = sb.write_to(&*s.dev) {
-                        tracing::warn!(spare = %s.name, error = %e, "spare superblock write failed");
+                        tracing::warn!(spare = %s.name(), error = %e, "spare superblock write failed");
                     }
                 }
             }
@@ -219,7 +219,7 @@ impl Core {
                 if let Some(m) = m {
                     *m.state.write() = SyncState::Failed;
                     self.failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(member = %m.name, slot, error = %e, "RAID member failed");
+                    tracing::error!(member = %m.name(), slot, error = %e, "RAID member failed");
                 }
             }
             self.bitmap.set_keep(true);

@@ -14,6 +14,8 @@
 //!   a member re-added after an absence catches up only regions written
 //!   meanwhile.
 //!
+//! - Scrub checks mirrors and parity; each member keeps latency and
+//!   throughput figures, and a markedly slower one is named.
 //! - On RAID5/6 a partial parity [`log`] closes the write hole: a power
 //!   cut between a partial write's data and parity, followed by the loss
 //!   of a member, does not corrupt the columns nobody was writing.
@@ -33,6 +35,7 @@ mod member;
 mod scrub;
 mod status;
 pub mod superblock;
+mod weakest;
 mod worker;
 
 pub use array::{AssembleError, RaidArray};
@@ -42,3 +45,4 @@ pub use scrub::ScrubReport;
 pub use status::{
     ArrayState, BitmapStatus, MemberIo, MemberState, MemberStatus, RaidStatus, SyncProgress,
 };
+pub use weakest::WeakLink;

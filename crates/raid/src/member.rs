@@ -45,7 +45,8 @@ pub struct MemberStats {
 
 pub struct Member {
     pub dev: Arc<dyn BlockDevice>,
-    pub name: String,
+    /// The device's name in the configuration, or its description.
+    name: RwLock<String>,
     /// Where the data area starts on the device.
     pub data_offset: u64,
     pub state: RwLock<SyncState>,
@@ -61,11 +62,19 @@ impl Member {
     ) -> Member {
         Member {
             dev,
-            name,
+            name: RwLock::new(name),
             data_offset,
             state: RwLock::new(state),
             stats: MemberStats::default(),
         }
+    }
+
+    pub fn name(&self) -> String {
+        self.name.read().clone()
+    }
+
+    pub fn set_name(&self, name: &str) {
+        *self.name.write() = name.to_string();
     }
 
     pub fn is_failed(&self) -> bool {

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::array::RaidArray;
 use crate::member::{Member, SyncState};
 use crate::scrub::ScrubReport;
+use crate::weakest::WeakLink;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -88,6 +89,8 @@ pub struct RaidStatus {
     pub sync: Option<SyncProgress>,
     pub bitmap: BitmapStatus,
     pub last_scrub: Option<ScrubReport>,
+    /// A member markedly slower than its peers, and what it costs.
+    pub weakest_link: Option<WeakLink>,
 }
 
 fn io_of(m: &Member) -> MemberIo {
@@ -142,7 +145,7 @@ impl RaidArray {
             };
             members.push(MemberStatus {
                 slot: Some(slot),
-                name: Some(m.name.clone()),
+                name: Some(m.name()),
                 state,
                 recovered_bytes: recovered,
                 io: Some(io_of(m)),
@@ -151,7 +154,7 @@ impl RaidArray {
         for s in core.spares.lock().iter() {
             members.push(MemberStatus {
                 slot: None,
-                name: Some(s.name.clone()),
+                name: Some(s.name()),
                 state: MemberState::Spare,
                 recovered_bytes: None,
                 io: None,
@@ -191,6 +194,7 @@ impl RaidArray {
                 last_catch_up_bytes: report.last_catch_up_bytes,
             },
             last_scrub: report.last_scrub,
+            weakest_link: self.weakest_link(),
         }
     }
 }

@@ -129,11 +129,11 @@ impl Core {
                 let mut spares = self.spares.lock();
                 if !spares.is_empty() {
                     let spare = spares.remove(0);
-                    tracing::info!(spare = %spare.name, slot, "rebuilding onto hot spare");
+                    tracing::info!(spare = %spare.name(), slot, "rebuilding onto hot spare");
                     // It carries the bits from now on, like every member.
                     let image = self.bitmap.image();
                     if let Err(e) = write_image_to(std::slice::from_ref(&spare.dev), &image, true) {
-                        tracing::error!(spare = %spare.name, error = %e, "spare failed");
+                        tracing::error!(spare = %spare.name(), error = %e, "spare failed");
                         return true;
                     }
                     *spare.state.write() = SyncState::Recovering {
@@ -298,7 +298,7 @@ impl Core {
         if stale.is_some() {
             self.report.lock().last_catch_up_bytes = Some(total);
         }
-        tracing::info!(member = %target.name, slot, bytes = total, "RAID member in sync");
+        tracing::info!(member = %target.name(), slot, bytes = total, "RAID member in sync");
         self.membership_changed();
     }
 }
