@@ -16,6 +16,7 @@ use crate::geometry::{Geometry, Level};
 use crate::locks::StripeLocks;
 use crate::log::Log;
 use crate::member::{Member, SyncState};
+use crate::spread::{spread, SPREAD_MIN_BYTES};
 use crate::superblock::{data_offset, Superblock, BITMAP_OFFSET, LOG_OFFSET};
 
 /// Why members do not make an array.
@@ -368,6 +369,16 @@ impl RaidArray {
         out
     }
 
+    /// Threads a request of `len` bytes runs on: one per member for a
+    /// large one (stripe `i` on thread `i % members`).
+    fn threads_for(&self, len: usize) -> usize {
+        if len >= SPREAD_MIN_BYTES {
+            self.core.geo.members
+        } else {
+            1
+        }
+    }
+
     /// Member rows a write of `[offset, offset+len)` touches.
     fn member_rows(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
         let g = &self.core.geo;
@@ -441,16 +452,22 @@ impl BlockDevice for RaidArray {
         let core = &self.core;
         core.foreground_ops.fetch_add(1, Ordering::Relaxed);
         let g = core.geo;
-        for (stripe, s, e) in self.pieces(offset, buf.len() as u64) {
-            let out = &mut buf[(s - offset) as usize..(e - offset) as usize];
+        let threads = self.threads_for(buf.len());
+        let mut rest = buf;
+        let mut items = Vec::new();
+        for (stripe, s, e) in self.pieces(offset, rest.len() as u64) {
+            let (out, tail) = std::mem::take(&mut rest).split_at_mut((e - s) as usize);
+            rest = tail;
+            items.push((stripe, s, e, out));
+        }
+        spread(items, threads, |(stripe, s, e, out)| {
             if g.is_parity() {
                 let base = stripe * g.chunk * g.data_columns() as u64;
-                core.read_row(stripe, s - base, e - base, out)?;
+                core.read_row(stripe, s - base, e - base, out)
             } else {
-                core.read_chunk_copies(stripe, s - stripe * g.chunk, out)?;
+                core.read_chunk_copies(stripe, s - stripe * g.chunk, out)
             }
-        }
-        Ok(())
+        })
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
@@ -469,19 +486,20 @@ impl BlockDevice for RaidArray {
         if tracked {
             core.with_bitmap_writer(|w| core.bitmap.begin_write(rows.clone(), w))?;
         }
-        let result = (|| {
-            for (stripe, s, e) in self.pieces(offset, buf.len() as u64) {
+        let result = spread(
+            self.pieces(offset, buf.len() as u64),
+            self.threads_for(buf.len()),
+            |(stripe, s, e)| {
                 let data = &buf[(s - offset) as usize..(e - offset) as usize];
                 if g.is_parity() {
                     let base = stripe * g.chunk * g.data_columns() as u64;
-                    core.write_row(stripe, s - base, e - base, data, fua)?;
+                    core.write_row(stripe, s - base, e - base, data, fua)
                 } else {
                     let _guard = core.locks.lock(stripe);
-                    core.write_chunk_copies(stripe, s - stripe * g.chunk, data, fua)?;
+                    core.write_chunk_copies(stripe, s - stripe * g.chunk, data, fua)
                 }
-            }
-            Ok(())
-        })();
+            },
+        );
         if tracked {
             core.bitmap.end_write(rows);
         }

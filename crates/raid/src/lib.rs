@@ -33,6 +33,7 @@ mod locks;
 pub mod log;
 mod member;
 mod scrub;
+mod spread;
 mod status;
 pub mod superblock;
 mod weakest;

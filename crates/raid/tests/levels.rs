@@ -244,3 +244,24 @@ fn concurrent_writers_keep_parity_consistent() {
         }
     }
 }
+
+#[test]
+fn large_requests_spread_over_members_also_degraded() {
+    for level in LEVELS {
+        let n = members_for(level);
+        let (a, members, _) = array(level, n, 0, 72);
+        let data = pattern(a.size() as usize, 31);
+        assert!(data.len() >= 256 << 10, "large enough to spread");
+        a.write_at(&data, 0, false).unwrap();
+        check(&a, &data);
+        if level != Level::Raid0 {
+            members[n - 1].set_fail_reads(true);
+            members[n - 1].set_fail_writes(true);
+            let more = pattern(data.len() - 8192, 32);
+            a.write_at(&more, 4096, true).unwrap();
+            let mut expect = data.clone();
+            expect[4096..4096 + more.len()].copy_from_slice(&more);
+            check(&a, &expect);
+        }
+    }
+}
