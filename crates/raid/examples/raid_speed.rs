@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use block::{BlockDevice, DelayDevice, DelayLimits, MemDevice};
 use raid::{gf, Level, RaidArray, RaidOptions};
 
+/// Bytes per read of the throughput figures.
+const IO: usize = 4 << 20;
+
 fn parity_cost(data_columns: usize, raid6: bool, write: usize) -> f64 {
     let col = write / data_columns;
     let cols: Vec<Vec<u8>> = (0..data_columns).map(|i| vec![i as u8 + 1; col]).collect();
@@ -36,12 +39,12 @@ fn member(bandwidth: u64) -> Arc<DelayDevice> {
 }
 
 fn read_rate(dev: &dyn BlockDevice, bytes: u64) -> f64 {
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; IO];
     let start = Instant::now();
     let mut at = 0;
-    while at + (1 << 20) <= bytes {
+    while at + IO as u64 <= bytes {
         dev.read_at(&mut buf, at).unwrap();
-        at += 1 << 20;
+        at += IO as u64;
     }
     at as f64 / start.elapsed().as_secs_f64() / 1e6
 }
@@ -61,7 +64,7 @@ fn main() {
     let mb = 100_000_000;
     let one = member(mb);
     let single = read_rate(&*one, 32 << 20);
-    println!("one member: {single:.0} MB/s sequential 1 MiB reads");
+    println!("one member: {single:.0} MB/s sequential 4 MiB reads");
     for slow in [None, Some(2)] {
         let members: Vec<Arc<DelayDevice>> = (0..4)
             .map(|i| member(if Some(i) == slow { mb / 2 } else { mb }))

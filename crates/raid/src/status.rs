@@ -89,6 +89,10 @@ pub struct RaidStatus {
     pub sync: Option<SyncProgress>,
     pub bitmap: BitmapStatus,
     pub last_scrub: Option<ScrubReport>,
+    /// RAID5/6: the partial parity log's slots, and sectors written since
+    /// the last flush (each covered by an entry or a full-row write).
+    pub log_slots: u32,
+    pub log_live_sectors: usize,
     /// A member markedly slower than its peers, and what it costs.
     pub weakest_link: Option<WeakLink>,
 }
@@ -194,6 +198,8 @@ impl RaidArray {
                 last_catch_up_bytes: report.last_catch_up_bytes,
             },
             last_scrub: report.last_scrub,
+            log_slots: core.log_slots,
+            log_live_sectors: core.log.as_ref().map_or(0, |l| l.live_sectors()),
             weakest_link: self.weakest_link(),
         }
     }
