@@ -48,12 +48,9 @@ impl RaidArray {
             .superblock_for(SPARE_SLOT, false, events)
             .write_to(&*dev)?;
         let name = dev.describe();
-        self.core.spares.lock().push(Arc::new(Member::new(
-            dev,
-            name,
-            SyncState::InSync,
-            self.core.data_offset,
-        )));
+        let member = Member::new(dev, name, SyncState::InSync, self.core.data_offset);
+        self.core.adopt(&member);
+        self.core.spares.lock().push(Arc::new(member));
         self.core.kick();
         Ok(())
     }
@@ -98,6 +95,7 @@ impl RaidArray {
             },
             core.data_offset,
         );
+        core.adopt(&member);
         core.slots.write()[slot] = Some(Arc::new(member));
         core.membership_changed();
         Ok(())

@@ -312,6 +312,12 @@ impl RaidArray {
     }
 
     fn start(core: Arc<Core>) -> RaidArray {
+        for m in core.members().iter().flatten() {
+            core.adopt(m);
+        }
+        for m in core.spares.lock().iter() {
+            core.adopt(m);
+        }
         let worker_core = core.clone();
         let worker = std::thread::Builder::new()
             .name("raid-sync".into())

@@ -30,6 +30,8 @@ pub struct RaidOptions {
     /// At create: the members already agree (all zeros), skip the initial
     /// resync.
     pub assume_clean: bool,
+    /// A member I/O slower than this fails the member (`None`: no limit).
+    pub member_timeout: Option<std::time::Duration>,
     /// At create, RAID5/6: slots of the partial parity log that closes
     /// the write hole (0: no log, the hole stays open).
     pub log_slots: u32,
@@ -44,6 +46,7 @@ impl Default for RaidOptions {
             sync_speed_max: 200 << 20,
             assume_clean: false,
             log_slots: 64,
+            member_timeout: None,
         }
     }
 }
@@ -123,6 +126,15 @@ impl Core {
         self.members()
             .iter()
             .all(|m| m.as_ref().is_some_and(|m| m.is_in_sync()))
+    }
+
+    /// Applies the array's member settings to a member joining it.
+    pub fn adopt(&self, m: &Member) {
+        let nanos = self
+            .options
+            .member_timeout
+            .map_or(0, |t| t.as_nanos() as u64);
+        m.timeout_nanos.store(nanos, Ordering::Relaxed);
     }
 
     pub fn kick(&self) {

@@ -51,6 +51,9 @@ pub struct Member {
     pub data_offset: u64,
     pub state: RwLock<SyncState>,
     pub stats: MemberStats,
+    /// An I/O slower than this many nanoseconds counts as failed (0: no
+    /// limit): a member that hangs must not hold the array with it.
+    pub timeout_nanos: AtomicU64,
 }
 
 impl Member {
@@ -66,6 +69,7 @@ impl Member {
             data_offset,
             state: RwLock::new(state),
             stats: MemberStats::default(),
+            timeout_nanos: AtomicU64::new(0),
         }
     }
 
@@ -101,6 +105,14 @@ impl Member {
         let r = f();
         let nanos = start.elapsed().as_nanos() as u64;
         self.stats.busy_nanos.fetch_add(nanos, Ordering::Relaxed);
+        let limit = self.timeout_nanos.load(Ordering::Relaxed);
+        let r = match r {
+            Ok(_) if limit > 0 && nanos > limit => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("I/O took {} ms, over the member timeout", nanos / 1_000_000),
+            )),
+            r => r,
+        };
         if r.is_err() {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
         }

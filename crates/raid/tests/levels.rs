@@ -265,3 +265,22 @@ fn large_requests_spread_over_members_also_degraded() {
         }
     }
 }
+
+#[test]
+fn a_member_slower_than_the_timeout_is_failed_and_io_goes_on() {
+    let n = 4;
+    let size = member_size(16);
+    let members: Vec<_> = (0..n).map(|_| faulty(size)).collect();
+    let opts = raid::RaidOptions {
+        member_timeout: Some(Duration::from_millis(20)),
+        ..options()
+    };
+    let a = raid::RaidArray::create(Level::Raid5, devs(&members), vec![], opts).unwrap();
+    let data = fill(&a, 41);
+    members[2].set_delay(Some(Duration::from_millis(50)));
+    check(&a, &data);
+    let st = a.status();
+    assert_eq!(st.state, ArrayState::Degraded);
+    assert_eq!(st.members[2].state, MemberState::Failed);
+    assert!(st.members[2].io.as_ref().unwrap().errors >= 1);
+}

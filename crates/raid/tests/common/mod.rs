@@ -28,6 +28,7 @@ pub fn options() -> RaidOptions {
         sync_speed_max: 1 << 40,
         assume_clean: true,
         log_slots: 16,
+        member_timeout: None,
     }
 }
 
