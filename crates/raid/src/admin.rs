@@ -13,9 +13,9 @@ use crate::superblock::{Superblock, SPARE_SLOT};
 impl RaidArray {
     /// Marks the member in `slot` failed, as an I/O error would.
     pub fn fail(&self, slot: usize) -> io::Result<()> {
-        self.slot_member(slot)?;
+        let m = self.slot_member(slot)?;
         self.core
-            .fail_member(slot, &io::Error::other("failed by the administrator"));
+            .fail_member(slot, &m, &io::Error::other("failed by the administrator"));
         Ok(())
     }
 

@@ -142,21 +142,24 @@ impl Core {
         self.wake.notify_all();
     }
 
-    /// Marks the member in `slot` failed after `err`, records the change
-    /// on the others, and lets the worker look for a spare.
-    pub fn fail_member(&self, slot: usize, err: &io::Error) {
-        let Some(m) = self.slots.read()[slot].clone() else {
-            return;
-        };
+    /// Marks `who`, the member in `slot` when its I/O began, failed after
+    /// `err`, records the change on the others, and lets the worker look
+    /// for a spare. A member that has left the slot meanwhile (a spare
+    /// took it) changes nothing but itself.
+    pub fn fail_member(&self, slot: usize, who: &Member, err: &io::Error) {
         {
-            let mut st = m.state.write();
+            let mut st = who.state.write();
             if matches!(*st, SyncState::Failed) {
                 return;
             }
             *st = SyncState::Failed;
         }
+        let current = self.slots.read()[slot].clone();
+        if !current.is_some_and(|c| std::ptr::eq(Arc::as_ptr(&c), who)) {
+            return;
+        }
         self.failures.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(member = %m.name(), slot, error = %err, "RAID member failed");
+        tracing::error!(member = %who.name(), slot, error = %err, "RAID member failed");
         self.membership_changed();
     }
 
@@ -244,7 +247,7 @@ impl Core {
         &self,
         image: &[u8],
         fua: bool,
-        failed: &Mutex<Vec<(usize, io::Error)>>,
+        failed: &Mutex<Vec<(usize, Arc<Member>, io::Error)>>,
     ) -> io::Result<()> {
         let mut written = 0;
         for (slot, m) in self.members().iter().enumerate() {
@@ -254,7 +257,7 @@ impl Core {
             }
             match write_image_to(std::slice::from_ref(&m.dev), image, fua) {
                 Ok(()) => written += 1,
-                Err(e) => failed.lock().push((slot, e)),
+                Err(e) => failed.lock().push((slot, m.clone(), e)),
             }
         }
         if written == 0 {
@@ -274,8 +277,8 @@ impl Core {
         let failed = Mutex::new(Vec::new());
         let writer = |image: &[u8], fua: bool| self.write_bitmap(image, fua, &failed);
         let r = f(&writer);
-        for (slot, e) in failed.into_inner() {
-            self.fail_member(slot, &e);
+        for (slot, m, e) in failed.into_inner() {
+            self.fail_member(slot, &m, &e);
         }
         r
     }

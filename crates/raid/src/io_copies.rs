@@ -24,7 +24,7 @@ impl Core {
             }
             match m.read(buf, place.row * self.geo.chunk + within) {
                 Ok(()) => return Ok(()),
-                Err(e) => self.fail_member(place.member, &e),
+                Err(e) => self.fail_member(place.member, &m, &e),
             }
         }
         Err(array_failed())
@@ -52,7 +52,7 @@ impl Core {
             match m.write(buf, place.row * self.geo.chunk + within, fua) {
                 Ok(()) if m.readable(place.row, region_rows) => kept += 1,
                 Ok(()) => {}
-                Err(e) => self.fail_member(place.member, &e),
+                Err(e) => self.fail_member(place.member, &m, &e),
             }
         }
         if kept == 0 {
@@ -87,7 +87,7 @@ impl Core {
                     found = true;
                     break;
                 }
-                Err(e) => self.fail_member(other.member, &e),
+                Err(e) => self.fail_member(other.member, &m, &e),
             }
         }
         if !found {
@@ -119,7 +119,7 @@ impl Core {
                     source = Some(p.member);
                     break;
                 }
-                Err(e) => self.fail_member(p.member, &e),
+                Err(e) => self.fail_member(p.member, &m, &e),
             }
         }
         let Some(source) = source else {
@@ -136,7 +136,7 @@ impl Core {
                 continue;
             }
             if let Err(e) = m.write(&buf, p.row * self.geo.chunk, false) {
-                self.fail_member(p.member, &e);
+                self.fail_member(p.member, &m, &e);
             }
         }
         Ok(())
