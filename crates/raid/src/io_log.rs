@@ -100,7 +100,7 @@ impl Core {
                     let m = members[slot].as_ref().ok_or_else(array_failed)?;
                     let mut buf = vec![0u8; len];
                     if let Err(e) = m.read(&mut buf, row * g.chunk + lo) {
-                        self.fail_member(slot, &m, &e);
+                        self.fail_member(slot, m, &e);
                         return Ok(LogOutcome::Retry);
                     }
                     post[c] = Some(buf);
@@ -146,7 +146,7 @@ impl Core {
         for slot in parity_slots {
             let m = members[slot].as_ref().expect("alive");
             if let Err(e) = m.dev.write_at(&bytes, at, true) {
-                self.fail_member(slot, &m, &e);
+                self.fail_member(slot, m, &e);
                 log.finished(&r, false);
                 return Ok(LogOutcome::Retry);
             }
@@ -175,7 +175,7 @@ impl Core {
                 continue;
             }
             if let Err(e) = m.flush() {
-                self.fail_member(slot, &m, &e);
+                self.fail_member(slot, m, &e);
             }
         }
         if !self.survives() {
@@ -204,7 +204,7 @@ impl Core {
                 .and_then(|()| m.dev.write_at(&copy, LOG_OFFSET + 2048, true));
             match r {
                 Ok(()) => written += 1,
-                Err(e) => self.fail_member(slot, &m, &e),
+                Err(e) => self.fail_member(slot, m, &e),
             }
         }
         if written == 0 {
@@ -278,7 +278,7 @@ impl Core {
             for (slot, m) in self.members().iter().enumerate() {
                 if let Some(m) = m.as_ref().filter(|m| !m.is_failed()) {
                     if let Err(e) = m.flush() {
-                        self.fail_member(slot, &m, &e);
+                        self.fail_member(slot, m, &e);
                     }
                 }
             }

@@ -87,7 +87,7 @@ impl Core {
             let m = m.as_ref().expect("wanted members exist");
             let mut buf = vec![0u8; len];
             if let Err(e) = m.read(&mut buf, row * g.chunk + lo) {
-                self.fail_member(slot, &m, &e);
+                self.fail_member(slot, m, &e);
                 return Ok(None);
             }
             match g.role_in_row(row, slot) {
@@ -185,7 +185,7 @@ impl Core {
             }
             let m = members[slot].as_ref().expect("readable members exist");
             if let Err(err) = m.read(out, row * chunk + at % chunk) {
-                self.fail_member(slot, &m, &err);
+                self.fail_member(slot, m, &err);
                 direct_ok = false;
                 break;
             }
@@ -355,7 +355,7 @@ impl Core {
                 continue;
             }
             if let Err(err) = m.write(bytes, offset, fua) {
-                self.fail_member(slot, &m, &err);
+                self.fail_member(slot, m, &err);
             }
         }
         if let (Some(log), Some(r)) = (&self.log, logged) {
@@ -410,7 +410,7 @@ impl Core {
                     Role::Q => q.as_ref().expect("RAID6"),
                 };
                 if let Err(e) = m.write(bytes, row * g.chunk, false) {
-                    self.fail_member(t, &m, &e);
+                    self.fail_member(t, m, &e);
                     return Err(e);
                 }
             }

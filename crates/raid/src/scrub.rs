@@ -109,7 +109,7 @@ impl Core {
             };
             let mut buf = vec![0u8; self.geo.chunk as usize];
             if let Err(e) = m.read(&mut buf, p.row * self.geo.chunk) {
-                self.fail_member(p.member, &m, &e);
+                self.fail_member(p.member, m, &e);
                 report.stripes_skipped += 1;
                 return Ok(());
             }
@@ -132,7 +132,7 @@ impl Core {
                 let p = places[i];
                 let m = members[p.member].as_ref().expect("read above");
                 if let Err(e) = m.write(&copies[0], p.row * self.geo.chunk, false) {
-                    self.fail_member(p.member, &m, &e);
+                    self.fail_member(p.member, m, &e);
                 }
             }
             report.repaired += 1;
@@ -152,7 +152,7 @@ impl Core {
             };
             let mut buf = vec![0u8; g.chunk as usize];
             if let Err(e) = m.read(&mut buf, row * g.chunk) {
-                self.fail_member(slot, &m, &e);
+                self.fail_member(slot, m, &e);
                 report.stripes_skipped += 1;
                 return Ok(());
             }
@@ -218,7 +218,7 @@ impl Core {
             for (slot, bytes) in fixes {
                 let m = members[slot].as_ref().expect("read above");
                 if let Err(e) = m.write(&bytes, row * g.chunk, false) {
-                    self.fail_member(slot, &m, &e);
+                    self.fail_member(slot, m, &e);
                 }
             }
             report.repaired += 1;

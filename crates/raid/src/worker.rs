@@ -202,7 +202,7 @@ impl Core {
         for (slot, m) in self.members().iter().enumerate() {
             if let Some(m) = m.as_ref().filter(|m| !m.is_failed()) {
                 if let Err(e) = m.flush() {
-                    self.fail_member(slot, &m, &e);
+                    self.fail_member(slot, m, &e);
                     return;
                 }
             }

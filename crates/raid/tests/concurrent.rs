@@ -27,8 +27,13 @@ fn writers_rebuild_and_scrub_together() {
             sync_speed_max: 2 << 20,
             ..options()
         };
-        let a =
-            raid::RaidArray::create(level, devs(&members), devs(&[spare.clone()]), opts).unwrap();
+        let a = raid::RaidArray::create(
+            level,
+            devs(&members),
+            devs(std::slice::from_ref(&spare)),
+            opts,
+        )
+        .unwrap();
         let blocks = a.size() / BLOCK;
         let model = Mutex::new(vec![0u8; (blocks * BLOCK) as usize]);
         let stop = AtomicBool::new(false);
@@ -42,14 +47,15 @@ fn writers_rebuild_and_scrub_together() {
                         // rows with other threads.
                         let b = t + 4 * ((round * 7919) % (blocks / 4));
                         let data = pattern(BLOCK as usize, t << 32 | round);
-                        a.write_at(&data, b * BLOCK, round % 5 == 0).unwrap();
+                        a.write_at(&data, b * BLOCK, round.is_multiple_of(5))
+                            .unwrap();
                         model.lock()[(b * BLOCK) as usize..((b + 1) * BLOCK) as usize]
                             .copy_from_slice(&data);
                         let mut back = vec![0u8; BLOCK as usize];
                         a.read_at(&mut back, b * BLOCK).unwrap();
                         assert!(back == data, "{level:?}: block {b} reads back wrong");
                         round += 1;
-                        if round % 64 == 0 {
+                        if round.is_multiple_of(64) {
                             a.flush().unwrap();
                         }
                     }
