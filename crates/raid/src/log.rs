@@ -261,12 +261,14 @@ impl Log {
 
     /// A FUA write has ended: its sectors are stable, and no longer count
     /// as written for later entries (unless a later write took them).
+    /// Its entry keeps its slot until a flush retires it or a newer one
+    /// supersedes it: were the slot reused, replay would take an older
+    /// entry of these sectors for the newest.
     pub fn forget(&self, r: &Reservation, row: u64, first_sector: u32, sectors: u32) {
         let mut st = self.state.lock();
         for s in first_sector..first_sector + sectors {
-            if st.live.get(&(row, s)).is_some_and(|l| l.seq == r.seq) {
-                let l = st.live.remove(&(row, s)).expect("present");
-                Self::unref(&mut st, l.slot);
+            if let Some(l) = st.live.get_mut(&(row, s)).filter(|l| l.seq == r.seq) {
+                l.mask = 0;
             }
         }
     }

@@ -441,3 +441,59 @@ fn raid5_cut_after_writes_while_the_parity_member_was_missing() {
         ],
     );
 }
+
+#[test]
+fn raid6_cut_after_fua_writes_while_degraded() {
+    run(
+        Level::Raid6,
+        vec![
+            Op::Read {
+                at: 7892,
+                len: 1294,
+            },
+            Op::Write {
+                at: 7991,
+                len: 1322,
+                seed: 13821911766755444949,
+                fua: true,
+            },
+            Op::Write {
+                at: 6543,
+                len: 814,
+                seed: 11024407548191742973,
+                fua: false,
+            },
+            Op::Rebuild,
+            Op::Fail(4),
+            Op::Write {
+                at: 7867,
+                len: 605,
+                seed: 11844484970036122496,
+                fua: true,
+            },
+            Op::Write {
+                at: 6862,
+                len: 2111,
+                seed: 8141885400747727984,
+                fua: false,
+            },
+            Op::Read {
+                at: 5073,
+                len: 4896,
+            },
+            Op::Fail(0),
+            Op::Write {
+                at: 4638,
+                len: 1622,
+                seed: 9964665727175789540,
+                fua: false,
+            },
+            Op::Read {
+                at: 7358,
+                len: 1774,
+            },
+            Op::ReAdd(6),
+            Op::Crash(5958013084712676570),
+        ],
+    );
+}
