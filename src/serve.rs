@@ -217,6 +217,9 @@ async fn serve(
     runtime
         .stats
         .add_source(Arc::new(crate::pool_metrics::PoolSamples));
+    runtime
+        .stats
+        .add_source(Arc::new(crate::raid_metrics::RaidSamples));
     let admin_listener = admin_socket.bind()?;
     let api_listener = match &api {
         Some((addr, _)) => Some(

@@ -539,6 +539,10 @@ impl BlockDevice for RaidArray {
         }
     }
 
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn describe(&self) -> String {
         let names: Vec<String> = self
             .core

@@ -19,8 +19,10 @@ mod fields;
 mod file;
 mod mem;
 mod null;
+mod raid;
 mod volume;
 
+pub use self::raid::{as_raid, member_state, open_arrays_now, RaidSpec};
 pub use delay::DelaySpec;
 pub use faulty::{inject_fault, Fault, FaultySpec};
 pub use fields::Fields;
@@ -38,6 +40,7 @@ pub const KINDS: &[Kind] = &[
     volume::KIND,
     delay::KIND,
     faulty::KIND,
+    raid::KIND,
 ];
 
 /// One kind of device, as the registry lists it.
