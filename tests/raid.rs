@@ -208,3 +208,146 @@ fn scrub_finds_and_repairs_corruption_in_one_member() {
     drop(s);
     daemon.terminate();
 }
+
+/// Three initiator groups, each mapping LUN 201 to the volume.
+fn groups_target(lun: u64, device: &str, initiators: &[&str]) -> String {
+    let mut text = format!("\n[[target]]\nname = \"{IQN}\"\n");
+    for (i, initiator) in initiators.iter().enumerate() {
+        text += &format!(
+            "[[target.group]]\nname = \"g{i}\"\ninitiators = [\"{initiator}\"]\n\
+             [[target.group.lun]]\nlun = {lun}\ndevice = \"{device}\"\n"
+        );
+    }
+    text
+}
+
+/// Writes `pattern(tag, mib)` over MiBs `range` of `lun` pass after pass
+/// until `stop`; returns the tag each MiB holds last.
+fn writer(
+    daemon_addr: std::net::SocketAddr,
+    initiator: String,
+    lun: u64,
+    range: std::ops::Range<u64>,
+    first_tag: u64,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
+    std::thread::spawn(move || {
+        let params = LoginParams::normal(&initiator, IQN);
+        let mut s = Session::login(daemon_addr, &params, Duration::from_secs(20)).expect("login");
+        let mut last = Vec::new();
+        let mut tag = first_tag;
+        'passes: loop {
+            for mib in range.clone() {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) && !last.is_empty() {
+                    break 'passes;
+                }
+                let lba = (mib << 20) / u64::from(BLOCK);
+                s.write10(lun, lba as u32, &pattern(tag, mib), BLOCK)
+                    .expect("WRITE(10) while a member fails and a spare rebuilds");
+                last.retain(|(m, _)| *m != mib);
+                last.push((mib, tag));
+            }
+            tag += 1;
+        }
+        last
+    })
+}
+
+/// The seed scenario: RAID5 of four members and a hot spare under a pool,
+/// a thin volume of it as LUN 201 for three initiator groups. One member
+/// fails while two initiators write; the spare takes its slot and is
+/// rebuilt by itself, the writes all succeed, and everything reads back.
+#[test]
+fn a_failed_member_is_rebuilt_onto_the_spare_under_io_from_two_initiators() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let names = ["m0", "m1", "m2", "m3", "s0"];
+    let mut config = faulty_members(dir.path(), &names, "32M");
+    config += &raid_device("r5", 5, &names[..4], &names[4..]);
+    config += &format!(
+        "\n[[pool]]\nname = \"tank\"\ndevices = [\"r5\"]\nmetadata = \"{}/tank.meta\"\nunit_size = \"64K\"\n\
+         \n[[device]]\nname = \"vdi\"\nkind = \"volume\"\npool = \"tank\"\nsize = \"48M\"\n",
+        dir.path().display()
+    );
+    let hosts = [
+        "iqn.2026-11.org.openarray.test:esx0",
+        "iqn.2026-11.org.openarray.test:esx1",
+        "iqn.2026-11.org.openarray.test:esx2",
+    ];
+    config += &groups_target(201, "vdi", &hosts);
+    let daemon = start(dir.path(), &config);
+    wait_clean(&daemon, "r5", Duration::from_secs(60));
+    let tree = daemon.ok(&["device", "show", "vdi"]);
+    assert!(tree.contains("r5 (raid"), "{tree}");
+    assert!(tree.contains("array clean"), "{tree}");
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers = [(0, 0..24), (1, 24..48)].map(|(i, range)| {
+        writer(
+            daemon.addr(),
+            hosts[i].to_string(),
+            201,
+            range,
+            (i as u64 + 1) << 32,
+            stop.clone(),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    daemon.ok(&["device", "fault", "m2", "fail"]);
+    // The spare is in slot 2 and rebuilding, or already done.
+    let start = Instant::now();
+    let rebuilt = loop {
+        let s = status(&daemon, "r5");
+        let slot2 = &s["members"][2];
+        if slot2["name"] == "s0" {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no rebuild: {s:#}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        rebuilt["state"] == "rebuilding" || rebuilt["state"] == "clean",
+        "{rebuilt:#}"
+    );
+    assert_eq!(rebuilt["member_failures"], 1, "{rebuilt:#}");
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written: Vec<(u64, u64)> = writers
+        .into_iter()
+        .flat_map(|w| w.join().expect("writer"))
+        .collect();
+    let done = wait_clean(&daemon, "r5", Duration::from_secs(120));
+    assert_eq!(done["members"][2]["state"], "in-sync", "{done:#}");
+    let failed = done["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["name"] == "m2" && m["state"] == "failed");
+    assert!(
+        failed || done["members"].as_array().unwrap().len() == 4,
+        "{done:#}"
+    );
+    let text = daemon.ok(&["raid", "status", "r5"]);
+    assert!(text.contains("RAID5 clean"), "{text}");
+
+    // Everything reads back, from the third group too, with the rebuilt
+    // spare carrying a quarter of it.
+    let mut s = login(&daemon, hosts[2]);
+    for (mib, tag) in &written {
+        let lba = (mib << 20) / u64::from(BLOCK);
+        let got = s
+            .read10(201, lba as u32, ((1 << 20) / BLOCK) as u16, BLOCK)
+            .expect("READ(10)");
+        assert!(got == pattern(*tag, *mib), "MiB {mib} lost its last write");
+    }
+    // And with another member gone too the spare's data serves.
+    daemon.ok(&["device", "fault", "m0", "fail"]);
+    for (mib, tag) in &written {
+        let lba = (mib << 20) / u64::from(BLOCK);
+        let got = s
+            .read10(201, lba as u32, ((1 << 20) / BLOCK) as u16, BLOCK)
+            .expect("READ(10) degraded");
+        assert!(got == pattern(*tag, *mib), "MiB {mib} differs degraded");
+    }
+    drop(s);
+    daemon.terminate();
+}
