@@ -301,7 +301,10 @@ fn a_failed_member_is_rebuilt_onto_the_spare_under_io_from_two_initiators() {
         if slot2["name"] == "s0" {
             break s;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "no rebuild: {s:#}");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no rebuild: {s:#}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(

@@ -166,6 +166,15 @@ impl Core {
     /// After any change of membership: bitmap bits are kept while some
     /// slot misses writes, and every live member records the new events.
     pub fn membership_changed(&self) {
+        if !self.survives() {
+            // Failed beyond redundancy: the members keep the superblocks
+            // of the last state that served, so the array reassembles
+            // from them (the last failures were most likely not the
+            // disks' but a power cut's or a controller's).
+            tracing::error!("RAID array failed: more members lost than its redundancy");
+            self.kick();
+            return;
+        }
         let whole = self.whole();
         {
             let mut ev = self.events.lock();
@@ -238,6 +247,9 @@ impl Core {
                 }
             }
             self.bitmap.set_keep(true);
+            if !self.survives() {
+                return;
+            }
         }
     }
 
