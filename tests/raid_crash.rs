@@ -9,6 +9,8 @@
 //! the next restart, is rebuilt, and is lost again.
 //!
 //! `RAID_CRASH_SEED` replays a run; the seed is printed.
+//! `RAID_CRASH_LOG_SLOTS=0` runs the array without its partial parity log,
+//! the write hole open: the power-cut test then fails (docs/raid.md).
 mod common;
 
 use std::path::Path;
@@ -52,6 +54,9 @@ fn config(dir: &Path) -> String {
     }
     text += "[[device]]\nname = \"r5\"\nkind = \"raid\"\nlevel = 5\n\
              members = [\"m0\", \"m1\", \"m2\", \"m3\"]\nchunk = \"64K\"\nbitmap_region = \"256K\"\n";
+    if let Ok(slots) = std::env::var("RAID_CRASH_LOG_SLOTS") {
+        text += &format!("log_slots = {}\n", slots.parse::<u32>().expect("a number"));
+    }
     text += &format!("[[target]]\nname = \"{IQN}\"\n[[target.lun]]\nlun = 0\ndevice = \"r5\"\n");
     text
 }
