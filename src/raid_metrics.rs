@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn an_array_and_its_members_are_sampled() {
         let members: Vec<Arc<dyn BlockDevice>> = (0..3)
-            .map(|_| Arc::new(MemDevice::new(8 << 20)) as Arc<dyn BlockDevice>)
+            .map(|_| Arc::new(MemDevice::new(16 << 20)) as Arc<dyn BlockDevice>)
             .collect();
         let array = RaidArray::create(
             Level::Raid5,
