@@ -262,6 +262,8 @@ fn a_failed_member_is_rebuilt_onto_the_spare_under_io_from_two_initiators() {
     let dir = tempfile::tempdir().expect("tempdir");
     let names = ["m0", "m1", "m2", "m3", "s0"];
     let mut config = faulty_members(dir.path(), &names, "32M");
+    // A device nothing uses yet: added as a spare by hand later.
+    config += &faulty_members(dir.path(), &["s1"], "32M");
     config += &raid_device("r5", 5, &names[..4], &names[4..]);
     config += &format!(
         "\n[[pool]]\nname = \"tank\"\ndevices = [\"r5\"]\nmetadata = \"{}/tank.meta\"\nunit_size = \"64K\"\n\
@@ -331,6 +333,22 @@ fn a_failed_member_is_rebuilt_onto_the_spare_under_io_from_two_initiators() {
     );
     let text = daemon.ok(&["raid", "status", "r5"]);
     assert!(text.contains("RAID5 clean"), "{text}");
+    // A new spare, by hand (the failed member left its slot to s0).
+    let refused = daemon.cli(&["raid", "add", "r5", "m0"]);
+    assert!(!refused.status.success(), "a member in use was added");
+    daemon.ok(&["raid", "add", "r5", "s1"]);
+    let spares = status(&daemon, "r5");
+    let spare = spares["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "s1")
+        .cloned();
+    assert_eq!(
+        spare.map(|m| m["state"].clone()),
+        Some("spare".into()),
+        "{spares:#}"
+    );
 
     // Everything reads back, from the third group too, with the rebuilt
     // spare carrying a quarter of it.
@@ -342,7 +360,8 @@ fn a_failed_member_is_rebuilt_onto_the_spare_under_io_from_two_initiators() {
             .expect("READ(10)");
         assert!(got == pattern(*tag, *mib), "MiB {mib} lost its last write");
     }
-    // And with another member gone too the spare's data serves.
+    // And with another member gone too, the data s0 was rebuilt with
+    // serves while s1 is rebuilt in its turn.
     daemon.ok(&["device", "fault", "m0", "fail"]);
     for (mib, tag) in &written {
         let lba = (mib << 20) / u64::from(BLOCK);
