@@ -275,23 +275,39 @@ impl DeviceSpec for RaidSpec {
 
     fn replaces_data(&self, change: &Change<'_>) -> Option<(&'static str, String)> {
         let new = change.new_as::<RaidSpec>()?;
-        let what = if new.level != self.level {
-            "level"
+        let geometry = if new.level != self.level {
+            Some("level")
         } else if new.chunk != self.chunk {
-            "chunk"
+            Some("chunk")
         } else if new.members != self.members {
-            "members"
+            Some("members")
         } else {
-            return None;
+            None
         };
-        Some((
-            what,
-            format!(
-                "`{}` would be another array: its members' superblocks keep the old \
-                 {what}; blank them to create it anew",
-                change.name
-            ),
-        ))
+        if let Some(what) = geometry {
+            return Some((
+                what,
+                format!(
+                    "`{}` would be another array: its members' superblocks keep the old \
+                     {what}; blank them to create it anew",
+                    change.name
+                ),
+            ));
+        }
+        // Any other change opens the array anew over the same members
+        // while the running one still serves them: the two would not
+        // know of each other's writes and failures.
+        (new != self).then(|| {
+            (
+                "spares",
+                format!(
+                    "`{}` would be assembled anew over its members while it serves them: \
+                     change it while no LUN or pool uses it, and manage spares live with \
+                     `openarray raid add|remove`",
+                    change.name
+                ),
+            )
+        })
     }
 
     fn holds(&self) -> String {
@@ -449,5 +465,45 @@ mod tests {
         let mut buf = [0; 4096];
         array.read_at(&mut buf, 0).unwrap();
         assert_eq!(buf, [9; 4096]);
+    }
+
+    #[test]
+    fn a_change_of_geometry_or_any_setting_of_a_live_array_is_named() {
+        let old = spec(5, 4, 1);
+        let change = |new: &RaidSpec| {
+            let c = Change {
+                name: "r5",
+                new,
+                old_block_size: 512,
+                new_block_size: 512,
+                same_pool: true,
+            };
+            old.replaces_data(&c).map(|(field, _)| field)
+        };
+        assert_eq!(change(&old.clone()), None);
+        assert_eq!(
+            change(&RaidSpec {
+                level: 6,
+                ..old.clone()
+            }),
+            Some("level")
+        );
+        assert_eq!(
+            change(&RaidSpec {
+                chunk: 128 << 10,
+                ..old.clone()
+            }),
+            Some("chunk")
+        );
+        let mut fewer = old.clone();
+        fewer.members.pop();
+        assert_eq!(change(&fewer), Some("members"));
+        assert_eq!(
+            change(&RaidSpec {
+                spares: vec![],
+                ..old.clone()
+            }),
+            Some("spares")
+        );
     }
 }
