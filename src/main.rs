@@ -13,6 +13,8 @@ mod nbd_serve;
 mod output;
 mod pool_cli;
 mod pool_metrics;
+mod raid_cli;
+mod raid_metrics;
 mod schedules;
 mod serve;
 mod session_cli;
@@ -114,6 +116,14 @@ enum Command {
         #[command(subcommand)]
         command: session_cli::SessionCommand,
     },
+    /// RAID devices of a running daemon: status, members failed, removed,
+    /// added or replaced by hand, scrub.
+    Raid {
+        #[command(flatten)]
+        api: api_client::ApiArgs,
+        #[command(subcommand)]
+        command: raid_cli::RaidCommand,
+    },
     /// Targets, portals, sessions, LUNs and pools of a running daemon and
     /// what is degraded; exit status 0 healthy, 1 degraded, 2 not reached.
     Status(status_cli::StatusArgs),
@@ -190,6 +200,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => stat_cli::run(args),
         Command::Session { api, command } => session_cli::run(&api, command),
         Command::Status(args) => status_cli::run(args),
+        Command::Raid { api, command } => raid_cli::run(&api, command),
         Command::Edit(cmd) => edit_cli::run(cmd),
         Command::DefaultConfig => {
             print!("{}", control::DEFAULT_CONFIG_TOML);

@@ -238,6 +238,9 @@ async fn serve(
     runtime
         .stats
         .add_source(crate::nbd_serve::samples(&nbd.server));
+    runtime
+        .stats
+        .add_source(Arc::new(crate::raid_metrics::RaidSamples));
     let admin_listener = admin_socket.bind()?;
     let api_listener = match &api {
         Some((addr, _)) => Some(

@@ -19,9 +19,11 @@ mod fields;
 mod file;
 mod mem;
 mod null;
+mod raid;
 mod rbd;
 mod volume;
 
+pub use self::raid::{as_raid, member_state, open_arrays_now, RaidSpec};
 pub use delay::DelaySpec;
 pub use faulty::{inject_fault, Fault, FaultySpec};
 pub use fields::Fields;
@@ -41,6 +43,7 @@ pub const KINDS: &[Kind] = &[
     delay::KIND,
     faulty::KIND,
     rbd::KIND,
+    raid::KIND,
 ];
 
 /// One kind of device, as the registry lists it.

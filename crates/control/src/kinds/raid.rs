@@ -1,0 +1,509 @@
+//! `kind = "raid"`: RAID 0, 1, 10, 5 or 6 over configured member devices,
+//! with hot spares. Opening assembles the array when its members carry
+//! superblocks and creates it when they are all blank; a member that
+//! missed events while away is put back after assembly and catches up.
+
+use std::io;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use block::BlockDevice;
+use raid::superblock::Superblock;
+use raid::{Level, RaidArray, RaidOptions};
+use toml::Value;
+
+use super::{Change, DeviceSpec, Fields, Kind, OpenContext};
+use crate::render;
+
+pub const KIND: Kind = Kind {
+    name: "raid",
+    fields: &[
+        "level",
+        "members",
+        "spares",
+        "chunk",
+        "bitmap_region",
+        "sync_speed_min",
+        "sync_speed_max",
+        "member_timeout",
+        "log_slots",
+    ],
+    parse,
+};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RaidSpec {
+    pub level: u32,
+    /// Configured devices, in slot order.
+    pub members: Vec<String>,
+    /// Configured devices kept as hot spares.
+    pub spares: Vec<String>,
+    pub chunk: u64,
+    pub bitmap_region: Option<u64>,
+    pub sync_speed_min: Option<u64>,
+    pub sync_speed_max: Option<u64>,
+    pub member_timeout: Option<Duration>,
+    pub log_slots: Option<u32>,
+}
+
+fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
+    f.needs("level", "0, 1, 10, 5 or 6");
+    f.needs("members", "the configured devices it is made of, in order");
+    let level = f.read("level", |v| match v {
+        Value::Integer(n) if Level::from_number(*n as u32).is_some() && *n >= 0 => Ok(*n as u32),
+        other => Err(format!("expected 0, 1, 10, 5 or 6, found {other}")),
+    });
+    let members = f.devices("members");
+    let spares = f.devices("spares").unwrap_or_default();
+    let chunk = f.read("chunk", |v| {
+        let n = match v {
+            Value::Integer(n) if *n > 0 => *n as u64,
+            Value::String(s) => crate::size::parse_size(s)?,
+            other => return Err(format!("expected bytes such as \"64K\", found {other}")),
+        };
+        if n == 0 || n % 4096 != 0 || n > 1 << 20 {
+            return Err(format!(
+                "{n} bytes: a chunk is a multiple of 4K, at most 1M"
+            ));
+        }
+        Ok(n)
+    });
+    let bitmap_region = f.bytes("bitmap_region");
+    let sync_speed_min = f.bytes("sync_speed_min");
+    let sync_speed_max = f.bytes("sync_speed_max");
+    let member_timeout = f.duration("member_timeout");
+    let log_slots = f.read("log_slots", |v| match v {
+        Value::Integer(n) if (0..=4096).contains(n) => Ok(*n as u32),
+        other => Err(format!("expected 0 to 4096 slots, found {other}")),
+    });
+    let (level, members) = (level?, members?);
+    let needed = Level::from_number(level)?.min_members();
+    if members.len() < needed {
+        f.fail(
+            "members",
+            None,
+            format!(
+                "RAID{level} needs at least {needed} members, {} listed",
+                members.len()
+            ),
+        );
+        return None;
+    }
+    if let Some(both) = spares.iter().find(|s| members.contains(s)) {
+        f.fail(
+            "spares",
+            None,
+            format!("`{both}` is listed as a member and a spare"),
+        );
+        return None;
+    }
+    if let (Some(lo), Some(hi)) = (sync_speed_min, sync_speed_max) {
+        if lo > hi {
+            f.fail("sync_speed_min", None, "is above sync_speed_max");
+            return None;
+        }
+    }
+    Some(Arc::new(RaidSpec {
+        level,
+        members,
+        spares,
+        chunk: chunk.unwrap_or(64 << 10),
+        bitmap_region,
+        sync_speed_min,
+        sync_speed_max,
+        member_timeout,
+        log_slots,
+    }))
+}
+
+/// Arrays open in this process, by device name, for metrics.
+static OPEN: Mutex<Vec<(String, Weak<RaidArray>)>> = Mutex::new(Vec::new());
+
+/// Every RAID array open in this process, with its device name.
+pub fn open_arrays_now() -> Vec<(String, Arc<RaidArray>)> {
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    open.retain(|(_, w)| w.strong_count() > 0);
+    open.iter()
+        .filter_map(|(n, w)| Some((n.clone(), w.upgrade()?)))
+        .collect()
+}
+
+/// The open device as a RAID array, when it is one.
+pub fn as_raid(device: &dyn BlockDevice) -> Option<&RaidArray> {
+    device.as_any()?.downcast_ref::<RaidArray>()
+}
+
+impl RaidSpec {
+    fn options(&self) -> RaidOptions {
+        let d = RaidOptions::default();
+        RaidOptions {
+            chunk: self.chunk,
+            bitmap_region: self.bitmap_region.unwrap_or(d.bitmap_region),
+            sync_speed_min: self.sync_speed_min.unwrap_or(d.sync_speed_min),
+            sync_speed_max: self
+                .sync_speed_max
+                .unwrap_or(d.sync_speed_max)
+                .max(self.sync_speed_min.unwrap_or(0)),
+            assume_clean: false,
+            member_timeout: self.member_timeout,
+            log_slots: self.log_slots.unwrap_or(d.log_slots),
+        }
+    }
+
+    /// Members then spares, as `children` lists them.
+    fn names(&self) -> impl Iterator<Item = &String> {
+        self.members.iter().chain(&self.spares)
+    }
+
+    fn open_array(&self, named: &[(Arc<dyn BlockDevice>, String)]) -> io::Result<RaidArray> {
+        let refused = |e: raid::AssembleError| io::Error::new(io::ErrorKind::InvalidData, e);
+        let mut found = Vec::new();
+        for (dev, name) in named {
+            let sb = Superblock::read_from(&**dev)?
+                .map_err(|e| invalid(format!("`{name}`: unreadable RAID superblock: {e}")))?;
+            found.push((dev.clone(), name.clone(), sb));
+        }
+        let members = &found[..self.members.len()];
+        let carrying: Vec<&str> = members
+            .iter()
+            .filter(|f| f.2.is_some())
+            .map(|f| f.1.as_str())
+            .collect();
+        if carrying.is_empty() {
+            let level = Level::from_number(self.level).ok_or_else(|| invalid("bad level"))?;
+            let devs = |list: &[(Arc<dyn BlockDevice>, String, Option<Superblock>)]| {
+                list.iter().map(|f| f.0.clone()).collect::<Vec<_>>()
+            };
+            let spares = &found[self.members.len()..];
+            tracing::info!(
+                level = self.level,
+                members = members.len(),
+                "creating a RAID array"
+            );
+            return RaidArray::create(level, devs(members), devs(spares), self.options())
+                .map_err(refused);
+        }
+        if let Some(blank) = members.iter().find(|f| f.2.is_none()) {
+            return Err(invalid(format!(
+                "member `{}` carries no RAID superblock while {} do: add it as a spare \
+                 with `openarray raid add` instead, or blank every member to create anew",
+                blank.1,
+                carrying
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        // Members that missed events (away while the array went on) are
+        // put back after assembly to catch up, as md's re-add does.
+        let events = found
+            .iter()
+            .filter_map(|f| f.2.as_ref())
+            .filter(|sb| !sb.is_spare())
+            .map(|sb| sb.events)
+            .max()
+            .unwrap_or(0);
+        let mut assemble = Vec::new();
+        let mut stale = Vec::new();
+        let mut blank_spares = Vec::new();
+        for (dev, name, sb) in &found {
+            match sb {
+                None => blank_spares.push(dev.clone()),
+                Some(sb) if !sb.is_spare() && sb.events < events => {
+                    stale.push((dev.clone(), name.clone()))
+                }
+                Some(_) => assemble.push(dev.clone()),
+            }
+        }
+        let array = RaidArray::assemble(assemble, self.options()).map_err(refused)?;
+        for (dev, name) in stale {
+            match array.re_add(dev) {
+                Ok(()) => tracing::warn!(member = %name, "stale RAID member re-added"),
+                Err(e) => tracing::warn!(member = %name, error = %e, "stale RAID member left out"),
+            }
+        }
+        for dev in blank_spares {
+            array.add(dev)?;
+        }
+        Ok(array)
+    }
+}
+
+fn invalid(message: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message.into())
+}
+
+impl DeviceSpec for RaidSpec {
+    fn kind(&self) -> &'static str {
+        KIND.name
+    }
+
+    fn children(&self) -> Vec<&str> {
+        self.names().map(String::as_str).collect()
+    }
+
+    fn open(&self, ctx: &OpenContext<'_>) -> io::Result<Arc<dyn BlockDevice>> {
+        let named: Vec<(Arc<dyn BlockDevice>, String)> = ctx
+            .children()
+            .iter()
+            .cloned()
+            .zip(self.names().cloned())
+            .collect();
+        if named.len() != self.members.len() + self.spares.len() {
+            return Err(invalid("a member or spare is not open"));
+        }
+        let array = Arc::new(self.open_array(&named)?);
+        array.name_members(&named);
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|(_, w)| w.strong_count() > 0);
+        open.push((ctx.name.to_string(), Arc::downgrade(&array)));
+        Ok(array)
+    }
+
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![
+            ("level", self.level.to_string()),
+            ("members", self.members.join(", ")),
+        ];
+        if !self.spares.is_empty() {
+            out.push(("spares", self.spares.join(", ")));
+        }
+        out.push(("chunk", render::size(self.chunk)));
+        out
+    }
+
+    fn replaces_data(&self, change: &Change<'_>) -> Option<(&'static str, String)> {
+        let new = change.new_as::<RaidSpec>()?;
+        let geometry = if new.level != self.level {
+            Some("level")
+        } else if new.chunk != self.chunk {
+            Some("chunk")
+        } else if new.members != self.members {
+            Some("members")
+        } else {
+            None
+        };
+        if let Some(what) = geometry {
+            return Some((
+                what,
+                format!(
+                    "`{}` would be another array: its members' superblocks keep the old \
+                     {what}; blank them to create it anew",
+                    change.name
+                ),
+            ));
+        }
+        // Any other change opens the array anew over the same members
+        // while the running one still serves them: the two would not
+        // know of each other's writes and failures.
+        (new != self).then(|| {
+            (
+                "spares",
+                format!(
+                    "`{}` would be assembled anew over its members while it serves them: \
+                     change it while no LUN or pool uses it, and manage spares live with \
+                     `openarray raid add|remove`",
+                    change.name
+                ),
+            )
+        })
+    }
+
+    fn holds(&self) -> String {
+        format!(
+            "what initiators wrote to the RAID{} array over {} is no longer served (it stays there)",
+            self.level,
+            self.members.join(", ")
+        )
+    }
+
+    fn state(&self, device: &dyn BlockDevice) -> Vec<(&'static str, String)> {
+        let Some(array) = as_raid(device) else {
+            return Vec::new();
+        };
+        let s = array.status();
+        let mut out = vec![("array", format!("{:?}", s.state).to_lowercase())];
+        let down: Vec<String> = s
+            .members
+            .iter()
+            .filter(|m| m.slot.is_some() && !matches!(m.state, raid::MemberState::InSync))
+            .map(|m| {
+                format!(
+                    "{} {}",
+                    m.name
+                        .clone()
+                        .unwrap_or_else(|| format!("slot {}", m.slot.unwrap_or(0))),
+                    member_state(m.state)
+                )
+            })
+            .collect();
+        if !down.is_empty() {
+            out.push(("members_down", down.join(", ")));
+        }
+        if let Some(p) = &s.sync {
+            let pct = if p.total_bytes == 0 {
+                100.0
+            } else {
+                p.done_bytes as f64 * 100.0 / p.total_bytes as f64
+            };
+            out.push((
+                "sync",
+                format!(
+                    "{} {pct:.1}% at {}/s",
+                    p.kind,
+                    render::size(p.bytes_per_sec)
+                ),
+            ));
+        }
+        if let Some(w) = &s.weakest_link {
+            out.push(("weakest_link", w.finding.clone()));
+        }
+        out
+    }
+}
+
+/// A member's state as `raid status` words it.
+pub fn member_state(state: raid::MemberState) -> &'static str {
+    match state {
+        raid::MemberState::InSync => "in-sync",
+        raid::MemberState::Recovering => "recovering",
+        raid::MemberState::Failed => "failed",
+        raid::MemberState::Missing => "missing",
+        raid::MemberState::Spare => "spare",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use block::MemDevice;
+
+    use super::*;
+
+    fn spec(level: u32, members: usize, spares: usize) -> RaidSpec {
+        RaidSpec {
+            level,
+            members: (0..members).map(|i| format!("m{i}")).collect(),
+            spares: (0..spares).map(|i| format!("s{i}")).collect(),
+            chunk: 64 << 10,
+            bitmap_region: None,
+            sync_speed_min: None,
+            sync_speed_max: None,
+            member_timeout: None,
+            log_slots: None,
+        }
+    }
+
+    fn devices(spec: &RaidSpec) -> Vec<(Arc<dyn BlockDevice>, String)> {
+        spec.names()
+            .map(|n| {
+                (
+                    Arc::new(MemDevice::new(16 << 20)) as Arc<dyn BlockDevice>,
+                    n.clone(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blank_members_create_and_carrying_ones_assemble_with_their_names() {
+        let spec = spec(5, 3, 1);
+        let named = devices(&spec);
+        let size = {
+            let array = spec.open_array(&named).unwrap();
+            array.write_at(&[7; 4096], 8192, true).unwrap();
+            array.wait_idle(Duration::from_secs(30));
+            array.size()
+        };
+        let array = spec.open_array(&named).unwrap();
+        array.name_members(&named);
+        assert_eq!(array.size(), size);
+        let mut buf = [0; 4096];
+        array.read_at(&mut buf, 8192).unwrap();
+        assert_eq!(buf, [7; 4096]);
+        let names: Vec<_> = array
+            .status()
+            .members
+            .iter()
+            .filter_map(|m| m.name.clone())
+            .collect();
+        assert_eq!(names, ["m0", "m1", "m2", "s0"]);
+        let state = spec.state(&array);
+        assert_eq!(state[0], ("array", "clean".to_string()));
+    }
+
+    #[test]
+    fn a_blank_member_among_carrying_ones_is_refused_by_name() {
+        let spec = spec(1, 2, 0);
+        let mut named = devices(&spec);
+        drop(spec.open_array(&named).unwrap());
+        named[1].0 = Arc::new(MemDevice::new(16 << 20));
+        let err = spec.open_array(&named).err().unwrap().to_string();
+        assert!(err.contains("`m1` carries no RAID superblock"), "{err}");
+        assert!(err.contains("`m0`"), "{err}");
+    }
+
+    #[test]
+    fn a_member_that_missed_events_is_put_back_and_catches_up() {
+        let spec = spec(1, 2, 0);
+        let named = devices(&spec);
+        let old_m1 = MemDevice::new(16 << 20);
+        {
+            let array = spec.open_array(&named).unwrap();
+            array.wait_idle(Duration::from_secs(30));
+            let mut image = vec![0; 16 << 20];
+            named[1].0.read_at(&mut image, 0).unwrap();
+            old_m1.write_at(&image, 0, false).unwrap();
+            array.fail(1).unwrap();
+            array.write_at(&[9; 4096], 0, true).unwrap();
+        }
+        let mut named = named;
+        named[1].0 = Arc::new(old_m1);
+        let array = spec.open_array(&named).unwrap();
+        assert!(array.wait_idle(Duration::from_secs(30)));
+        array.fail(0).unwrap();
+        let mut buf = [0; 4096];
+        array.read_at(&mut buf, 0).unwrap();
+        assert_eq!(buf, [9; 4096]);
+    }
+
+    #[test]
+    fn a_change_of_geometry_or_any_setting_of_a_live_array_is_named() {
+        let old = spec(5, 4, 1);
+        let change = |new: &RaidSpec| {
+            let c = Change {
+                name: "r5",
+                new,
+                old_block_size: 512,
+                new_block_size: 512,
+                same_pool: true,
+            };
+            old.replaces_data(&c).map(|(field, _)| field)
+        };
+        assert_eq!(change(&old.clone()), None);
+        assert_eq!(
+            change(&RaidSpec {
+                level: 6,
+                ..old.clone()
+            }),
+            Some("level")
+        );
+        assert_eq!(
+            change(&RaidSpec {
+                chunk: 128 << 10,
+                ..old.clone()
+            }),
+            Some("chunk")
+        );
+        let mut fewer = old.clone();
+        fewer.members.pop();
+        assert_eq!(change(&fewer), Some("members"));
+        assert_eq!(
+            change(&RaidSpec {
+                spares: vec![],
+                ..old.clone()
+            }),
+            Some("spares")
+        );
+    }
+}

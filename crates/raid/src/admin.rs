@@ -1,0 +1,141 @@
+//! Manual membership changes: fail, remove, add, re-add, replace.
+
+use std::io;
+use std::sync::Arc;
+
+use block::BlockDevice;
+
+use crate::array::{AssembleError, RaidArray};
+use crate::bitmap::write_image_to;
+use crate::member::{Member, SyncState};
+use crate::superblock::{Superblock, SPARE_SLOT};
+
+impl RaidArray {
+    /// Marks the member in `slot` failed, as an I/O error would.
+    pub fn fail(&self, slot: usize) -> io::Result<()> {
+        let m = self.slot_member(slot)?;
+        self.core
+            .fail_member(slot, &m, &io::Error::other("failed by the administrator"));
+        Ok(())
+    }
+
+    /// Takes the failed member out of `slot` and returns its device.
+    pub fn remove(&self, slot: usize) -> io::Result<Arc<dyn BlockDevice>> {
+        let m = self.slot_member(slot)?;
+        if !m.is_failed() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("slot {slot} ({}) is active: fail it first", m.name()),
+            ));
+        }
+        self.core.slots.write()[slot] = None;
+        self.core.membership_changed();
+        Ok(m.dev.clone())
+    }
+
+    /// Adds `dev` as a hot spare: it fills a failed or empty slot at once
+    /// (a full rebuild), or waits for one.
+    pub fn add(&self, dev: Arc<dyn BlockDevice>) -> io::Result<()> {
+        let g = self.core.geo;
+        if dev.size() < self.core.data_offset + g.rows * g.chunk {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is too small for this array", dev.describe()),
+            ));
+        }
+        let events = *self.core.events.lock();
+        self.core
+            .superblock_for(SPARE_SLOT, false, events)
+            .write_to(&*dev)?;
+        let name = dev.describe();
+        let member = Member::new(dev, name, SyncState::InSync, self.core.data_offset);
+        self.core.adopt(&member);
+        self.core.spares.lock().push(Arc::new(member));
+        self.core.kick();
+        Ok(())
+    }
+
+    /// Puts back a member that was absent or failed: if it was in sync
+    /// when the bitmap began keeping bits, it catches up only the regions
+    /// written since; otherwise it is rebuilt whole.
+    pub fn re_add(&self, dev: Arc<dyn BlockDevice>) -> Result<(), AssembleError> {
+        let name = dev.describe();
+        let sb = match Superblock::read_from(&*dev)? {
+            Ok(Some(sb)) => sb,
+            Ok(None) => return Err(AssembleError::NoSuperblock(name)),
+            Err(e) => return Err(AssembleError::BadSuperblock(name, e)),
+        };
+        let core = &self.core;
+        if sb.array_id != core.array_id {
+            return Err(AssembleError::Foreign(name, sb.array_id, core.array_id));
+        }
+        let slot = sb.slot as usize;
+        if sb.is_spare() || slot >= core.geo.members {
+            return Err(AssembleError::Invalid(format!(
+                "{name} was not a member; add it"
+            )));
+        }
+        if let Some(m) = &core.slots.read()[slot] {
+            if !m.is_failed() {
+                return Err(AssembleError::DuplicateSlot(name, sb.slot, m.name()));
+            }
+        }
+        let keep_since = core.events.lock().1;
+        let stale = (!sb.recovering && core.bitmap.keeping() && sb.events >= keep_since)
+            .then(|| core.bitmap.dirty());
+        tracing::info!(member = %name, slot, bitmap = stale.is_some(), "re-adding RAID member");
+        // Its bitmap must say what the others say before it takes writes.
+        write_image_to(std::slice::from_ref(&dev), &core.bitmap.image(), true)?;
+        let member = Member::new(
+            dev,
+            name,
+            SyncState::Recovering {
+                done_rows: 0,
+                stale,
+            },
+            core.data_offset,
+        );
+        core.adopt(&member);
+        core.slots.write()[slot] = Some(Arc::new(member));
+        core.membership_changed();
+        Ok(())
+    }
+
+    /// Replaces the member in `slot` by `dev`: `dev` becomes the first
+    /// spare and the old member is failed, so the rebuild starts at once.
+    pub fn replace(&self, slot: usize, dev: Arc<dyn BlockDevice>) -> io::Result<()> {
+        self.slot_member(slot)?;
+        self.add(dev)?;
+        {
+            let mut spares = self.core.spares.lock();
+            let newest = spares.pop().expect("just added");
+            spares.insert(0, newest);
+        }
+        self.fail(slot)
+    }
+
+    /// Blocks until no resync or rebuild is pending or running (or
+    /// `timeout` passes); true when idle.
+    pub fn wait_idle(&self, timeout: std::time::Duration) -> bool {
+        let until = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < until {
+            if self.core.idle() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        self.core.idle()
+    }
+
+    fn slot_member(&self, slot: usize) -> io::Result<Arc<Member>> {
+        self.core
+            .slots
+            .read()
+            .get(slot)
+            .cloned()
+            .flatten()
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("slot {slot} is empty"))
+            })
+    }
+}

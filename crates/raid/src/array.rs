@@ -1,0 +1,555 @@
+//! [`RaidArray`]: the array as a [`BlockDevice`], and how it is made:
+//! created on blank members or assembled from members that carry its
+//! superblock.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use block::{BlockDevice, Capabilities};
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::bitmap::{bitmap_bytes, read_bitmap, write_image_to, Bitmap, RegionSet};
+use crate::core::{array_failed, Core, RaidOptions};
+use crate::geometry::{Geometry, Level};
+use crate::locks::StripeLocks;
+use crate::log::Log;
+use crate::member::{Member, SyncState};
+use crate::spread::{spread, SPREAD_MIN_BYTES};
+use crate::superblock::{data_offset, Superblock, BITMAP_OFFSET, LOG_OFFSET};
+
+/// Why members do not make an array.
+#[derive(Debug, thiserror::Error)]
+pub enum AssembleError {
+    #[error("{0}: no RAID superblock")]
+    NoSuperblock(String),
+    #[error("{0}: unreadable RAID superblock: {1}")]
+    BadSuperblock(String, String),
+    #[error("{0} belongs to another array ({1:032x}, not {2:032x})")]
+    Foreign(String, u128, u128),
+    #[error("{0} is stale: it saw {1} events, the array {2}; re-add it to catch up")]
+    Stale(String, u64, u64),
+    #[error("{0} claims slot {1}, which {2} holds")]
+    DuplicateSlot(String, u32, String),
+    #[error("{0}'s geometry differs from the array's")]
+    Geometry(String),
+    #[error("too few members to serve the data: slots {0:?} are missing")]
+    TooFew(Vec<usize>),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// A RAID array over member devices.
+pub struct RaidArray {
+    pub(crate) core: Arc<Core>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn name_of(dev: &dyn BlockDevice) -> String {
+    dev.describe()
+}
+
+/// Chunk rows per bitmap bit: at least `region` bytes, and few enough
+/// bits to fit the bitmap area.
+fn region_rows_for(chunk: u64, rows: u64, region: u64) -> u64 {
+    let mut rr = (region / chunk).max(1);
+    while bitmap_bytes(rows.div_ceil(rr)) as u64 > LOG_OFFSET - BITMAP_OFFSET {
+        rr *= 2;
+    }
+    rr
+}
+
+impl RaidArray {
+    /// Makes a new array on `members` (in slot order) with hot `spares`,
+    /// writing their superblocks and a clean bitmap. Unless
+    /// `assume_clean`, the members are resynced in the background.
+    pub fn create(
+        level: Level,
+        members: Vec<Arc<dyn BlockDevice>>,
+        spares: Vec<Arc<dyn BlockDevice>>,
+        options: RaidOptions,
+    ) -> Result<RaidArray, AssembleError> {
+        if members.len() < level.min_members() {
+            return Err(AssembleError::Invalid(format!(
+                "RAID{} needs at least {} members, got {}",
+                level.number(),
+                level.min_members(),
+                members.len()
+            )));
+        }
+        if options.chunk == 0 || !options.chunk.is_multiple_of(4096) {
+            return Err(AssembleError::Invalid(
+                "chunk must be a multiple of 4096".into(),
+            ));
+        }
+        if options.chunk > 1 << 20 {
+            return Err(AssembleError::Invalid("chunk must be at most 1 MiB".into()));
+        }
+        let log_slots = if level.parity() > 0 {
+            options.log_slots
+        } else {
+            0
+        };
+        let data_offset = data_offset(options.chunk, log_slots);
+        let smallest = members.iter().map(|m| m.size()).min().unwrap_or(0);
+        let rows = smallest.saturating_sub(data_offset) / options.chunk;
+        if rows == 0 {
+            return Err(AssembleError::Invalid(
+                "members are too small for one chunk".into(),
+            ));
+        }
+        if let Some(s) = spares
+            .iter()
+            .find(|s| s.size() < data_offset + rows * options.chunk)
+        {
+            return Err(AssembleError::Invalid(format!(
+                "spare {} is too small",
+                s.describe()
+            )));
+        }
+        let geo = Geometry {
+            level,
+            members: members.len(),
+            chunk: options.chunk,
+            rows,
+        };
+        let region_rows = region_rows_for(options.chunk, rows, options.bitmap_region);
+        let bitmap = Bitmap::new(
+            region_rows,
+            rows,
+            RegionSet::new(rows.div_ceil(region_rows)),
+        );
+        let mut resync = RegionSet::new(bitmap.regions);
+        if !options.assume_clean && level != Level::Raid0 {
+            for r in 0..bitmap.regions {
+                resync.set(r, true);
+            }
+        }
+        let slots = members
+            .into_iter()
+            .map(|d| {
+                Some(Arc::new(Member::new(
+                    d.clone(),
+                    name_of(&*d),
+                    SyncState::InSync,
+                    data_offset,
+                )))
+            })
+            .collect();
+        let spares = spares
+            .into_iter()
+            .map(|d| {
+                Arc::new(Member::new(
+                    d.clone(),
+                    name_of(&*d),
+                    SyncState::InSync,
+                    data_offset,
+                ))
+            })
+            .collect();
+        let mut core = Core::new(
+            geo,
+            rand::random(),
+            options,
+            (slots, spares),
+            bitmap,
+            resync,
+            (0, log_slots),
+        );
+        core.log = (log_slots > 0).then(|| Log::new(log_slots, 0, 0));
+        let core = Arc::new(core);
+        let image = core.bitmap.image();
+        for m in core.members().into_iter().flatten() {
+            write_image_to(std::slice::from_ref(&m.dev), &image, true)?;
+        }
+        core.init_log()?;
+        core.write_superblocks();
+        Ok(RaidArray::start(core))
+    }
+
+    /// Puts an array together from devices carrying its superblock, in
+    /// any order: members by their slot, spares as spares. Refuses a
+    /// device of another array, one that missed events, or too few.
+    pub fn assemble(
+        devices: Vec<Arc<dyn BlockDevice>>,
+        options: RaidOptions,
+    ) -> Result<RaidArray, AssembleError> {
+        let mut found = Vec::new();
+        for d in devices {
+            let name = name_of(&*d);
+            match Superblock::read_from(&*d)? {
+                Ok(Some(sb)) => found.push((d, name, sb)),
+                Ok(None) => return Err(AssembleError::NoSuperblock(name)),
+                Err(e) => return Err(AssembleError::BadSuperblock(name, e)),
+            }
+        }
+        let Some(first) = found.iter().find(|f| !f.2.is_spare()) else {
+            return Err(AssembleError::Invalid("no member devices given".into()));
+        };
+        let reference = first.2.clone();
+        let events = found
+            .iter()
+            .filter(|f| !f.2.is_spare())
+            .map(|f| f.2.events)
+            .max()
+            .unwrap_or(0);
+        let keep_since = found
+            .iter()
+            .filter(|f| f.2.events == events)
+            .map(|f| f.2.keep_since)
+            .max()
+            .unwrap_or(0);
+        let geo = reference.geometry();
+        let data_offset = reference.data_offset();
+        let mut slots: Vec<Option<Arc<Member>>> = vec![None; geo.members];
+        let mut spares = Vec::new();
+        for (dev, name, sb) in &found {
+            if sb.array_id != reference.array_id {
+                return Err(AssembleError::Foreign(
+                    name.clone(),
+                    sb.array_id,
+                    reference.array_id,
+                ));
+            }
+            if sb.geometry() != geo
+                || sb.region_rows != reference.region_rows
+                || sb.log_slots != reference.log_slots
+            {
+                return Err(AssembleError::Geometry(name.clone()));
+            }
+            if sb.is_spare() {
+                spares.push(Arc::new(Member::new(
+                    dev.clone(),
+                    name.clone(),
+                    SyncState::InSync,
+                    data_offset,
+                )));
+                continue;
+            }
+            if sb.events < events {
+                return Err(AssembleError::Stale(name.clone(), sb.events, events));
+            }
+            let slot = sb.slot as usize;
+            if slot >= geo.members {
+                return Err(AssembleError::Invalid(format!(
+                    "{name} has slot {slot} of {}",
+                    geo.members
+                )));
+            }
+            if let Some(other) = &slots[slot] {
+                return Err(AssembleError::DuplicateSlot(
+                    name.clone(),
+                    sb.slot,
+                    other.name(),
+                ));
+            }
+            let state = if sb.recovering {
+                SyncState::Recovering {
+                    done_rows: 0,
+                    stale: None,
+                }
+            } else {
+                SyncState::InSync
+            };
+            slots[slot] = Some(Arc::new(Member::new(
+                dev.clone(),
+                name.clone(),
+                state,
+                data_offset,
+            )));
+        }
+        let lost: Vec<bool> = slots
+            .iter()
+            .map(|s| s.as_ref().is_none_or(|m| !m.is_in_sync()))
+            .collect();
+        if !geo.survives(&lost) {
+            let missing = lost
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| **l)
+                .map(|(i, _)| i)
+                .collect();
+            return Err(AssembleError::TooFew(missing));
+        }
+        // The bits of every in-sync member: any of them may have been the
+        // one written last before the stop.
+        let regions = geo.rows.div_ceil(reference.region_rows);
+        let mut dirty = RegionSet::new(regions);
+        for m in slots.iter().flatten().filter(|m| m.is_in_sync()) {
+            dirty.union(&read_bitmap(&*m.dev, regions)?);
+        }
+        let resync = dirty.clone();
+        let bitmap = Bitmap::new(reference.region_rows, geo.rows, dirty);
+        let mut core = Core::new(
+            geo,
+            reference.array_id,
+            options,
+            (slots, spares),
+            bitmap,
+            resync,
+            (events, reference.log_slots),
+        );
+        core.events.lock().1 = keep_since;
+        if reference.log_slots > 0 {
+            // Before any I/O: rows a cut left half-written are made whole.
+            let (log, sectors) = core.replay_log(reference.log_slots)?;
+            if sectors > 0 {
+                tracing::info!(sectors, "RAID partial parity log replayed");
+            }
+            core.log = Some(log);
+        }
+        let core = Arc::new(core);
+        let whole = core.whole();
+        core.bitmap.set_keep(!whole);
+        if !whole {
+            // Whoever is missing now must come back as stale.
+            core.write_superblocks();
+        }
+        Ok(RaidArray::start(core))
+    }
+
+    fn start(core: Arc<Core>) -> RaidArray {
+        for m in core.members().iter().flatten() {
+            core.adopt(m);
+        }
+        for m in core.spares.lock().iter() {
+            core.adopt(m);
+        }
+        let worker_core = core.clone();
+        let worker = std::thread::Builder::new()
+            .name("raid-sync".into())
+            .spawn(move || worker_core.run_worker())
+            .expect("spawn the RAID sync thread");
+        RaidArray {
+            core,
+            worker: Mutex::new(Some(worker)),
+        }
+    }
+
+    pub fn level(&self) -> Level {
+        self.core.geo.level
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.core.geo
+    }
+
+    pub fn array_id(&self) -> u128 {
+        self.core.array_id
+    }
+
+    fn check(&self, offset: u64, len: u64) -> io::Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size() => Ok(()),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "range {offset}+{len} is beyond the array size {}",
+                    self.size()
+                ),
+            )),
+        }
+    }
+
+    /// Splits `[offset, offset+len)` into the pieces one stripe holds:
+    /// `(stripe, first logical byte, end)`.
+    fn pieces(&self, offset: u64, len: u64) -> Vec<(u64, u64, u64)> {
+        let g = &self.core.geo;
+        let unit = if g.is_parity() {
+            g.chunk * g.data_columns() as u64
+        } else {
+            g.chunk
+        };
+        let mut out = Vec::new();
+        let mut at = offset;
+        let end = offset + len;
+        while at < end {
+            let stripe = at / unit;
+            let to = ((stripe + 1) * unit).min(end);
+            out.push((stripe, at, to));
+            at = to;
+        }
+        out
+    }
+
+    /// Threads a request of `len` bytes runs on: one per member for a
+    /// large one (stripe `i` on thread `i % members`).
+    fn threads_for(&self, len: usize) -> usize {
+        if len >= SPREAD_MIN_BYTES {
+            self.core.geo.members
+        } else {
+            1
+        }
+    }
+
+    /// Member rows a write of `[offset, offset+len)` touches.
+    fn member_rows(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
+        let g = &self.core.geo;
+        let (first, last) = (offset / g.chunk, (offset + len - 1) / g.chunk);
+        if g.is_parity() {
+            g.stripe_of_chunk(first)..g.stripe_of_chunk(last) + 1
+        } else {
+            let lo = g.copies_of(first).iter().map(|p| p.row).min().unwrap_or(0);
+            let hi = g.copies_of(last).iter().map(|p| p.row).max().unwrap_or(0);
+            lo..hi + 1
+        }
+    }
+}
+
+impl Drop for RaidArray {
+    fn drop(&mut self) {
+        self.core.stop.store(true, Ordering::SeqCst);
+        self.core.kick();
+        if let Some(w) = self.worker.lock().take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Core {
+    /// `members`: by slot, and spares; `counts`: events and log slots.
+    fn new(
+        geo: Geometry,
+        array_id: u128,
+        options: RaidOptions,
+        members: (Vec<Option<Arc<Member>>>, Vec<Arc<Member>>),
+        bitmap: Bitmap,
+        resync: RegionSet,
+        counts: (u64, u32),
+    ) -> Core {
+        let (slots, spares) = members;
+        let (events, log_slots) = counts;
+        let data_offset = data_offset(geo.chunk, log_slots);
+        Core {
+            geo,
+            array_id,
+            options,
+            slots: RwLock::new(slots),
+            spares: Mutex::new(spares),
+            events: Mutex::new((events, 0)),
+            locks: StripeLocks::new(),
+            bitmap,
+            resync: Mutex::new(resync),
+            read_turn: AtomicUsize::new(0),
+            foreground_ops: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            progress: Mutex::new(None),
+            report: Mutex::new(Default::default()),
+            wake: Condvar::new(),
+            wake_lock: Mutex::new(false),
+            stop: AtomicBool::new(false),
+            log: None,
+            log_slots,
+            data_offset,
+        }
+    }
+}
+
+impl BlockDevice for RaidArray {
+    fn size(&self) -> u64 {
+        self.core.geo.size()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check(offset, buf.len() as u64)?;
+        let core = &self.core;
+        core.foreground_ops.fetch_add(1, Ordering::Relaxed);
+        let g = core.geo;
+        let threads = self.threads_for(buf.len());
+        let mut rest = buf;
+        let mut items = Vec::new();
+        for (stripe, s, e) in self.pieces(offset, rest.len() as u64) {
+            let (out, tail) = std::mem::take(&mut rest).split_at_mut((e - s) as usize);
+            rest = tail;
+            items.push((stripe, s, e, out));
+        }
+        spread(items, threads, |(stripe, s, e, out)| {
+            if g.is_parity() {
+                let base = stripe * g.chunk * g.data_columns() as u64;
+                core.read_row(stripe, s - base, e - base, out)
+            } else {
+                core.read_chunk_copies(stripe, s - stripe * g.chunk, out)
+            }
+        })
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        self.check(offset, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let core = &self.core;
+        if !core.survives() {
+            return Err(array_failed());
+        }
+        core.foreground_ops.fetch_add(1, Ordering::Relaxed);
+        let g = core.geo;
+        let rows = self.member_rows(offset, buf.len() as u64);
+        let tracked = g.level != Level::Raid0;
+        if tracked {
+            core.with_bitmap_writer(|w| core.bitmap.begin_write(rows.clone(), w))?;
+        }
+        let result = spread(
+            self.pieces(offset, buf.len() as u64),
+            self.threads_for(buf.len()),
+            |(stripe, s, e)| {
+                let data = &buf[(s - offset) as usize..(e - offset) as usize];
+                if g.is_parity() {
+                    let base = stripe * g.chunk * g.data_columns() as u64;
+                    core.write_row(stripe, s - base, e - base, data, fua)
+                } else {
+                    let _guard = core.locks.lock(stripe);
+                    core.write_chunk_copies(stripe, s - stripe * g.chunk, data, fua)
+                }
+            },
+        );
+        if tracked {
+            core.bitmap.end_write(rows);
+        }
+        result
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.core.flush_all()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities {
+            volatile_cache: false,
+            may_block: true,
+            ..Capabilities::default()
+        };
+        for m in self.core.members().iter().flatten() {
+            let c = m.dev.capabilities();
+            caps.volatile_cache |= c.volatile_cache;
+            caps.read_only |= c.read_only;
+        }
+        caps
+    }
+
+    fn granularity(&self) -> u64 {
+        let g = &self.core.geo;
+        if g.is_parity() {
+            g.chunk * g.data_columns() as u64
+        } else {
+            0
+        }
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn describe(&self) -> String {
+        let names: Vec<String> = self
+            .core
+            .members()
+            .iter()
+            .map(|m| m.as_ref().map_or("-".into(), |m| m.name()))
+            .collect();
+        format!("raid{}({})", self.core.geo.level.number(), names.join(","))
+    }
+}

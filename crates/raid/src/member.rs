@@ -1,0 +1,145 @@
+//! One member device of an array: its sync state and its I/O figures.
+//!
+//! Offsets given to a member's I/O methods are relative to its data area;
+//! the superblock and bitmap in front of it are the array's business.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use block::BlockDevice;
+use parking_lot::RwLock;
+use stats::LatencyHistogram;
+
+use crate::bitmap::RegionSet;
+
+/// How far a member's data can be trusted.
+#[derive(Clone, Debug)]
+pub enum SyncState {
+    /// Every row holds what the array wrote.
+    InSync,
+    /// Being brought up to date: rows below `done_rows` are, and so are
+    /// rows of regions not in `stale` (`None`: every region is stale).
+    /// Every write still goes to it.
+    Recovering {
+        done_rows: u64,
+        stale: Option<RegionSet>,
+    },
+    /// Neither read nor written.
+    Failed,
+}
+
+#[derive(Default)]
+pub struct MemberStats {
+    pub read_ops: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_ops: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub errors: AtomicU64,
+    /// Nanoseconds spent in reads and writes, for throughput while busy.
+    pub busy_nanos: AtomicU64,
+    pub read_latency: LatencyHistogram,
+    pub write_latency: LatencyHistogram,
+}
+
+pub struct Member {
+    pub dev: Arc<dyn BlockDevice>,
+    /// The device's name in the configuration, or its description.
+    name: RwLock<String>,
+    /// Where the data area starts on the device.
+    pub data_offset: u64,
+    pub state: RwLock<SyncState>,
+    pub stats: MemberStats,
+    /// An I/O slower than this many nanoseconds counts as failed (0: no
+    /// limit): a member that hangs must not hold the array with it.
+    pub timeout_nanos: AtomicU64,
+}
+
+impl Member {
+    pub fn new(
+        dev: Arc<dyn BlockDevice>,
+        name: String,
+        state: SyncState,
+        data_offset: u64,
+    ) -> Member {
+        Member {
+            dev,
+            name: RwLock::new(name),
+            data_offset,
+            state: RwLock::new(state),
+            stats: MemberStats::default(),
+            timeout_nanos: AtomicU64::new(0),
+        }
+    }
+
+    pub fn name(&self) -> String {
+        self.name.read().clone()
+    }
+
+    pub fn set_name(&self, name: &str) {
+        *self.name.write() = name.to_string();
+    }
+
+    pub fn is_failed(&self) -> bool {
+        matches!(*self.state.read(), SyncState::Failed)
+    }
+
+    pub fn is_in_sync(&self) -> bool {
+        matches!(*self.state.read(), SyncState::InSync)
+    }
+
+    /// Whether `row` of this member holds current data.
+    pub fn readable(&self, row: u64, region_rows: u64) -> bool {
+        match &*self.state.read() {
+            SyncState::InSync => true,
+            SyncState::Recovering { done_rows, stale } => {
+                row < *done_rows || stale.as_ref().is_some_and(|s| !s.get(row / region_rows))
+            }
+            SyncState::Failed => false,
+        }
+    }
+
+    fn timed<T>(&self, f: impl FnOnce() -> io::Result<T>) -> (io::Result<T>, u64) {
+        let start = Instant::now();
+        let r = f();
+        let nanos = start.elapsed().as_nanos() as u64;
+        self.stats.busy_nanos.fetch_add(nanos, Ordering::Relaxed);
+        let limit = self.timeout_nanos.load(Ordering::Relaxed);
+        let r = match r {
+            Ok(_) if limit > 0 && nanos > limit => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("I/O took {} ms, over the member timeout", nanos / 1_000_000),
+            )),
+            r => r,
+        };
+        if r.is_err() {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        (r, nanos)
+    }
+
+    pub fn read(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let (r, nanos) = self.timed(|| self.dev.read_at(buf, self.data_offset + offset));
+        self.stats.read_latency.record(nanos);
+        self.stats.read_ops.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .read_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        r
+    }
+
+    pub fn write(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        let (r, nanos) = self.timed(|| self.dev.write_at(buf, self.data_offset + offset, fua));
+        self.stats.write_latency.record(nanos);
+        self.stats.write_ops.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .write_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        r
+    }
+
+    pub fn flush(&self) -> io::Result<()> {
+        self.timed(|| self.dev.flush()).0
+    }
+}

@@ -1,0 +1,199 @@
+//! The member superblock: the first 4 KiB of every member (and spare).
+//!
+//! It says which array the member belongs to (a random id), the geometry,
+//! the member's slot, and an event counter bumped on every change of the
+//! membership, so that assembly can put members in order whatever order
+//! they are given in, and refuse one that belongs elsewhere or missed
+//! events (it was failed or absent while the others went on).
+//!
+//! Member layout: superblock at 0, write-intent bitmap from 4 KiB, the
+//! partial parity log (parity levels) from [`LOG_OFFSET`], data from
+//! [`data_offset`].
+
+use std::io;
+
+use block::BlockDevice;
+
+use crate::geometry::{Geometry, Level};
+
+pub const SUPERBLOCK_SIZE: usize = 4096;
+pub const BITMAP_OFFSET: u64 = 4096;
+/// Room for the superblock and a bitmap of up to ~8 million regions.
+pub const LOG_OFFSET: u64 = 1 << 20;
+
+/// Bytes of one partial parity log slot: a header for a chunk's sectors,
+/// then partial P and partial Q for up to a chunk.
+pub fn log_slot_bytes(chunk: u64) -> u64 {
+    crate::log::header_bytes((chunk / crate::log::SECTOR) as usize) as u64 + 2 * chunk
+}
+
+/// Where member data starts: after the log's header block and slots,
+/// rounded up to a MiB.
+pub fn data_offset(chunk: u64, log_slots: u32) -> u64 {
+    if log_slots == 0 {
+        return LOG_OFFSET;
+    }
+    (LOG_OFFSET + 4096 + log_slots as u64 * log_slot_bytes(chunk)).next_multiple_of(1 << 20)
+}
+const MAGIC: &[u8; 8] = b"OARAID01";
+const VERSION: u32 = 1;
+
+/// The slot of a hot spare.
+pub const SPARE_SLOT: u32 = u32::MAX;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub array_id: u128,
+    pub level: Level,
+    pub members: u32,
+    pub chunk: u64,
+    pub rows: u64,
+    /// Chunk rows per write-intent bitmap bit.
+    pub region_rows: u64,
+    /// Which member this is, or [`SPARE_SLOT`].
+    pub slot: u32,
+    /// Set while the member is being rebuilt: its data is not yet whole.
+    pub recovering: bool,
+    pub events: u64,
+    /// The events value when the bitmap last began keeping its bits for
+    /// an absent member: a member last in sync at or after it can catch
+    /// up from the bitmap alone.
+    pub keep_since: u64,
+    /// Slots of the partial parity log (0: none).
+    pub log_slots: u32,
+}
+
+impl Superblock {
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            level: self.level,
+            members: self.members as usize,
+            chunk: self.chunk,
+            rows: self.rows,
+        }
+    }
+
+    pub fn data_offset(&self) -> u64 {
+        data_offset(self.chunk, self.log_slots)
+    }
+
+    pub fn is_spare(&self) -> bool {
+        self.slot == SPARE_SLOT
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(SUPERBLOCK_SIZE);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&self.array_id.to_le_bytes());
+        b.extend_from_slice(&self.level.number().to_le_bytes());
+        b.extend_from_slice(&self.members.to_le_bytes());
+        b.extend_from_slice(&self.chunk.to_le_bytes());
+        b.extend_from_slice(&self.rows.to_le_bytes());
+        b.extend_from_slice(&self.region_rows.to_le_bytes());
+        b.extend_from_slice(&self.slot.to_le_bytes());
+        b.extend_from_slice(&(self.recovering as u32).to_le_bytes());
+        b.extend_from_slice(&self.events.to_le_bytes());
+        b.extend_from_slice(&self.keep_since.to_le_bytes());
+        b.extend_from_slice(&self.log_slots.to_le_bytes());
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b.resize(SUPERBLOCK_SIZE, 0);
+        b
+    }
+
+    /// `None` when the block holds no superblock of ours at all.
+    pub fn decode(b: &[u8]) -> Result<Option<Superblock>, String> {
+        if b.len() < 128 || &b[..8] != MAGIC {
+            return Ok(None);
+        }
+        let mut at = 8;
+        let mut take = |n: usize| {
+            let s = &b[at..at + n];
+            at += n;
+            s
+        };
+        let u32_of = |s: &[u8]| u32::from_le_bytes(s.try_into().unwrap());
+        let u64_of = |s: &[u8]| u64::from_le_bytes(s.try_into().unwrap());
+        let version = u32_of(take(4));
+        let array_id = u128::from_le_bytes(take(16).try_into().unwrap());
+        let level = u32_of(take(4));
+        let members = u32_of(take(4));
+        let chunk = u64_of(take(8));
+        let rows = u64_of(take(8));
+        let region_rows = u64_of(take(8));
+        let slot = u32_of(take(4));
+        let recovering = u32_of(take(4)) != 0;
+        let events = u64_of(take(8));
+        let keep_since = u64_of(take(8));
+        let log_slots = u32_of(take(4));
+        let end = at;
+        let crc = u32_of(&b[end..end + 4]);
+        if crc != crc32c::crc32c(&b[..end]) {
+            return Err("superblock checksum mismatch".into());
+        }
+        if version != VERSION {
+            return Err(format!("superblock version {version} is not supported"));
+        }
+        let level = Level::from_number(level).ok_or(format!("unknown RAID level {level}"))?;
+        if chunk == 0 || region_rows == 0 || members == 0 {
+            return Err("superblock has a zero chunk, region or member count".into());
+        }
+        Ok(Some(Superblock {
+            array_id,
+            level,
+            members,
+            chunk,
+            rows,
+            region_rows,
+            slot,
+            recovering,
+            events,
+            keep_since,
+            log_slots,
+        }))
+    }
+
+    pub fn read_from(dev: &dyn BlockDevice) -> io::Result<Result<Option<Superblock>, String>> {
+        if dev.size() < LOG_OFFSET {
+            return Ok(Err("device is smaller than the RAID metadata area".into()));
+        }
+        let mut b = vec![0u8; SUPERBLOCK_SIZE];
+        dev.read_at(&mut b, 0)?;
+        Ok(Superblock::decode(&b))
+    }
+
+    /// Written with FUA: membership changes must be stable before the
+    /// I/O that depends on them.
+    pub fn write_to(&self, dev: &dyn BlockDevice) -> io::Result<()> {
+        dev.write_at(&self.encode(), 0, true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_detects_damage() {
+        let sb = Superblock {
+            array_id: 0x1234_5678_9abc_def0_1122_3344_5566_7788,
+            level: Level::Raid6,
+            members: 5,
+            chunk: 65536,
+            rows: 1000,
+            region_rows: 16,
+            slot: 3,
+            recovering: true,
+            events: 42,
+            keep_since: 40,
+            log_slots: 64,
+        };
+        let mut b = sb.encode();
+        assert_eq!(b.len(), SUPERBLOCK_SIZE);
+        assert_eq!(Superblock::decode(&b), Ok(Some(sb)));
+        b[20] ^= 1;
+        assert!(Superblock::decode(&b).is_err());
+        assert_eq!(Superblock::decode(&[0u8; 4096]), Ok(None));
+    }
+}

@@ -1,0 +1,113 @@
+//! The weakest link: a member markedly slower than its peers holds every
+//! stripe back to its own pace, so the array names it and says what it
+//! costs.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use block::BlockDevice;
+use serde::Serialize;
+
+use crate::array::RaidArray;
+use crate::geometry::Level;
+use crate::member::Member;
+
+/// Ratio of a member's mean time per I/O to its peers' median above which
+/// it is reported.
+const SLOWER: f64 = 1.5;
+/// Nor is a difference below this many nanoseconds per I/O (noise on
+/// memory-fast members).
+const MIN_GAP_NS: u64 = 20_000;
+/// I/Os a member needs before its figures count.
+const MIN_OPS: u64 = 32;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WeakLink {
+    pub slot: usize,
+    pub name: String,
+    /// Mean nanoseconds per I/O of this member and the median of its peers'.
+    pub mean_ns: u64,
+    pub peers_mean_ns: u64,
+    /// How many times slower than its peers.
+    pub slower: f64,
+    /// Members whose I/O one full stripe waits on together.
+    pub stripe_width: usize,
+    pub finding: String,
+}
+
+fn mean_ns(m: &Member) -> Option<u64> {
+    let s = &m.stats;
+    let ops = s.read_ops.load(Ordering::Relaxed) + s.write_ops.load(Ordering::Relaxed);
+    (ops >= MIN_OPS).then(|| s.busy_nanos.load(Ordering::Relaxed) / ops)
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.2} ms", ns as f64 / 1e6)
+}
+
+impl RaidArray {
+    /// Gives members their names from the configuration (for status and
+    /// findings), matched by device.
+    pub fn name_members(&self, names: &[(Arc<dyn BlockDevice>, String)]) {
+        let core = &self.core;
+        let spares: Vec<Arc<Member>> = core.spares.lock().clone();
+        for m in core.members().into_iter().flatten().chain(spares) {
+            if let Some((_, n)) = names.iter().find(|(d, _)| Arc::ptr_eq(d, &m.dev)) {
+                m.set_name(n);
+            }
+        }
+    }
+
+    /// The member markedly slower than its peers, if one is.
+    pub fn weakest_link(&self) -> Option<WeakLink> {
+        let core = &self.core;
+        let g = core.geo;
+        let timed: Vec<(usize, Arc<Member>, u64)> = core
+            .members()
+            .into_iter()
+            .enumerate()
+            .filter_map(|(slot, m)| {
+                let m = m?;
+                let t = mean_ns(&m)?;
+                Some((slot, m, t))
+            })
+            .collect();
+        if timed.len() < 2 {
+            return None;
+        }
+        let (slot, m, slowest) = timed.iter().max_by_key(|t| t.2)?.clone();
+        let mut peers: Vec<u64> = timed.iter().filter(|t| t.0 != slot).map(|t| t.2).collect();
+        peers.sort_unstable();
+        let median = peers[peers.len() / 2].max(1);
+        let slower = slowest as f64 / median as f64;
+        if slower < SLOWER || slowest - median < MIN_GAP_NS {
+            return None;
+        }
+        let width = match g.level {
+            Level::Raid0 => g.members,
+            Level::Raid1 => 1,
+            Level::Raid10 => (g.members / 2).max(1),
+            Level::Raid5 | Level::Raid6 => g.data_columns(),
+        };
+        let name = m.name();
+        let consequence = match g.level {
+            Level::Raid1 => {
+                format!("every write waits for {name}: the mirror writes at {name}'s speed")
+            }
+            _ => format!("the stripe runs at {width} x {name}'s speed"),
+        };
+        Some(WeakLink {
+            slot,
+            name: name.clone(),
+            mean_ns: slowest,
+            peers_mean_ns: median,
+            slower,
+            stripe_width: width,
+            finding: format!(
+                "{name} is {slower:.1}x slower than its peers ({} vs {} per I/O): {consequence}",
+                ms(slowest),
+                ms(median)
+            ),
+        })
+    }
+}

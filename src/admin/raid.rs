@@ -1,0 +1,168 @@
+//! `/v1/raid/{name}...`: a RAID device's status and its members managed
+//! by hand.
+//!
+//! | Route | Body | Answer |
+//! |---|---|---|
+//! | `GET /v1/raid/{name}` | | the array's status: state, members, sync, bitmap, scrub, weakest link |
+//! | `POST /v1/raid/{name}/fail` | `{"member"}` | the member marked failed; a spare takes its slot |
+//! | `POST /v1/raid/{name}/remove` | `{"member"}` | a failed member taken out of its slot |
+//! | `POST /v1/raid/{name}/add` | `{"device"}` | a configured device added as a hot spare |
+//! | `POST /v1/raid/{name}/replace` | `{"member", "device"}` | the device rebuilt in the member's place |
+//! | `POST /v1/raid/{name}/scrub` | `{"repair"?, "wait"?}` | with `wait`, the scrub's report |
+//!
+//! A member is named by its configured device name or by its slot number.
+
+use std::sync::Arc;
+
+use block::BlockDevice;
+use raid::RaidArray;
+use serde_json::{json, Value};
+
+use super::{error, Admin};
+
+pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Option<(u16, Value)> {
+    let rest = path.strip_prefix("/v1/raid/")?;
+    let (name, action) = match rest.split_once('/') {
+        Some((name, action)) => (name, Some(action)),
+        None => (rest, None),
+    };
+    let Some(device) = raid_device(admin, name) else {
+        return Some(error(404, format!("no open RAID device `{name}`")));
+    };
+    let array = control::kinds::as_raid(&*device)?;
+    let request: Value = if body.is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => return Some(error(400, format!("the body is not JSON: {e}"))),
+        }
+    };
+    Some(match (method, action) {
+        ("GET", None) => status(name, array),
+        ("POST", Some("fail")) => with_slot(array, &request, |slot| {
+            array.fail(slot).map(|()| "failed".to_string())
+        }),
+        ("POST", Some("remove")) => with_slot(array, &request, |slot| {
+            array.remove(slot).map(|_| "removed".to_string())
+        }),
+        ("POST", Some("add")) => match spare_device(admin, &request) {
+            Ok((dev, dev_name)) => match array.add(dev.clone()) {
+                Ok(()) => {
+                    array.name_members(&[(dev, dev_name.clone())]);
+                    (
+                        200,
+                        json!({ "done": format!("{dev_name} added as a spare") }),
+                    )
+                }
+                Err(e) => error(409, e),
+            },
+            Err(e) => e,
+        },
+        ("POST", Some("replace")) => match spare_device(admin, &request) {
+            Ok((dev, dev_name)) => with_slot(array, &request, |slot| {
+                array.replace(slot, dev.clone())?;
+                array.name_members(&[(dev.clone(), dev_name.clone())]);
+                Ok(format!("{dev_name} rebuilds in slot {slot}"))
+            }),
+            Err(e) => e,
+        },
+        ("POST", Some("scrub")) => scrub(&device, &request),
+        (_, None | Some("fail" | "remove" | "add" | "replace" | "scrub")) => {
+            error(405, "method not allowed")
+        }
+        _ => error(404, format!("no such resource {path}")),
+    })
+}
+
+/// The open device `name`, held past the configuration lock so that a
+/// long scrub does not block the API.
+fn raid_device(admin: &Admin, name: &str) -> Option<Arc<dyn BlockDevice>> {
+    let current = admin.lock();
+    let device = current.runtime.open_device(name)?;
+    control::kinds::as_raid(&*device)?;
+    Some(device)
+}
+
+fn status(name: &str, array: &RaidArray) -> (u16, Value) {
+    match serde_json::to_value(array.status()) {
+        Ok(mut v) => {
+            v["name"] = json!(name);
+            (200, v)
+        }
+        Err(e) => error(500, e),
+    }
+}
+
+/// The slot of `request.member`: a member's name or a slot number.
+fn slot_of(array: &RaidArray, request: &Value) -> Result<usize, (u16, Value)> {
+    let status = array.status();
+    let slots = status.members.iter().filter_map(|m| Some((m.slot?, m)));
+    match &request["member"] {
+        Value::Number(n) => n
+            .as_u64()
+            .map(|n| n as usize)
+            .filter(|n| *n < array.geometry().members)
+            .ok_or_else(|| error(400, format!("no slot {n}"))),
+        Value::String(s) => {
+            if let Ok(n) = s.parse::<usize>() {
+                return slot_of(array, &json!({ "member": n }));
+            }
+            let mut found = slots.filter(|(_, m)| m.name.as_deref() == Some(s));
+            found
+                .next()
+                .map(|(slot, _)| slot)
+                .ok_or_else(|| error(404, format!("no member `{s}` in the array")))
+        }
+        _ => Err(error(400, "`member` names a member device or a slot")),
+    }
+}
+
+fn with_slot(
+    array: &RaidArray,
+    request: &Value,
+    act: impl FnOnce(usize) -> std::io::Result<String>,
+) -> (u16, Value) {
+    let slot = match slot_of(array, request) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    match act(slot) {
+        Ok(done) => (200, json!({ "slot": slot, "done": done })),
+        Err(e) => error(409, e),
+    }
+}
+
+/// `request.device`: a configured device no LUN or pool has open,
+/// opened for the array.
+fn spare_device(
+    admin: &Admin,
+    request: &Value,
+) -> Result<(Arc<dyn BlockDevice>, String), (u16, Value)> {
+    let Some(name) = request["device"].as_str() else {
+        return Err(error(400, "`device` names a configured device"));
+    };
+    let current = admin.lock();
+    if current.config.device(name).is_none() {
+        return Err(error(404, format!("no device `{name}`")));
+    }
+    if current.runtime.open_device(name).is_some() {
+        return Err(error(409, format!("device `{name}` is in use")));
+    }
+    control::open_device(&current.config, name)
+        .map(|d| (d, name.to_string()))
+        .map_err(|e| error(409, format!("device `{name}`: {e}")))
+}
+
+fn scrub(device: &Arc<dyn BlockDevice>, request: &Value) -> (u16, Value) {
+    let repair = request["repair"].as_bool().unwrap_or(false);
+    let array = control::kinds::as_raid(&**device).expect("checked a RAID device");
+    if request["wait"].as_bool().unwrap_or(false) {
+        return match array.scrub(repair) {
+            Ok(report) => (200, json!({ "report": report })),
+            Err(e) => error(500, format!("scrub stopped: {e}")),
+        };
+    }
+    drop(array.start_scrub(repair));
+    (200, json!({ "done": "scrub started" }))
+}

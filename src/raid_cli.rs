@@ -1,0 +1,248 @@
+//! `openarray raid status|add|remove|replace|fail|scrub`: a running
+//! daemon's RAID devices (`/v1/raid/{name}`).
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use serde_json::{json, Value};
+
+use crate::api_client::{call, ApiArgs, Endpoint};
+use crate::output::Format;
+use crate::volume_api::percent_encode;
+
+#[derive(Subcommand)]
+pub enum RaidCommand {
+    /// The array's state, each member's state and I/O, rebuild or scrub
+    /// progress, the bitmap, and a member markedly slower than its peers.
+    Status {
+        name: String,
+        #[command(flatten)]
+        format: Format,
+    },
+    /// Mark a member failed (a hot spare takes its slot and rebuilds).
+    Fail { name: String, member: String },
+    /// Take a failed member out of its slot.
+    Remove { name: String, member: String },
+    /// Add a configured device no LUN or pool uses as a hot spare.
+    Add { name: String, device: String },
+    /// Rebuild a configured device in a member's place, then fail the
+    /// member.
+    Replace {
+        name: String,
+        member: String,
+        device: String,
+    },
+    /// Read every stripe and check mirrors and parity (waits for the end
+    /// and prints what was found).
+    Scrub {
+        name: String,
+        /// Rewrite what disagrees: the wrong copy or parity, or on RAID6
+        /// the data chunk P and Q both point at.
+        #[arg(long)]
+        repair: bool,
+        /// Start it and return; `raid status` shows progress and the
+        /// report.
+        #[arg(long)]
+        background: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn ms(v: &Value) -> String {
+    v.as_u64()
+        .map_or("-".into(), |ns| format!("{:.2}", ns as f64 / 1e6))
+}
+
+/// `raid status` as text.
+pub fn status_text(s: &Value, f: &Format) -> String {
+    let mut out = format!(
+        "{}: RAID{} {}, {} in {} chunks, {} events, {} member failures\n",
+        text(&s["name"]),
+        text(&s["level"]),
+        text(&s["state"]),
+        f.size_of(&s["size_bytes"]),
+        f.size_of(&s["chunk_bytes"]),
+        text(&s["events"]),
+        text(&s["member_failures"]),
+    );
+    if let Some(p) = s["sync"].as_object() {
+        let (done, total) = (
+            p["done_bytes"].as_u64().unwrap_or(0),
+            p["total_bytes"].as_u64().unwrap_or(0),
+        );
+        let pct = if total == 0 {
+            100.0
+        } else {
+            done as f64 * 100.0 / total as f64
+        };
+        out.push_str(&format!(
+            "{}: {pct:.1}% ({} of {}) at {}/s\n",
+            text(&p["kind"]),
+            f.size(done),
+            f.size(total),
+            f.size(p["bytes_per_sec"].as_u64().unwrap_or(0)),
+        ));
+    }
+    out.push_str(&format!(
+        "{:>4} {:<16} {:<11} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7}\n",
+        "SLOT", "MEMBER", "STATE", "READ", "WRITTEN", "R50ms", "R99ms", "W50ms", "W99ms", "ERRORS"
+    ));
+    for m in s["members"].as_array().into_iter().flatten() {
+        let io = &m["io"];
+        let mut state = text(&m["state"]);
+        if let Some(b) = m["recovered_bytes"].as_u64() {
+            state = format!("{state} {}", f.size(b));
+        }
+        out.push_str(&format!(
+            "{:>4} {:<16} {:<11} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7}\n",
+            text(&m["slot"]),
+            text(&m["name"]),
+            state,
+            f.size_of(&io["read_bytes"]),
+            f.size_of(&io["write_bytes"]),
+            ms(&io["read_p50_ns"]),
+            ms(&io["read_p99_ns"]),
+            ms(&io["write_p50_ns"]),
+            ms(&io["write_p99_ns"]),
+            text(&io["errors"]),
+        ));
+    }
+    let b = &s["bitmap"];
+    out.push_str(&format!(
+        "bitmap: {} regions of {}, {} dirty; last resync {}, last catch-up {}\n",
+        text(&b["regions"]),
+        f.size_of(&b["region_bytes"]),
+        text(&b["dirty_regions"]),
+        f.size_of(&b["last_resync_bytes"]),
+        f.size_of(&b["last_catch_up_bytes"]),
+    ));
+    if let Some(r) = s["last_scrub"].as_object() {
+        out.push_str(&format!(
+            "last scrub: {} stripes checked, {} mismatches, {} repaired\n",
+            text(&r["stripes_checked"]),
+            text(&r["mismatches"]),
+            text(&r["repaired"]),
+        ));
+    }
+    if let Some(w) = s["weakest_link"]["finding"].as_str() {
+        out.push_str(&format!("weakest link: {w}\n"));
+    }
+    out
+}
+
+fn request(cmd: &RaidCommand) -> (&'static str, String, Value) {
+    let at = |name: &str, action: &str| format!("/v1/raid/{}/{action}", percent_encode(name));
+    match cmd {
+        RaidCommand::Status { name, .. } => (
+            "GET",
+            format!("/v1/raid/{}", percent_encode(name)),
+            json!({}),
+        ),
+        RaidCommand::Fail { name, member } => {
+            ("POST", at(name, "fail"), json!({ "member": member }))
+        }
+        RaidCommand::Remove { name, member } => {
+            ("POST", at(name, "remove"), json!({ "member": member }))
+        }
+        RaidCommand::Add { name, device } => ("POST", at(name, "add"), json!({ "device": device })),
+        RaidCommand::Replace {
+            name,
+            member,
+            device,
+        } => (
+            "POST",
+            at(name, "replace"),
+            json!({ "member": member, "device": device }),
+        ),
+        RaidCommand::Scrub {
+            name,
+            repair,
+            background,
+            ..
+        } => (
+            "POST",
+            at(name, "scrub"),
+            json!({ "repair": repair, "wait": !background }),
+        ),
+    }
+}
+
+fn run_inner(api: &Endpoint, cmd: RaidCommand) -> anyhow::Result<ExitCode> {
+    let (method, path, body) = request(&cmd);
+    let body = if method == "GET" {
+        Vec::new()
+    } else {
+        body.to_string().into_bytes()
+    };
+    let (status, answer) = call(api, method, &path, &body, None)?;
+    if status != 200 {
+        eprintln!("{}", answer["error"].as_str().unwrap_or("unknown error"));
+        return Ok(ExitCode::FAILURE);
+    }
+    match cmd {
+        RaidCommand::Status { format, .. } if format.json => {
+            println!("{}", serde_json::to_string_pretty(&answer)?)
+        }
+        RaidCommand::Status { format, .. } => print!("{}", status_text(&answer, &format)),
+        RaidCommand::Scrub { json: true, .. } => {
+            println!("{}", serde_json::to_string_pretty(&answer)?)
+        }
+        RaidCommand::Scrub { .. } if answer["report"].is_object() => {
+            let r = &answer["report"];
+            println!(
+                "{} stripes checked, {} skipped, {} mismatches, {} repaired, wrong members {}",
+                text(&r["stripes_checked"]),
+                text(&r["stripes_skipped"]),
+                text(&r["mismatches"]),
+                text(&r["repaired"]),
+                r["wrong_members"]
+            );
+        }
+        _ => println!("{}", text(&answer["done"])),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(api: &ApiArgs, cmd: RaidCommand) -> ExitCode {
+    match api.endpoint().and_then(|e| run_inner(&e, cmd)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("openarray: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_text_names_members_progress_and_the_weakest_link() {
+        let s = json!({
+            "name": "r5", "level": 5, "state": "rebuilding", "size_bytes": 3 << 20,
+            "chunk_bytes": 65536, "events": 4, "member_failures": 1,
+            "sync": {"kind": "rebuild", "slot": 2, "done_bytes": 1 << 20,
+                     "total_bytes": 4 << 20, "bytes_per_sec": 1 << 20},
+            "members": [{"slot": 2, "name": "s0", "state": "recovering",
+                         "recovered_bytes": 1 << 20, "io": null}],
+            "bitmap": {"regions": 4, "region_bytes": 1 << 20, "dirty_regions": 0},
+            "weakest_link": {"finding": "m1 is 4.0x slower"},
+        });
+        let t = status_text(&s, &Format::default());
+        assert!(t.starts_with("r5: RAID5 rebuilding"), "{t}");
+        assert!(t.contains("rebuild: 25.0%"), "{t}");
+        assert!(t.contains("s0"), "{t}");
+        assert!(t.contains("recovering 1M"), "{t}");
+        assert!(t.contains("weakest link: m1 is 4.0x slower"), "{t}");
+    }
+}
