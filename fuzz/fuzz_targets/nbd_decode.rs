@@ -57,7 +57,9 @@ fuzz_target!(|data: &[u8]| {
                 Command::Flush | Command::Disconnect => None,
             };
             if let Some((offset, len)) = range {
-                assert!(offset.checked_add(len).is_some_and(|end| end <= agreed.size));
+                assert!(offset
+                    .checked_add(len)
+                    .is_some_and(|end| end <= agreed.size));
             }
         }
         let skip = header_len.saturating_add(payload as usize);
