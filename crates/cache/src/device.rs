@@ -40,7 +40,8 @@ pub enum FormatPolicy {
     #[default]
     IfBlank,
     /// Whatever the device holds is discarded, even the dirty data of a
-    /// cache of this backing.
+    /// cache of this backing: for a one-off administrative format, never
+    /// for a configuration read at every start.
     Always,
 }
 
@@ -197,7 +198,7 @@ impl CacheDevice {
                     && sb.backing_size == fresh.backing_size
                     && sb.line == fresh.line
                     && sb.slots == fresh.slots;
-                if same {
+                if same && options.format != FormatPolicy::Always {
                     let table = load_table(&*cache, &geo, sb.instance)?;
                     let state = State::from_table(&table.entries, options.policy, !sb.clean);
                     if !sb.clean {

@@ -359,7 +359,10 @@ impl Inner {
             self.write_into_slot(slot, line, from, to, data, false)?;
             changed = true;
         }
-        if fua && changed {
+        // A FUA write must not be undone by a crash: no table entry on disk
+        // may still offer an older copy of its blocks, including copies
+        // dropped by earlier writes that no commit has recorded yet.
+        if fua && (changed || !self.state.lock().changed.is_empty()) {
             on_cache(self.commit())?;
         }
         Ok(())
