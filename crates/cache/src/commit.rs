@@ -26,7 +26,15 @@ impl Inner {
     /// Makes the table on the cache device say what memory says, and every
     /// completed write to the cache device stable.
     pub fn commit(&self) -> io::Result<()> {
-        let mut meta = self.meta.lock();
+        let result = self.commit_locked(&mut self.meta.lock());
+        if let Err(e) = &result {
+            // With the metadata lock released: failing writes a superblock.
+            self.fail("metadata commit", e);
+        }
+        result
+    }
+
+    fn commit_locked(&self, meta: &mut MetaWriter) -> io::Result<()> {
         let (blocks, released) = {
             let mut st = self.state.lock();
             let changed = std::mem::take(&mut st.changed);
@@ -42,7 +50,7 @@ impl Inner {
                 .collect();
             (blocks, std::mem::take(&mut st.quarantine))
         };
-        match self.write_table(&mut meta, &blocks) {
+        match self.write_table(meta, &blocks) {
             Ok(()) => {
                 self.state.lock().free.extend(released);
                 Ok(())
@@ -52,8 +60,6 @@ impl Inner {
                 let mut st = self.state.lock();
                 st.changed.extend(blocks.iter().map(|(b, _)| *b));
                 st.quarantine.extend(released);
-                drop(st);
-                self.fail("metadata commit", &e);
                 Err(e)
             }
         }
@@ -85,7 +91,9 @@ impl Inner {
     pub fn write_superblock(&self, meta: &mut MetaWriter, clean: bool) -> io::Result<()> {
         meta.sb.seq += 1;
         meta.sb.clean = clean;
-        meta.sb.mode = *self.mode.read();
+        meta.sb.failed = self.is_failed();
+        // Recursive: the caller may be an I/O holding the mode shared.
+        meta.sb.mode = *self.mode.read_recursive();
         let copy = 1 - meta.sb_copy;
         self.cache
             .write_at(&meta.sb.encode(), Geometry::superblock_offset(copy), false)?;

@@ -120,7 +120,9 @@ impl Inner {
         events.push_back(format!("{secs}: {what}"));
     }
 
-    /// The cache device failed: serve from the backing from now on.
+    /// The cache device failed: serve from the backing from now on, and
+    /// mark the device so that its table, which the backing will outgrow,
+    /// is not trusted by a later open (if it still takes that write).
     pub fn fail(&self, during: &str, err: &io::Error) {
         if !self.failed.swap(true, Ordering::SeqCst) {
             let at_risk = self.state.lock().dirty_subs * self.geo.sub;
@@ -128,6 +130,9 @@ impl Inner {
                 "cache device failed during {during}: {err}; serving from the backing, \
                  {at_risk} bytes not yet written back answer with an error"
             ));
+            if let Some(mut meta) = self.meta.try_lock() {
+                let _ = self.write_superblock(&mut meta, false);
+            }
         }
     }
 
@@ -188,6 +193,7 @@ impl CacheDevice {
             backing_size: backing.size(),
             backing_id: options.backing_id.clone(),
             clean: false,
+            failed: false,
             mode: options.mode,
         };
         let found = read_superblock(&*cache)?;
@@ -198,6 +204,14 @@ impl CacheDevice {
                     && sb.backing_size == fresh.backing_size
                     && sb.line == fresh.line
                     && sb.slots == fresh.slots;
+                if sb.failed && options.format != FormatPolicy::Always {
+                    return Err(refused(format!(
+                        "{} failed while caching {:?}: the backing may have changed since, \
+                         so what it holds is not trusted; format it to use it again",
+                        cache.describe(),
+                        sb.backing_id
+                    )));
+                }
                 if same && options.format != FormatPolicy::Always {
                     let table = load_table(&*cache, &geo, sb.instance)?;
                     let state = State::from_table(&table.entries, options.policy, !sb.clean);

@@ -33,6 +33,9 @@ pub struct Superblock {
     /// Set by a clean close, cleared when the cache starts serving: a
     /// cache found unclean trusts no clean bit.
     pub clean: bool,
+    /// The cache device failed while in use: the backing may have moved
+    /// on from what the table says, so the table is not to be trusted.
+    pub failed: bool,
     pub mode: Mode,
 }
 
@@ -62,6 +65,7 @@ impl Superblock {
         w.u64(self.slots as u64);
         w.u64(self.backing_size);
         w.u64(self.clean as u64);
+        w.u64(self.failed as u64);
         w.u64(mode_code(self.mode) as u64);
         let id = self.backing_id.as_bytes();
         let n = id.len().min(MAX_ID);
@@ -88,6 +92,7 @@ impl Superblock {
         let slots = r.u64() as u32;
         let backing_size = r.u64();
         let clean = r.u64() != 0;
+        let failed = r.u64() != 0;
         let mode = *Mode::ALL.get(r.u64() as usize)?;
         let n = (r.u64() as usize).min(MAX_ID);
         let backing_id = String::from_utf8_lossy(r.bytes(n)).into_owned();
@@ -99,6 +104,7 @@ impl Superblock {
             backing_size,
             backing_id,
             clean,
+            failed,
             mode,
         })
     }
@@ -275,6 +281,7 @@ mod tests {
             backing_size: 1 << 30,
             backing_id: "hdd_r5".into(),
             clean: true,
+            failed: false,
             mode: Mode::WriteBack,
         }
     }
