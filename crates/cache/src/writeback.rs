@@ -227,8 +227,16 @@ impl Inner {
             self.started.elapsed().as_millis() as u64 - self.last_io.load(Ordering::Relaxed);
         let idle = idle_ms >= settings.idle_after.as_millis() as u64;
         let draining = *self.mode.read() != Mode::WriteBack;
-        (dirty > threshold || idle || draining)
-            .then(|| (settings.rate as f64 * TICK.as_secs_f64()) as u64)
+        let per_tick = (settings.rate as f64 * TICK.as_secs_f64()) as u64;
+        if idle || draining {
+            Some(per_tick)
+        } else if dirty > threshold {
+            // Down to the threshold, not below: dirty data that stays is
+            // what makes rewrites of hot blocks cheap.
+            Some(per_tick.min(dirty - threshold))
+        } else {
+            None
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use block::BlockDevice;
-use cache::{CacheDevice, Mode};
+use cache::{CacheDevice, Mode, PolicyKind, WritebackSettings};
 use common::{options, pattern, read, Rig};
 
 const MIB: u64 = 1 << 20;
@@ -261,14 +261,15 @@ fn many_threads_sharing_lines_and_a_mode_switcher() {
     }
 }
 
-#[test]
-fn a_scan_keeps_the_hot_set_and_the_cutoff_bypasses_streams() {
+/// Hot-set hit ratio before and after a scan of the whole backing, in
+/// 4 KiB reads with no cutoff, through the device.
+fn hit_ratio_around_a_scan(policy: PolicyKind) -> (f64, f64, CacheDevice, Rig) {
     let rig = Rig::new(MIB, 16 * MIB);
     let mut o = options(Mode::WriteThrough);
     o.line_size = 16384;
-    let dev = rig.open(o.clone()).unwrap();
-    let lines = dev.capacity_lines() as u64;
-    let hot = lines / 2;
+    o.policy = policy;
+    let dev = rig.open(o).unwrap();
+    let hot = dev.capacity_lines() as u64 / 2;
     let hot_pass = |dev: &CacheDevice| {
         let before = dev.status().reads;
         for round in 0..3 {
@@ -282,16 +283,25 @@ fn a_scan_keeps_the_hot_set_and_the_cutoff_bypasses_streams() {
     };
     hot_pass(&dev);
     let warm = hot_pass(&dev);
-    // The whole backing read once, in 4 KiB reads, with no cutoff.
     for off in (0..16 * MIB).step_by(4096) {
         let _ = read(&dev, off, 4096);
     }
     let after_scan = hot_pass(&dev);
+    (warm, after_scan, dev, rig)
+}
+
+#[test]
+fn a_scan_keeps_the_hot_set_under_2q_not_under_lru_and_the_cutoff_bypasses_streams() {
+    let (warm, after_scan, dev, _rig) = hit_ratio_around_a_scan(PolicyKind::TwoQ);
+    let (lru_warm, lru_after, _, _) = hit_ratio_around_a_scan(PolicyKind::Lru);
+    println!("hot-set hit ratio, before -> after a scan: 2Q {warm:.3} -> {after_scan:.3}, LRU {lru_warm:.3} -> {lru_after:.3}");
     assert!(warm > 0.99, "{warm}");
     assert!(
         after_scan >= 0.9 * warm,
         "hot set kept through the scan: {after_scan}"
     );
+    assert!(lru_warm > 0.99);
+    assert!(lru_after < 0.9 * lru_warm, "LRU flushed it: {lru_after}");
 
     // With a cutoff, the stream stops being cached after 256 KiB.
     dev.set_sequential_cutoff(256 << 10);
@@ -301,4 +311,52 @@ fn a_scan_keeps_the_hot_set_and_the_cutoff_bypasses_streams() {
     }
     let s1 = dev.status();
     assert!(s1.bypassed_bytes - s0.bypassed_bytes >= 7 * MIB, "{s1:?}");
+}
+
+#[test]
+fn background_write_back_drains_above_the_threshold_and_when_idle() {
+    let rig = Rig::new(MIB, 4 * MIB);
+    let mut o = options(Mode::WriteBack);
+    o.background = true;
+    o.writeback = WritebackSettings {
+        dirty_threshold_percent: 5,
+        rate: 4 << 20,
+        idle_after: std::time::Duration::from_secs(3600),
+    };
+    let dev = rig.open(o).unwrap();
+    let capacity = dev.capacity_lines() as u64 * 4096;
+    let lines = capacity / 4096 / 2;
+    for i in 0..lines {
+        dev.write_at(&pattern(i, 4096), i * 4096, false).unwrap();
+    }
+    let threshold = capacity / 100 * 5;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while dev.status().dirty_bytes > threshold && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let s = dev.status();
+    assert!(s.dirty_bytes <= threshold, "{s:?}");
+    assert!(s.dirty_bytes > 0, "stops at the threshold: {s:?}");
+    assert!(s.writeback.rate_bytes_per_sec > 0);
+    // Idle: the rest goes too.
+    dev.set_writeback(WritebackSettings {
+        idle_after: std::time::Duration::from_millis(100),
+        ..o_settings()
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while dev.status().dirty_bytes > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(dev.status().dirty_bytes, 0);
+    for i in 0..lines {
+        assert_eq!(read(&*rig.backing, i * 4096, 4096), pattern(i, 4096));
+    }
+}
+
+fn o_settings() -> WritebackSettings {
+    WritebackSettings {
+        dirty_threshold_percent: 5,
+        rate: 4 << 20,
+        idle_after: std::time::Duration::from_secs(3600),
+    }
 }
