@@ -360,3 +360,48 @@ fn o_settings() -> WritebackSettings {
         idle_after: std::time::Duration::from_secs(3600),
     }
 }
+
+#[test]
+fn discard_drops_what_it_covers_but_a_partly_covered_dirty_sub_block_keeps_its_data() {
+    let rig = Rig::new(MIB, 4 * MIB);
+    let dev = rig.open(options(Mode::WriteBack)).unwrap();
+    let data = pattern(1, 8192);
+    dev.write_at(&data, 0, false).unwrap();
+    dev.discard(100, 4000).unwrap();
+    let back = read(&dev, 0, 8192);
+    assert_eq!(back[..512], data[..512], "partly covered and dirty: kept");
+    assert_eq!(
+        back[512..4096],
+        vec![0; 3584],
+        "covered: the backing's zeros"
+    );
+    assert_eq!(back[4096..], data[4096..]);
+    assert_eq!(dev.status().dirty_bytes, 512 + 4096);
+    dev.flush_dirty(&mut |_| {}).unwrap();
+    assert_eq!(read(&*rig.backing, 0, 8192), back);
+}
+
+#[test]
+fn the_cutoff_follows_each_initiators_streams() {
+    let rig = Rig::new(MIB, 4 * MIB);
+    let mut o = options(Mode::WriteThrough);
+    o.sequential_cutoff = 64 << 10;
+    let dev = rig.open(o).unwrap();
+    let mut buf = vec![0; 4096];
+    for i in 0..32u64 {
+        dev.read_stream(Some(1), &mut buf, i * 4096).unwrap();
+        dev.read_stream(Some(2), &mut buf, 2 * MIB + i * 4096)
+            .unwrap();
+    }
+    let s = dev.status();
+    assert_eq!(s.bypassed_bytes, 2 * (128 - 64) << 10, "{s:?}");
+    // Another initiator reading on where the first stopped starts afresh.
+    dev.read_stream(Some(3), &mut buf, 32 * 4096).unwrap();
+    assert_eq!(dev.status().bypassed_bytes, s.bypassed_bytes);
+    dev.write_stream(Some(1), &buf, 32 * 4096, false).unwrap();
+    assert_eq!(
+        dev.status().bypassed_bytes,
+        s.bypassed_bytes + 4096,
+        "the write continues stream 1"
+    );
+}
