@@ -23,8 +23,9 @@ pub struct Slot {
     pub line: Option<u64>,
     pub valid: u64,
     pub dirty: u64,
-    /// Bumped by every write to the slot, so write-back can tell whether
-    /// the bytes it copied are still the newest.
+    /// Bumped by every write to the slot and every change of tenant, so
+    /// write-back can tell whether the bytes it copied are still the
+    /// newest.
     pub gen: u64,
 }
 
@@ -128,8 +129,10 @@ impl State {
     /// Gives a free slot to `line`.
     pub fn take_free(&mut self, line: u64) -> Option<u32> {
         let slot = self.free.pop()?;
+        let gen = self.slots[slot as usize].gen + 1;
         self.slots[slot as usize] = Slot {
             line: Some(line),
+            gen,
             ..Slot::default()
         };
         self.map.insert(line, slot);
@@ -202,7 +205,16 @@ impl State {
     /// Takes the line out of `slot`; the slot waits in quarantine for the
     /// next commit.
     pub fn release(&mut self, slot: u32, evicted: bool) {
-        let s = std::mem::take(&mut self.slots[slot as usize]);
+        // The generation goes on counting, so that a write-back copy of an
+        // earlier tenant never passes for a copy of a later one.
+        let gen = self.slots[slot as usize].gen + 1;
+        let s = std::mem::replace(
+            &mut self.slots[slot as usize],
+            Slot {
+                gen,
+                ..Slot::default()
+            },
+        );
         let line = s.line.expect("released slot holds a line");
         self.map.remove(&line);
         if s.dirty != 0 {
@@ -271,5 +283,13 @@ mod tests {
         st.invalidate(s, 0b1111);
         assert_eq!(st.lookup(10), None);
         assert_eq!(st.quarantine, vec![s]);
+        // The same slot back for the same line, written as often: a copy
+        // taken before still does not count.
+        let stale_gen = st.slots[s as usize].gen;
+        st.free = std::mem::take(&mut st.quarantine);
+        let again = st.take_free(10).unwrap();
+        assert_eq!(again, s);
+        st.written(s, 0b1, 0b1);
+        assert!(st.slots[s as usize].gen > stale_gen);
     }
 }
