@@ -54,7 +54,11 @@ fn writes_flushed_by_their_thread_survive_a_power_cut_under_concurrent_write_bac
                 std::thread::spawn(move || {
                     let t = t as u64;
                     let mut seed = (round + 1) * 1000 + t;
-                    for i in 0..1500u64 {
+                    // Long enough for a few background write-back ticks.
+                    let start = std::time::Instant::now();
+                    let mut i = 0u64;
+                    while i < 1500 || start.elapsed() < Duration::from_millis(350) {
+                        i += 1;
                         seed = seed
                             .wrapping_mul(6364136223846793005)
                             .wrapping_add(1442695040888963407);
