@@ -99,6 +99,8 @@ pub(crate) struct Inner {
     pub writeback: Mutex<WritebackSettings>,
     /// Where the next write-back pass starts, so passes sweep the backing.
     pub writeback_cursor: AtomicU64,
+    /// Held by a write-back pass from start to end.
+    pub writeback_pass: Mutex<()>,
     pub flushing: Mutex<Option<FlushProgress>>,
     pub started: Instant,
     /// Milliseconds since `started` of the last I/O.
@@ -150,7 +152,10 @@ impl Inner {
 
     pub fn touch(&self) {
         let ms = self.started.elapsed().as_millis() as u64;
-        self.last_io.store(ms, Ordering::Relaxed);
+        // Written once a millisecond at most: every I/O shares this line.
+        if self.last_io.load(Ordering::Relaxed) != ms {
+            self.last_io.store(ms, Ordering::Relaxed);
+        }
     }
 }
 
@@ -278,6 +283,7 @@ impl CacheDevice {
             events: Mutex::new(VecDeque::new()),
             writeback: Mutex::new(options.writeback),
             writeback_cursor: AtomicU64::new(0),
+            writeback_pass: Mutex::new(()),
             flushing: Mutex::new(None),
             started: Instant::now(),
             last_io: AtomicU64::new(0),

@@ -8,6 +8,8 @@
 use std::io;
 use std::sync::atomic::Ordering;
 
+use smallvec::SmallVec;
+
 use crate::device::Inner;
 use crate::geometry::runs;
 use crate::locks::Held;
@@ -111,7 +113,7 @@ impl Inner {
     }
 
     fn read_cached(&self, buf: &mut [u8], offset: u64, admit: bool, held: &Held) -> Res<()> {
-        let mut pieces: Vec<Piece> = Vec::new();
+        let mut pieces: SmallVec<[Piece; 4]> = SmallVec::new();
         let (mut hit, mut miss) = (0, 0);
         {
             let mut st = self.state.lock();
@@ -477,10 +479,24 @@ impl Inner {
         if self.is_detached() {
             return self.backing.discard(offset, len);
         }
-        let _held = self.lock_lines(offset, len);
-        if self.is_failed() && self.has_dirty(offset, len) {
+        let mut held = self.lock_lines(offset, len);
+        let dirty = self.has_dirty(offset, len);
+        if self.is_failed() && dirty {
             return Err(stranded());
         }
+        // Dropping dirty blocks while a write-back pass may still write an
+        // old copy of them to the backing would let that copy land over a
+        // later write-around: wait for the pass (taking its lock before the
+        // line locks, in the order passes take them).
+        let _pass = if dirty {
+            drop(held);
+            let pass = self.writeback_pass.lock();
+            held = self.lock_lines(offset, len);
+            Some(pass)
+        } else {
+            None
+        };
+        let _held = held;
         {
             let mut st = self.state.lock();
             for (line, from, to) in self.segments(offset, len) {

@@ -7,6 +7,7 @@
 //! deadlock.
 
 use parking_lot::{Mutex, MutexGuard};
+use smallvec::SmallVec;
 
 const STRIPES: usize = 1024;
 
@@ -16,8 +17,9 @@ pub struct LineLocks {
 
 /// The stripes held by one request.
 pub struct Held<'a> {
-    stripes: Vec<usize>,
-    _guards: Vec<MutexGuard<'a, ()>>,
+    /// Inline for the common request of a few lines: no allocation.
+    stripes: SmallVec<[usize; 4]>,
+    _guards: SmallVec<[MutexGuard<'a, ()>; 4]>,
 }
 
 impl Held<'_> {
@@ -42,7 +44,7 @@ impl Default for LineLocks {
 impl LineLocks {
     /// Locks lines `first..=last`.
     pub fn lock(&self, first: u64, last: u64) -> Held<'_> {
-        let mut stripes: Vec<usize> = if last - first + 1 >= STRIPES as u64 {
+        let mut stripes: SmallVec<[usize; 4]> = if last - first + 1 >= STRIPES as u64 {
             (0..STRIPES).collect()
         } else {
             (first..=last).map(stripe).collect()

@@ -67,6 +67,7 @@ impl Inner {
                 "cache device failed: nothing to write back from",
             ));
         }
+        let _one_pass_at_a_time = self.writeback_pass.lock();
         let lines = self.pick_dirty(budget);
         if lines.is_empty() {
             return Ok(0);
@@ -118,9 +119,14 @@ impl Inner {
         lines
     }
 
-    /// Writes back consecutive `lines` under their locks.
+    /// Writes back consecutive `lines`: their dirty sub-blocks are copied
+    /// under the line locks, and written to the backing after the locks
+    /// are released, so I/O to those lines waits for a copy, not for the
+    /// slow disk. A line written meanwhile stays dirty (its generation
+    /// moved), and passes never overlap, so a late write of an old copy is
+    /// always followed by a newer one before the line can be clean.
     fn write_back_lines(&self, lines: &[u64], copied: &mut Vec<Copied>) -> io::Result<u64> {
-        let _held = self.locks.lock(lines[0], *lines.last().unwrap());
+        let held = self.locks.lock(lines[0], *lines.last().unwrap());
         let now: Vec<Copied> = {
             let st = self.state.lock();
             lines
@@ -137,8 +143,9 @@ impl Inner {
                 })
                 .collect()
         };
-        let mut run: Option<(u64, Vec<u8>)> = None;
-        let mut written = 0;
+        // Backing offset and bytes of each run of neighbouring dirty
+        // sub-blocks.
+        let mut runs_out: Vec<(u64, Vec<u8>)> = Vec::new();
         for c in &now {
             for (r0, r1, set) in runs(c.bits, 0, self.geo.sub_bits()) {
                 let (x, y) = self.geo.sub_range(c.line, r0, r1);
@@ -146,27 +153,26 @@ impl Inner {
                     continue;
                 }
                 let dev = self.geo.line_start(c.line) + x;
-                let joins = matches!(&run, Some((start, data)) if start + data.len() as u64 == dev);
+                let joins = matches!(runs_out.last(), Some((start, data)) if start + data.len() as u64 == dev);
                 if !joins {
-                    if let Some((start, data)) = run.take() {
-                        self.backing.write_at(&data, start, false)?;
-                        written += data.len() as u64;
-                    }
-                    run = Some((dev, Vec::new()));
+                    runs_out.push((dev, Vec::new()));
                 }
-                let data = &mut run.as_mut().unwrap().1;
+                let data = &mut runs_out.last_mut().unwrap().1;
                 let at = data.len();
                 data.resize(at + (y - x) as usize, 0);
                 if let Err(e) = self
                     .cache
                     .read_at(&mut data[at..], self.geo.slot_offset(c.slot) + x)
                 {
+                    drop(held);
                     self.fail("write-back", &e);
                     return Err(e);
                 }
             }
         }
-        if let Some((start, data)) = run {
+        drop(held);
+        let mut written = 0;
+        for (start, data) in runs_out {
             self.backing.write_at(&data, start, false)?;
             written += data.len() as u64;
         }
