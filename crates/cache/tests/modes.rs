@@ -394,7 +394,7 @@ fn the_cutoff_follows_each_initiators_streams() {
             .unwrap();
     }
     let s = dev.status();
-    assert_eq!(s.bypassed_bytes, 2 * (128 - 64) << 10, "{s:?}");
+    assert_eq!(s.bypassed_bytes, (2 * (128 - 64)) << 10, "{s:?}");
     // Another initiator reading on where the first stopped starts afresh.
     dev.read_stream(Some(3), &mut buf, 32 * 4096).unwrap();
     assert_eq!(dev.status().bypassed_bytes, s.bypassed_bytes);
