@@ -46,14 +46,36 @@ enum Op {
     ArmPowerCut(i64),
 }
 
-fn range() -> impl Strategy<Value = (u64, u64)> {
-    (0..SIZE).prop_flat_map(|o| (Just(o), 1..=(SIZE - o).min(3 * 4096)))
+/// The sizes a run works with.
+#[derive(Clone, Copy)]
+struct Shape {
+    size: u64,
+    cache: u64,
+    line: u64,
 }
 
-fn op() -> impl Strategy<Value = Op> {
+/// 4 KiB lines (8 sub-blocks), eight of them for a backing of 32.
+const SMALL_LINES: Shape = Shape {
+    size: SIZE,
+    cache: CACHE,
+    line: 4096,
+};
+
+/// 16 KiB lines (32 sub-blocks), eight of them for a backing of 32.
+const LARGE_LINES: Shape = Shape {
+    size: 4 * SIZE,
+    cache: (16 << 10) + 8 * (16 << 10),
+    line: 16 << 10,
+};
+
+fn range(size: u64) -> impl Strategy<Value = (u64, u64)> {
+    (0..size).prop_flat_map(move |o| (Just(o), 1..=(size - o).min(3 * size / 32)))
+}
+
+fn op(size: u64) -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => range().prop_map(|(offset, len)| Op::Read { offset, len }),
-        8 => (range(), any::<u64>(), prop::bool::weighted(0.15))
+        6 => range(size).prop_map(|(offset, len)| Op::Read { offset, len }),
+        8 => (range(size), any::<u64>(), prop::bool::weighted(0.15))
             .prop_map(|((offset, len), seed, fua)| Op::Write { offset, len, seed, fua }),
         2 => Just(Op::Flush),
         1 => prop::sample::select(Mode::ALL.to_vec()).prop_map(Op::SetMode),
@@ -78,11 +100,11 @@ struct Model {
 }
 
 impl Model {
-    fn new() -> Model {
+    fn new(size: u64) -> Model {
         Model {
-            visible: vec![0; SIZE as usize],
-            durable: vec![0; SIZE as usize],
-            since: vec![Vec::new(); SIZE as usize],
+            visible: vec![0; size as usize],
+            durable: vec![0; size as usize],
+            since: vec![Vec::new(); size as usize],
         }
     }
 
@@ -158,11 +180,11 @@ struct TornRig {
 }
 
 impl TornRig {
-    fn new() -> TornRig {
+    fn new(shape: Shape) -> TornRig {
         let power = Arc::new(AtomicI64::new(-1));
         TornRig {
-            cache: Arc::new(Torn::new(CACHE, power.clone())),
-            backing: Arc::new(Torn::new(SIZE, power.clone())),
+            cache: Arc::new(Torn::new(shape.cache, power.clone())),
+            backing: Arc::new(Torn::new(shape.size, power.clone())),
             power,
         }
     }
@@ -188,8 +210,9 @@ impl Devices for TornRig {
     }
 }
 
-fn open(rig: &dyn Devices, mode: Mode, format: FormatPolicy) -> CacheDevice {
+fn open(rig: &dyn Devices, shape: Shape, mode: Mode, format: FormatPolicy) -> CacheDevice {
     let mut o = options(mode);
+    o.line_size = shape.line;
     o.format = format;
     CacheDevice::open(rig.cache(), rig.backing(), o).expect("the cache opens")
 }
@@ -208,22 +231,23 @@ fn alive(rig: &dyn Devices) -> std::io::Result<()> {
 /// survived against the model.
 fn open_after_cut(
     rig: &dyn Devices,
+    shape: Shape,
     mode: Mode,
     seed: &mut u64,
     model: &mut Model,
 ) -> Result<CacheDevice, TestCaseError> {
     rig.power_cut(seed);
-    let dev = open(rig, mode, FormatPolicy::Never);
-    let found = read(&dev, 0, SIZE as usize);
+    let dev = open(rig, shape, mode, FormatPolicy::Never);
+    let found = read(&dev, 0, shape.size as usize);
     model.after_power_cut(&found)?;
     Ok(dev)
 }
 
-fn run(rig: &dyn Devices, ops: Vec<Op>, mut seed: u64) -> Result<(), TestCaseError> {
+fn run(rig: &dyn Devices, shape: Shape, ops: Vec<Op>, mut seed: u64) -> Result<(), TestCaseError> {
     let mut mode = Mode::WriteBack;
-    let mut dev = open(rig, mode, FormatPolicy::IfBlank);
+    let mut dev = open(rig, shape, mode, FormatPolicy::IfBlank);
     prop_assert_eq!(dev.capacity_lines(), 8);
-    let mut model = Model::new();
+    let mut model = Model::new(shape.size);
     for op in ops {
         // Whether the power failed during the operation.
         let lost = match op {
@@ -287,11 +311,11 @@ fn run(rig: &dyn Devices, ops: Vec<Op>, mut seed: u64) -> Result<(), TestCaseErr
                 Ok(()) => {
                     model.all_durable();
                     rig.power_cut(&mut seed);
-                    dev = open(rig, mode, FormatPolicy::Never);
+                    dev = open(rig, shape, mode, FormatPolicy::Never);
                     false
                 }
                 Err(_) => {
-                    dev = open_after_cut(rig, mode, &mut seed, &mut model)?;
+                    dev = open_after_cut(rig, shape, mode, &mut seed, &mut model)?;
                     false
                 }
             },
@@ -304,15 +328,18 @@ fn run(rig: &dyn Devices, ops: Vec<Op>, mut seed: u64) -> Result<(), TestCaseErr
         // of the cache that failed after the data was read).
         if lost || rig.out() {
             drop(dev);
-            dev = open_after_cut(rig, mode, &mut seed, &mut model)?;
+            dev = open_after_cut(rig, shape, mode, &mut seed, &mut model)?;
         }
     }
     rig.arm(-1);
-    prop_assert_eq!(&read(&dev, 0, SIZE as usize), &model.visible);
+    prop_assert_eq!(&read(&dev, 0, shape.size as usize), &model.visible);
     // Detach leaves all of it on the backing.
     dev.detach(&mut |_| {}).unwrap();
     dev.flush().unwrap();
-    prop_assert_eq!(&read(&*rig.backing(), 0, SIZE as usize), &model.visible);
+    prop_assert_eq!(
+        &read(&*rig.backing(), 0, shape.size as usize),
+        &model.visible
+    );
     Ok(())
 }
 
@@ -322,15 +349,23 @@ proptest! {
     ))]
 
     #[test]
-    fn the_cache_answers_as_the_model_does(ops in prop::collection::vec(op(), 1..60)) {
-        run(&Rig::new(CACHE, SIZE), ops, 0)?;
+    fn the_cache_answers_as_the_model_does(ops in prop::collection::vec(op(SIZE), 1..60)) {
+        run(&Rig::new(CACHE, SIZE), SMALL_LINES, ops, 0)?;
     }
 
     #[test]
     fn and_so_it_does_when_power_cuts_keep_some_unflushed_writes_torn(
-        ops in prop::collection::vec(op(), 1..60),
+        ops in prop::collection::vec(op(SIZE), 1..60),
         seed in any::<u64>(),
     ) {
-        run(&TornRig::new(), ops, seed)?;
+        run(&TornRig::new(SMALL_LINES), SMALL_LINES, ops, seed)?;
+    }
+
+    #[test]
+    fn and_with_lines_of_thirty_two_sub_blocks(
+        ops in prop::collection::vec(op(LARGE_LINES.size), 1..60),
+        seed in any::<u64>(),
+    ) {
+        run(&TornRig::new(LARGE_LINES), LARGE_LINES, ops, seed)?;
     }
 }
