@@ -100,7 +100,21 @@ pub enum Health {
     /// from the backing.
     Failed {
         stranded_bytes: u64,
+        /// What that means for I/O, for the administrator.
+        effect: String,
     },
+}
+
+fn failed_effect(stranded: u64) -> String {
+    if stranded == 0 {
+        "every block is served from the backing; nothing was lost".into()
+    } else {
+        format!(
+            "{stranded} bytes written to the cache were not yet written back: reads and \
+             writes touching them fail with MEDIUM ERROR until the cache device is repaired \
+             and attached again; every other block is served from the backing"
+        )
+    }
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -160,6 +174,7 @@ impl CacheDevice {
             health: if inner.is_failed() {
                 Health::Failed {
                     stranded_bytes: dirty_bytes,
+                    effect: failed_effect(dirty_bytes),
                 }
             } else {
                 Health::Ok

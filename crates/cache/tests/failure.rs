@@ -34,7 +34,13 @@ fn write_through_and_write_around_serve_every_block_from_the_backing_when_the_ca
         dev.flush().unwrap();
         assert_eq!(read(&dev, 0, 4 * MIB as usize), model);
         let s = dev.status();
-        assert_eq!(s.health, Health::Failed { stranded_bytes: 0 });
+        assert!(matches!(
+            s.health,
+            Health::Failed {
+                stranded_bytes: 0,
+                ..
+            }
+        ));
         assert!(
             s.events.iter().any(|e| e.contains("cache device failed")),
             "{s:?}"
@@ -71,12 +77,19 @@ fn write_back_fails_only_the_blocks_not_written_back() {
     );
     dev.write_at(&pattern(3, 4096), 2 * MIB, false).unwrap();
     assert_eq!(read(&dev, 2 * MIB, 4096), pattern(3, 4096));
-    assert_eq!(
-        dev.status().health,
-        Health::Failed {
-            stranded_bytes: 8192
-        }
-    );
+    let health = dev.status().health;
+    let Health::Failed {
+        stranded_bytes,
+        effect,
+    } = health
+    else {
+        panic!("{health:?}")
+    };
+    assert_eq!(stranded_bytes, 8192);
+    assert!(effect.contains("MEDIUM ERROR"), "{effect}");
+    let json = serde_json::to_value(dev.status()).unwrap();
+    assert_eq!(json["health"]["state"], "failed");
+    assert_eq!(json["mode"], "writeback");
     assert!(dev.flush().is_err(), "not all acknowledged data is stable");
     assert!(dev.detach(&mut |_| {}).is_err());
 
