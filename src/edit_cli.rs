@@ -89,11 +89,18 @@ pub enum DeviceOp {
         #[command(flatten)]
         format: Format,
     },
-    /// Print the device's configuration.
+    /// Print the device's configuration, then the devices under it with
+    /// each one's state.
     Show {
         name: String,
         #[command(flatten)]
         format: Format,
+    },
+    /// Inject a fault into a `faulty` device, live.
+    Fault {
+        name: String,
+        #[command(subcommand)]
+        fault: crate::device_cli::FaultArg,
     },
     /// Add a device, e.g. `add vm1 --kind file --path /srv/vm1.img --size 10G`.
     Add {
@@ -371,6 +378,10 @@ enum Action {
         name: String,
         format: Format,
     },
+    /// Inject a fault into a `faulty` device.
+    Fault { name: String, body: Value },
+    /// A command whose arguments do not make a request.
+    Invalid(anyhow::Error),
 }
 
 fn list(
@@ -420,6 +431,10 @@ fn device(op: DeviceOp) -> Action {
             kind: "device",
             name,
             format,
+        },
+        DeviceOp::Fault { name, fault } => match crate::device_cli::fault_body(&fault) {
+            Ok(body) => Action::Fault { name, body },
+            Err(e) => Action::Invalid(e),
         },
         DeviceOp::Add {
             name,
@@ -701,13 +716,38 @@ fn run_action(api: &Endpoint, action: Action) -> anyhow::Result<()> {
             let json = answer(api, "GET", "/v1/config", b"")?;
             let text = control::show_object(json["toml"].as_str().unwrap_or(""), kind, &name)
                 .map_err(|e| anyhow!(e))?;
+            let tree = if kind == "device" {
+                let path = format!("/v1/devices/{}", crate::volume_api::percent_encode(&name));
+                Some(answer(api, "GET", &path, b"")?)
+            } else {
+                None
+            };
             if format.json {
                 let mut object = toml_to_json(&text)?;
-                print_json(&object[kind][0].take());
+                let mut shown = object[kind][0].take();
+                if let Some(tree) = tree {
+                    shown["tree"] = tree;
+                }
+                print_json(&shown);
             } else {
                 print!("{text}");
+                if let Some(tree) = tree {
+                    println!();
+                    for line in crate::device_cli::tree_lines(&tree, &format) {
+                        println!("{line}");
+                    }
+                }
             }
         }
+        Action::Fault { name, body } => {
+            let path = format!(
+                "/v1/devices/{}/fault",
+                crate::volume_api::percent_encode(&name)
+            );
+            let json = answer(api, "POST", &path, body.to_string().as_bytes())?;
+            println!("{name}: {}", json["done"].as_str().unwrap_or("done"));
+        }
+        Action::Invalid(e) => return Err(e),
     }
     Ok(())
 }

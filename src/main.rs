@@ -5,6 +5,7 @@ mod admin_cli;
 mod api_client;
 mod check_config;
 mod completions;
+mod device_cli;
 mod edit_cli;
 mod listener_metrics;
 mod output;

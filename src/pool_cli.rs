@@ -50,12 +50,6 @@ pub enum PoolCommand {
         #[command(flatten)]
         at: Where,
         pool: String,
-        /// For crash tests only: from the next start on, data written to
-        /// the pool's devices waits in the daemon's memory until a flush,
-        /// so killing the daemon loses it like a power cut loses a volatile
-        /// disk cache.
-        #[arg(long, hide = true)]
-        simulate_volatile_cache: bool,
         #[command(flatten)]
         format: Format,
     },
@@ -267,17 +261,12 @@ fn print_pool(p: &Value, f: &Format) {
         return;
     }
     println!(
-        "pool {}: size {} used {} free {} (unit {}{})",
+        "pool {}: size {} used {} free {} (unit {})",
         p["name"].as_str().unwrap_or(""),
         f.size_of(&p["size"]),
         f.size_of(&p["used"]),
         f.size_of(&p["free"]),
         f.size_of(&p["unit_size"]),
-        if p["simulated_volatile_cache"] == true {
-            ", simulated volatile cache"
-        } else {
-            ""
-        }
     );
     println!("  {}", space_line(p, f));
     print_volumes(&p["volumes"], f);
@@ -371,21 +360,11 @@ fn pool_command(cmd: PoolCommand) -> anyhow::Result<bool> {
         PoolCommand::Status { at, pool, format } => {
             print_pools(&pools(&Via::choose(&at)?, pool.as_deref())?, &format);
         }
-        PoolCommand::Create {
-            at,
-            pool,
-            simulate_volatile_cache,
-            format,
-        } => {
-            let body = if simulate_volatile_cache {
-                json!({ "simulate_volatile_cache": true })
-            } else {
-                Value::Null
-            };
+        PoolCommand::Create { at, pool, format } => {
             let p = Via::choose(&at)?.call(
                 "POST",
                 &format!("/v1/pools/{}", percent_encode(&pool)),
-                body,
+                Value::Null,
             )?;
             print_pools(&[p], &format);
         }
@@ -444,7 +423,7 @@ fn destroy(config: &Path, name: &str, force: bool) -> anyhow::Result<()> {
         );
     }
     {
-        let open = control::open_pool(p).with_context(|| format!("pool {name}"))?;
+        let open = control::open_pool(&cfg, p).with_context(|| format!("pool {name}"))?;
         let volumes = open.volumes();
         if !volumes.is_empty() && !force {
             let names: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
@@ -454,14 +433,24 @@ fn destroy(config: &Path, name: &str, force: bool) -> anyhow::Result<()> {
             );
         }
     }
-    for device in &p.devices {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(device)
-            .with_context(|| format!("{}", device.display()))?;
-        use std::io::Write;
-        f.write_all(&[0u8; 4096])?;
-        f.sync_all()?;
+    for member in &p.devices {
+        let device = match member {
+            control::PoolMember::Path(path) => {
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .with_context(|| format!("{}", path.display()))?;
+                use std::io::Write;
+                f.write_all(&[0u8; 4096])?;
+                f.sync_all()?;
+                continue;
+            }
+            control::PoolMember::Device(name) => {
+                control::open_device(&cfg, name).with_context(|| format!("device {name}"))?
+            }
+        };
+        device.write_at(&[0u8; 4096], 0, true)?;
+        device.flush()?;
     }
     std::fs::remove_file(&p.metadata)
         .with_context(|| format!("cannot remove {}", p.metadata.display()))?;

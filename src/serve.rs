@@ -200,7 +200,7 @@ async fn serve(
         ));
     }
 
-    let targets = std::mem::take(&mut runtime.targets);
+    let targets = iscsi::targets_of(&runtime.exports);
     for t in &targets {
         tracing::info!(target_name = %t.name, portals = ?t.portals, "target ready");
     }
@@ -246,6 +246,7 @@ async fn serve(
     let admin = Arc::new(admin::Admin {
         current: Mutex::new(current),
         server: server.clone(),
+        frontends: vec![server.clone()],
         stats,
         portals: Mutex::new(portals),
         jobs: Arc::default(),

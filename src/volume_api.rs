@@ -7,7 +7,7 @@
 //! | --- | --- |
 //! | `GET /v1/pools` | `{"pools": [pool]}` |
 //! | `GET /v1/pools/{pool}` | pool with `"volumes": [volume]` |
-//! | `POST /v1/pools/{pool}` `{"simulate_volatile_cache"?}` | creates the pool of the configuration (formats its devices) unless it exists; the pool. The flag (crash tests only) applies from the next open |
+//! | `POST /v1/pools/{pool}` | creates the pool of the configuration (formats its devices) unless it exists; the pool |
 //! | `POST /v1/pools/{pool}/check` | `{"clean", "problems": [...], ...}`: every unit owned exactly as counted |
 //! | `GET /v1/pools/{pool}/jobs[/{id}]` | long operations and their progress |
 //! | `GET /v1/volumes[/{pool}]` | `{"volumes": [volume]}` |
@@ -96,7 +96,7 @@ impl PoolSource for Offline {
     }
 
     fn open(&self, config: &control::PoolConfig) -> io::Result<Arc<Pool>> {
-        let pool = control::open_pool(config)?;
+        let pool = control::open_pool(&self.config, config)?;
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if !open.iter().any(|p| Arc::ptr_eq(p, &pool)) {
             open.push(pool.clone());
@@ -208,12 +208,8 @@ fn pools(source: &dyn PoolSource, method: &str, rest: &[&str], body: &[u8]) -> A
             Ok((200, pool_json(&p, Some(source))))
         }
         ("POST", [name]) => {
-            let body = parse_body(body)?;
+            parse_body(body)?;
             let p = source.pool_or_create(name, true)?;
-            if let Some(on) = body["simulate_volatile_cache"].as_bool() {
-                // Takes effect when the pool is next opened.
-                p.simulate_volatile_cache(on)?;
-            }
             Ok((200, pool_json(&p, Some(source))))
         }
         ("POST", [name, "check"]) => {
@@ -454,7 +450,6 @@ fn pool_json(p: &Pool, with_volumes: Option<&dyn PoolSource>) -> Value {
         "soft_threshold_reached": u.threshold_reached,
         "allocation_failures": u.allocation_failures,
         "volumes": p.volumes().len(),
-        "simulated_volatile_cache": p.volatile_cache(),
     });
     if let Some(source) = with_volumes {
         v["volumes"] = Value::from(volumes_json(p, source));

@@ -2,11 +2,11 @@
 //! points of a workload of writes (some FUA), UNMAPs and SYNCHRONIZE CACHE,
 //! while snapshots, clones and deletes of other volumes of the same pool go
 //! through the administration API. One test kills the process only; the
-//! other runs the pool over data devices that keep every unflushed write in
-//! the daemon's memory (`pool create --simulate-volatile-cache`), so the
-//! kill also loses exactly the writes no flush covered, like a power cut
-//! with a volatile disk cache. A third kills the process over a pool too
-//! small for what is written, so that some writes are refused.
+//! other runs the pool over a `faulty` device, a disk with a volatile write
+//! cache, and cuts the power live: `device fault f0 fail` (the disk is
+//! gone), `device fault f0 drop-unflushed` (its cache is lost), then the
+//! kill. A third kills the process over a pool too small for what is
+//! written, so that some writes are refused.
 //!
 //! After every kill `openarray pool check` is clean (no unit leaked or
 //! owned twice); after every restart each write acknowledged before the
@@ -47,18 +47,48 @@ const LUNS: [u64; 2] = [0, 1];
 /// Snapshots and clones made through the API, at most.
 const MAX_EXTRA: usize = 8;
 
+/// How a round ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// SIGKILL: the process dies, the disk keeps what it was given.
+    Kill,
+    /// The pool's disk is a `faulty` device: it fails and loses its
+    /// unflushed writes, then the process dies.
+    Power,
+}
+
 /// Two 8 MiB thin volumes in a pool of one device of `device_size`.
-fn config(dir: &Path, device_size: &str) -> String {
-    let mut text = format!(
-        r#"
+fn config(dir: &Path, device_size: &str, cut: Cut) -> String {
+    let d = dir.display();
+    let mut text = match cut {
+        Cut::Kill => format!(
+            r#"
 [[pool]]
 name = "tank"
 devices = ["{d}/tank.img"]
 device_size = "{device_size}"
 unit_size = "64K"
-"#,
-        d = dir.display()
-    );
+"#
+        ),
+        Cut::Power => format!(
+            r#"
+[[device]]
+name = "disk"
+kind = "file"
+path = "{d}/tank.img"
+size = "{device_size}"
+[[device]]
+name = "f0"
+kind = "faulty"
+over = "disk"
+[[pool]]
+name = "tank"
+devices = ["f0"]
+metadata = "{d}/tank.meta"
+unit_size = "64K"
+"#
+        ),
+    };
     for name in ["v", "c"] {
         text += &format!(
             "\n[[device]]\nname = \"{name}\"\nkind = \"volume\"\npool = \"tank\"\nsize = \"8M\"\n"
@@ -255,6 +285,8 @@ fn operations(socket: &str, lineage: &Mutex<Lineage>, rng: &mut Rng, stop: &Atom
         } else if !text.contains("cannot reach")
             && !text.contains("connection")
             && !text.contains("Connection")
+            // The disk failing as the power goes, before the kill.
+            && !text.contains("faulty device: injected")
         {
             // Anything but the daemon's death is a failure of the API.
             if UnixStream::connect(socket).is_ok() {
@@ -392,7 +424,7 @@ fn check_clean(cfg: &str, round: usize) {
 /// Rounds of workload, live volume operations and SIGKILL; returns the
 /// rounds run.
 /// Returns how many writes were refused for want of space.
-fn crash_rounds(volatile_cache: bool, device_size: &str) -> usize {
+fn crash_rounds(cut: Cut, device_size: &str) -> usize {
     let seed = std::env::var("POOL_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -405,21 +437,10 @@ fn crash_rounds(volatile_cache: bool, device_size: &str) -> usize {
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg_path = dir.path().join("openarray.toml");
-    std::fs::write(&cfg_path, config(dir.path(), device_size)).expect("write config");
+    std::fs::write(&cfg_path, config(dir.path(), device_size, cut)).expect("write config");
     let cfg = cfg_path.to_str().expect("utf-8");
     let socket: PathBuf = dir.path().join("admin.sock");
     let sock = socket.to_str().expect("utf-8").to_string();
-    if volatile_cache {
-        let (ok, text) = openarray(&[
-            "pool",
-            "create",
-            "-c",
-            cfg,
-            "tank",
-            "--simulate-volatile-cache",
-        ]);
-        assert!(ok, "pool create: {text}");
-    }
 
     let mut models = [Model::new(), Model::new()];
     let mut tag = 0u64;
@@ -430,13 +451,9 @@ fn crash_rounds(volatile_cache: bool, device_size: &str) -> usize {
     let mut rounds = 0;
     while rounds < ROUNDS && start.elapsed() < BUDGET {
         let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
-        if rounds == 0 {
-            let (_, shown) = openarray(&["pool", "show", "--socket", &sock, "tank"]);
-            assert_eq!(
-                shown.contains("simulated volatile cache"),
-                volatile_cache,
-                "{shown}"
-            );
+        if rounds == 0 && cut == Cut::Power {
+            let (_, shown) = openarray(&["device", "show", "--socket", &sock, "v"]);
+            assert!(shown.contains("└─ f0 (faulty"), "{shown}");
         }
         let mut s = login(daemon.addr());
         lost += verify(&mut s, &mut models, rounds);
@@ -446,11 +463,21 @@ fn crash_rounds(volatile_cache: bool, device_size: &str) -> usize {
             .verify(&listed(&sock, rounds), rounds);
         let pid = daemon.pid() as i32;
         let delay = Duration::from_millis(rng.range(5, 250));
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(delay);
-            // SAFETY: kill(2) on our own child, still unreaped.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        });
+        let killer = {
+            let sock = sock.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                if cut == Cut::Power {
+                    for fault in ["fail", "drop-unflushed"] {
+                        let (ok, text) =
+                            openarray(&["device", "fault", "--socket", &sock, "f0", fault]);
+                        assert!(ok, "device fault f0 {fault}: {text}");
+                    }
+                }
+                // SAFETY: kill(2) on our own child, still unreaped.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            })
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let ops = {
             let (lineage, stop, sock) = (lineage.clone(), stop.clone(), sock.clone());
@@ -488,12 +515,12 @@ fn crash_rounds(volatile_cache: bool, device_size: &str) -> usize {
 
 #[test]
 fn sigkill_at_random_points_loses_nothing_acknowledged() {
-    crash_rounds(false, "64M");
+    crash_rounds(Cut::Kill, "64M");
 }
 
 #[test]
 fn power_cut_with_a_volatile_cache_loses_only_unflushed_writes() {
-    crash_rounds(true, "64M");
+    crash_rounds(Cut::Power, "64M");
 }
 
 /// A pool too small for the volumes and their snapshots: writes that need
@@ -501,6 +528,6 @@ fn power_cut_with_a_volatile_cache_loses_only_unflushed_writes() {
 /// others succeed, and a refused write never counts as written.
 #[test]
 fn sigkill_with_the_pool_running_full_loses_nothing_acknowledged() {
-    let refused = crash_rounds(false, "20M");
+    let refused = crash_rounds(Cut::Kill, "20M");
     assert!(refused > 0, "the pool never ran full");
 }

@@ -14,6 +14,7 @@
 //! | `GET /metrics` | the same in the Prometheus text format |
 //! | `/v1/sessions...` | live sessions; ending one (`sessions.rs`) |
 //! | `GET /v1/status` | everything on one page, with what is degraded (`status.rs`) |
+//! | `/v1/devices/{name}...` | a device's tree and state; faults injected (`devices.rs`) |
 //!
 //! Errors answer 4xx/5xx with `{"error"}`; a configuration error names the
 //! file, line, field and reason. `apply` and `edit` validate the whole
@@ -24,16 +25,12 @@
 //! the running objects cannot take (a formatted pool's layout) is refused,
 //! and so is one that replaces data a LUN serves unless `force=true`.
 
+mod devices;
 mod http;
-pub mod portals;
 mod sessions;
 mod socket;
 mod status;
 
-use std::io::Write;
-use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
@@ -41,25 +38,14 @@ use serde_json::{json, Value};
 pub use http::{serve_metrics, serve_tcp, serve_unix, Deadlines, Token};
 pub use socket::{bind, held_by_a_daemon, SocketFile};
 
-/// How long a change waits for a removed portal's listener to close.
-const PORTAL_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The configuration being served and the objects built from it.
-pub struct Current {
-    pub config: control::Config,
-    /// The text `config` was read from (what `save` writes).
-    pub text: String,
-    /// Where the configuration is kept; `None` when serving the built-in
-    /// default, which has nowhere to persist changes to.
-    pub path: Option<PathBuf>,
-    pub runtime: control::Runtime,
-    /// `--listen` addresses that replace every configuration's portals.
-    pub listen_override: Vec<SocketAddr>,
-}
+pub use daemon::{portals, write_atomically, Current};
 
 pub struct Admin {
     pub current: Mutex<Current>,
+    /// The iSCSI transport, for its sessions.
     pub server: Arc<iscsi::Server>,
+    /// Every transport, each given the exports of a change.
+    pub frontends: Vec<Arc<dyn export::Frontend>>,
     /// The daemon's I/O statistics (one registry for its whole life).
     pub stats: Arc<stats::Registry>,
     /// The iSCSI listeners, one per portal (lock after `current`).
@@ -121,7 +107,9 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
             };
             let origin = req.origin.clone().unwrap_or_else(|| "<request>".into());
             let current = admin.lock();
-            match proposed(&current, text, &origin) {
+            match daemon::proposed(&current, text, &origin)
+                .map_err(|r| error(r.status(), r.message()))
+            {
                 Ok(config) => {
                     let mut changes = control::diff(&current.config, &config);
                     // What `apply` would need --force for.
@@ -152,6 +140,7 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
             | "/v1/config/save" | "/v1/stats" | "/v1/edit",
         ) => error(405, "method not allowed"),
         (method, path) => sessions::route(admin, method, path)
+            .or_else(|| devices::route(admin, method, path, &req.body))
             .or_else(|| status::route(admin, method, path))
             .or_else(|| crate::volume_api::route(admin, method, path, &req.body))
             .unwrap_or_else(|| error(404, format!("no such resource {path}"))),
@@ -179,8 +168,9 @@ fn objects(config: &control::Config) -> Value {
         "discovery_chap": chap(&config.discovery_chap),
         "devices": config.devices.iter().map(|d| json!({
             "name": d.name,
-            "kind": format!("{:?}", d.kind).to_lowercase(),
-            "size": d.size,
+            "kind": d.kind(),
+            "size": d.spec.size(),
+            "settings": d.spec.settings().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         })).collect::<Vec<_>>(),
         "targets": config.targets.iter().map(|t| json!({
             "name": t.name,
@@ -195,16 +185,6 @@ fn objects(config: &control::Config) -> Value {
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
-}
-
-/// `text` validated, with the daemon's `--listen` override applied as at
-/// start.
-fn proposed(current: &Current, text: &str, origin: &str) -> Result<control::Config, (u16, Value)> {
-    let mut config = control::parse_config(text, origin).map_err(|e| error(400, e))?;
-    if !current.listen_override.is_empty() {
-        config.override_listen(&current.listen_override);
-    }
-    Ok(config)
 }
 
 /// `POST /v1/config/apply`: the body is the whole configuration.
@@ -248,11 +228,7 @@ fn edit(admin: &Admin, req: &Request) -> (u16, Value) {
     apply_text(admin, &mut current, text, &origin, req.force())
 }
 
-/// Validates `text` as a whole, checks the running objects can take the
-/// change (a change that replaces a LUN's data only with `force`), builds
-/// the new objects over the running ones, binds new portals, writes the
-/// file atomically, and only then makes the change live. Anything failing
-/// before that leaves the running state and the file as they were.
+/// The change made through the daemon's one transaction, as an answer.
 fn apply_text(
     admin: &Admin,
     current: &mut Current,
@@ -260,131 +236,18 @@ fn apply_text(
     origin: &str,
     force: bool,
 ) -> (u16, Value) {
-    let config = match proposed(current, &text, origin) {
-        Ok(c) => c,
-        Err(e) => return e,
+    let transports = daemon::Transports {
+        portals: &admin.portals,
+        frontends: &admin.frontends,
     };
-    let mut changes = control::diff(&current.config, &config);
-    if changes.is_empty() {
-        return (200, json!({ "changes": changes, "applied": false }));
-    }
-    match control::check_live_change(&current.config, &config, force) {
-        Ok(losses) => changes.extend(losses),
-        Err(e) => return error(409, e),
-    }
-    let Some(path) = current.path.clone() else {
-        return error(
-            409,
-            "serving the built-in default: start with --config FILE to change the configuration",
-        );
-    };
-    let mut runtime = match control::rebuild(&config, &current.runtime) {
-        Ok(r) => r,
-        Err(e) => return error(400, e),
-    };
-    let mut portals = admin.portals.lock().unwrap_or_else(|p| p.into_inner());
-    let (added, removed) = portals::changes(&portals.addrs(), &runtime.listen);
-    let mut listeners = Vec::with_capacity(added.len());
-    for addr in added {
-        match portals::bind(addr) {
-            Ok(l) => listeners.push((addr, l)),
-            Err(e) => return error(400, format!("portal: cannot listen on {addr}: {e}")),
+    match daemon::apply_text(&transports, current, text, origin, force) {
+        Ok(done) => {
+            let mut answer = json!({ "changes": done.changes, "applied": done.applied });
+            if let Some(note) = done.note {
+                answer["note"] = json!(note);
+            }
+            (200, answer)
         }
-    }
-    // Persist before going live: a file that cannot be written leaves
-    // everything as it was.
-    if let Err(e) = write_atomically(&path, &text) {
-        return error(500, format!("cannot write {}: {e}", path.display()));
-    }
-    runtime.commit(Some(&current.runtime));
-    admin
-        .server
-        .replace_targets(std::mem::take(&mut runtime.targets));
-    // Sessions whose initiator lost the target are asked to log out.
-    admin.server.end_refused_sessions();
-    for (addr, listener) in listeners {
-        tracing::info!(%addr, "portal added");
-        portals.start(addr, listener);
-    }
-    let closing: Vec<_> = removed
-        .into_iter()
-        .filter_map(|a| portals.stop(a))
-        .collect();
-    drop(portals);
-    // Answer once removed portals are closed, so their address can be
-    // bound by the next change (`remove` then `add` moves a portal).
-    // (Polled rather than awaited: changes run on a blocking thread.)
-    let waiting = std::time::Instant::now();
-    while closing.iter().any(|t| !t.is_finished()) && waiting.elapsed() < PORTAL_CLOSE_WAIT {
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    // The transport reads its [daemon] settings once, at start.
-    let restart_needed = current.config.daemon != config.daemon;
-    let previous = std::mem::replace(&mut current.runtime, runtime);
-    current.config = config;
-    current.text = text;
-    // Devices the new configuration dropped are flushed before they go.
-    if let Err(e) = previous.flush_all() {
-        tracing::warn!(error = %e, "flushing the previous configuration's devices");
-    }
-    for change in &changes {
-        tracing::info!(change = %change, "configuration applied");
-    }
-    let mut answer = json!({ "changes": changes, "applied": true });
-    if restart_needed {
-        answer["note"] = json!("[daemon] settings take effect at the next start");
-    }
-    (200, answer)
-}
-
-/// Replace `path` with `text` so that a crash leaves the old file or the
-/// new one, never a mix: a temporary file beside it (mode 0600, for the
-/// secrets), fsync, rename over, fsync the directory.
-pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    #[test]
-    fn atomic_write_replaces_with_owner_only_mode() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("c.toml");
-        std::fs::write(&path, "old").unwrap();
-        write_atomically(&path, "new text").unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new text");
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
-        // No temporary file is left behind.
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-        // A directory that does not exist fails without touching anything.
-        assert!(write_atomically(&dir.path().join("no/c.toml"), "x").is_err());
+        Err(refused) => error(refused.status(), refused.message()),
     }
 }

@@ -163,7 +163,10 @@ fn pools(current: &Current, degraded: &mut Vec<Value>) -> Vec<Value> {
             let mut problems: Vec<String> = p
                 .devices
                 .iter()
-                .filter(|d| !d.exists())
+                .filter_map(|d| match d {
+                    control::PoolMember::Path(path) => (!path.exists()).then_some(path),
+                    control::PoolMember::Device(_) => None,
+                })
                 .map(|d| format!("data device {} is missing", d.display()))
                 .collect();
             let mut v = json!({ "name": p.name });

@@ -102,8 +102,11 @@ fn edits_land_in_the_right_tables_and_keep_comments() {
     assert!(text.contains("# second target, open to all"), "{text}");
     let config = parse_config(&text, "x").unwrap();
     assert_eq!(config.devices[2].name, "c");
-    assert_eq!(config.devices[2].size, Some(8 << 20));
-    assert_eq!(config.devices[2].block_size, 4096);
+    assert_eq!(
+        config.devices[2].spec.as_kind::<crate::kinds::MemSpec>(),
+        Some(&crate::kinds::MemSpec { size: 8 << 20 })
+    );
+    assert_eq!(config.devices[2].identity.block_size, 4096);
     let one = &config.targets[0];
     let esx = &one.groups[0];
     let mut luns: Vec<(u64, &str, bool)> = esx

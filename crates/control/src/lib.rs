@@ -10,6 +10,7 @@ mod diff;
 mod duration;
 mod edit;
 mod error;
+pub mod kinds;
 mod live_change;
 mod locate;
 mod model;
@@ -31,12 +32,12 @@ pub use edit::{apply_edit, typed_value, ChapScope, Edit};
 pub use error::{ConfigError, Issue, Location};
 pub use live_change::{check_live_change, loss_notes};
 pub use model::{
-    Chap, Config, Daemon, Device, DeviceKind, Group, Lun, PoolConfig, Portal, Schedule, Target,
-    DEFAULT_DEVICE_SIZE, DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
+    Chap, Config, Daemon, Device, Group, LuIdentity, Lun, PoolConfig, PoolMember, Portal, Schedule,
+    Target, DEFAULT_DEVICE_SIZE, DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
 };
 pub use names::check_iscsi_name;
-pub use pools::{open_pool, open_pools_now};
-pub use runtime::{build, rebuild, DeviceHealth, Runtime};
+pub use pools::{open_device, open_pool, open_pools_now};
+pub use runtime::{build, rebuild, DeviceHealth, DeviceNode, Runtime};
 pub use show::show_object;
 pub use size::parse_size;
 pub use validate::{parse_listen, MAX_LUN};

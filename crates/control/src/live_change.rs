@@ -5,34 +5,12 @@
 //! what is lost.
 
 use crate::error::{ConfigError, Issue};
-use crate::model::{Config, Device, DeviceKind, PoolConfig};
+use crate::kinds::Change;
+use crate::model::{Config, Device, PoolConfig};
 use crate::render::{self, pool_fields};
 
-/// Whether the open backing device of `old` can serve `new` as it is:
-/// only settings of the logical unit around it differ (identity strings,
-/// read-only, write cache, and block sizes where the data lives
-/// elsewhere than in the device object).
-pub(crate) fn keeps_backing(old: &Device, new: &Device) -> bool {
-    let backing = |d: &Device| Device {
-        product_id: None,
-        serial: None,
-        naa: None,
-        physical_block_size: 0,
-        read_only: false,
-        write_cache: false,
-        // A RAM device's blocks are its data: another size re-creates it.
-        block_size: if d.kind == DeviceKind::Mem {
-            d.block_size
-        } else {
-            0
-        },
-        at: None,
-        ..d.clone()
-    };
-    // A file opened read-only cannot take writes: it is opened again.
-    let needs_write = old.kind == DeviceKind::File && old.read_only && !new.read_only;
-    backing(old) == backing(new) && !needs_write
-}
+#[cfg(test)]
+use crate::runtime::keeps_device as keeps_backing;
 
 /// Refuses what the running objects cannot take, and what would replace
 /// a LUN's data unless `force`; with `force`, one `!` line per device
@@ -100,22 +78,22 @@ fn data_losses(old: &Config, new: &Config) -> Vec<Loss> {
                 };
                 (format!("device[{i}].{key}"), n.at, what)
             }
-            Some((i, n)) if o.kind == DeviceKind::Mem => (
+            Some((i, n)) if o.spec.lost_when_closed() => (
                 format!("device[{i}]"),
                 n.at,
                 format!(
                     "no LUN maps RAM device `{}` any more: it is closed and {}",
                     o.name,
-                    ram_loss(o)
+                    o.spec.holds()
                 ),
             ),
-            None if o.kind == DeviceKind::Mem => (
+            None if o.spec.lost_when_closed() => (
                 format!("device `{}`", o.name),
                 None,
                 format!(
                     "removing RAM device `{}`, which LUNs served until now, closes it: {}",
                     o.name,
-                    ram_loss(o)
+                    o.spec.holds()
                 ),
             ),
             _ => continue,
@@ -169,92 +147,36 @@ fn replaced(
     new: &Device,
 ) -> Option<(&'static str, String)> {
     let name = &old.name;
-    if old.kind == DeviceKind::Null {
+    if !old.spec.holds_data() {
         return None;
     }
-    if old.kind != new.kind {
+    if old.kind() != new.kind() {
         let what = format!(
             "changing the kind of `{name}` ({} → {}) serves other data: {}",
-            render::kind(old.kind),
-            render::kind(new.kind),
-            loss(old)
+            old.kind(),
+            new.kind(),
+            old.spec.holds()
         );
         return Some(("kind", what));
     }
-    match old.kind {
-        DeviceKind::Mem if old.size != new.size => Some((
-            "size",
-            format!(
-                "a RAM device cannot be resized in place: `{name}` is re-created empty with {} and {}",
-                render::size(new.size.unwrap_or(crate::DEFAULT_DEVICE_SIZE)),
-                ram_loss(old)
-            ),
-        )),
-        DeviceKind::Mem if old.block_size != new.block_size => Some((
-            "block_size",
-            format!(
-                "RAM device `{name}` is re-created empty for {}-byte blocks (was {}) and {}",
-                new.block_size,
-                old.block_size,
-                ram_loss(old)
-            ),
-        )),
-        DeviceKind::File if old.path != new.path => Some((
-            "path",
-            format!(
-                "`{name}` would serve another file: {}",
-                loss(old)
-            ),
-        )),
-        DeviceKind::Volume if volume_of(old_config, old) != volume_of(new_config, new) => {
-            let key = if old.pool != new.pool {
-                "pool"
-            } else {
-                "volume"
-            };
-            let what = format!("`{name}` would serve another volume: {}", loss(old));
-            Some((key, what))
-        }
-        _ => None,
-    }
+    old.spec.replaces_data(&Change {
+        name,
+        new: &*new.spec,
+        old_block_size: old.identity.block_size,
+        new_block_size: new.identity.block_size,
+        same_pool: pool_file(old_config, old) == pool_file(new_config, new),
+    })
 }
 
-fn ram_loss(dev: &Device) -> String {
-    let size = dev.size.unwrap_or(crate::DEFAULT_DEVICE_SIZE);
-    format!("the {} of data it holds are lost", render::size(size))
-}
-
-/// What the LUN stops serving when `dev` is replaced.
-fn loss(dev: &Device) -> String {
-    match dev.kind {
-        DeviceKind::Mem => ram_loss(dev),
-        DeviceKind::File => format!(
-            "what initiators wrote to {} is no longer served (the file is left as it is)",
-            dev.path
-                .as_deref()
-                .unwrap_or(std::path::Path::new("?"))
-                .display()
-        ),
-        DeviceKind::Volume => format!(
-            "volume {} of pool {} is no longer served (it stays in the pool)",
-            dev.volume.as_deref().unwrap_or(&dev.name),
-            dev.pool.as_deref().unwrap_or("?")
-        ),
-        DeviceKind::Null => "nothing (a null device holds no data)".into(),
-    }
-}
-
-/// The pool's metadata file and the volume name: a pool renamed in the
-/// file is the same pool.
-fn volume_of<'a>(config: &'a Config, dev: &'a Device) -> (Option<&'a std::path::Path>, &'a str) {
-    let pool = dev.pool.as_deref().and_then(|name| {
-        config
-            .pools
-            .iter()
-            .find(|p| p.name == name)
-            .map(|p| p.metadata.as_path())
-    });
-    (pool, dev.volume.as_deref().unwrap_or(&dev.name))
+/// The metadata file of the pool a device is carved from: a pool renamed
+/// in the file is the same pool.
+fn pool_file<'a>(config: &'a Config, dev: &Device) -> Option<&'a std::path::Path> {
+    let name = dev.spec.pool()?;
+    config
+        .pools
+        .iter()
+        .find(|p| p.name == name)
+        .map(|p| p.metadata.as_path())
 }
 
 #[cfg(test)]

@@ -134,7 +134,11 @@ fn a_formatted_pool_refuses_layout_changes_and_a_new_one_takes_them() {
     let grown = old.replace("128M", "256M");
     // Not formatted yet: the pool will be created with the new size.
     assert_eq!(check(&old, &grown, false), Ok(vec![]));
-    crate::open_pool(&config(&old).pools[0]).unwrap();
+    {
+        let c = config(&old);
+        crate::open_pool(&c, &c.pools[0])
+    }
+    .unwrap();
     for force in [false, true] {
         let err = check(&old, &grown, force).unwrap_err();
         assert!(
@@ -165,18 +169,30 @@ fn a_formatted_pool_refuses_layout_changes_and_a_new_one_takes_them() {
 fn a_formatted_pool_takes_new_limits_live() {
     let dir = tempfile::tempdir().unwrap();
     let old = base(dir.path());
-    let pool = crate::open_pool(&config(&old).pools[0]).unwrap();
+    let pool = {
+        let c = config(&old);
+        crate::open_pool(&c, &c.pools[0])
+    }
+    .unwrap();
     let limited = old.replace(
         "device_size = \"128M\"",
         "device_size = \"128M\"\nsoft_threshold = \"50%\"\nmax_overcommit = 1.5",
     );
     assert_eq!(check(&old, &limited, false), Ok(vec![]));
     // Opening it again, as a configuration change does, sets them.
-    crate::open_pool(&config(&limited).pools[0]).unwrap();
+    {
+        let c = config(&limited);
+        crate::open_pool(&c, &c.pools[0])
+    }
+    .unwrap();
     let usage = pool.usage();
     let half = usage.space.total_units.div_ceil(2) * usage.space.unit_size;
     assert_eq!(usage.soft_threshold, Some(half));
     assert_eq!(usage.max_overcommit, Some(1.5));
-    crate::open_pool(&config(&old).pools[0]).unwrap();
+    {
+        let c = config(&old);
+        crate::open_pool(&c, &c.pools[0])
+    }
+    .unwrap();
     assert_eq!(pool.usage().soft_threshold, None);
 }

@@ -92,6 +92,13 @@ pub fn field_at(text: &str, offset: usize) -> String {
     finder.best.map(|(_, path)| path).unwrap_or_default()
 }
 
+/// Where key `key` of the `index`th `[[array]]` table is written.
+pub fn key_span(text: &str, array: &str, index: usize, key: &str) -> Option<Range<usize>> {
+    let doc = Document::parse(text).ok()?;
+    let table = doc.get(array)?.as_array_of_tables()?.get(index)?;
+    table.key(key)?.span()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

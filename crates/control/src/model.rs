@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::Location;
+use crate::kinds::Spec;
 
 /// Port used when a portal gives only an address.
 pub const DEFAULT_ISCSI_PORT: u16 = 3260;
@@ -80,15 +81,6 @@ pub struct Portal {
     pub at: Option<Location>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeviceKind {
-    File,
-    Mem,
-    Null,
-    /// A thin volume of a pool.
-    Volume,
-}
-
 /// A storage pool: data devices, a metadata store and the allocation unit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
@@ -103,7 +95,8 @@ pub struct Schedule {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolConfig {
     pub name: String,
-    pub devices: Vec<PathBuf>,
+    /// Data devices, in pool order.
+    pub devices: Vec<PoolMember>,
     /// Create or extend data files to this size.
     pub device_size: Option<u64>,
     pub metadata: PathBuf,
@@ -118,17 +111,49 @@ pub struct PoolConfig {
     pub at: Option<Location>,
 }
 
+/// A data device of a pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolMember {
+    /// A file or block device, opened by the pool.
+    Path(PathBuf),
+    /// A configured `[[device]]` (a name without `/`).
+    Device(String),
+}
+
+impl std::fmt::Display for PoolMember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PoolMember::Path(p) => write!(f, "{}", p.display()),
+            PoolMember::Device(name) => write!(f, "{name}"),
+        }
+    }
+}
+
+impl PoolConfig {
+    /// The configured devices among the pool's data devices.
+    pub fn member_devices(&self) -> impl Iterator<Item = &str> {
+        self.devices.iter().filter_map(|m| match m {
+            PoolMember::Device(name) => Some(name.as_str()),
+            PoolMember::Path(_) => None,
+        })
+    }
+}
+
+/// A configured device: its kind and settings (what holds the data) and
+/// the identity of the logical unit that serves it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Device {
     pub name: String,
-    pub kind: DeviceKind,
-    /// File or block device, for `file`.
-    pub path: Option<PathBuf>,
-    /// For `file`: create or extend the file to this size. For `mem` and
-    /// `null`: the device size.
-    pub size: Option<u64>,
-    /// O_DIRECT, for `file`.
-    pub direct: bool,
+    pub spec: Spec,
+    pub identity: LuIdentity,
+    pub read_only: bool,
+    pub write_cache: bool,
+    pub at: Option<Location>,
+}
+
+/// What a device's logical unit tells initiators of itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LuIdentity {
     pub product_id: Option<String>,
     pub serial: Option<String>,
     /// When absent, derived from the device name.
@@ -137,12 +162,12 @@ pub struct Device {
     /// Physical block size in bytes reported to initiators (a power of two
     /// multiple of `block_size`); equal to it unless configured.
     pub physical_block_size: u32,
-    pub read_only: bool,
-    pub write_cache: bool,
-    /// For `volume`: the pool and the volume's name in it.
-    pub pool: Option<String>,
-    pub volume: Option<String>,
-    pub at: Option<Location>,
+}
+
+impl Device {
+    pub fn kind(&self) -> &'static str {
+        self.spec.kind()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -208,13 +233,9 @@ impl Config {
                 .any(|t| t.chap.is_some() || t.groups.iter().any(|g| g.chap.is_some()))
     }
 
-    /// Names of the devices some LUN maps: those the daemon opens.
+    /// Names of the devices some LUN maps.
     pub fn mapped_devices(&self) -> std::collections::BTreeSet<&str> {
-        self.targets
-            .iter()
-            .flat_map(|t| t.luns.iter().chain(t.groups.iter().flat_map(|g| &g.luns)))
-            .map(|l| l.device.as_str())
-            .collect()
+        mapped_devices(&self.targets)
     }
 
     /// The targets with a LUN (of any group) served by device `device`.
@@ -242,4 +263,13 @@ impl Config {
             None => self.portals.iter().map(|p| p.listen).collect(),
         }
     }
+}
+
+/// Names of the devices some LUN of `targets` maps.
+pub fn mapped_devices(targets: &[Target]) -> std::collections::BTreeSet<&str> {
+    targets
+        .iter()
+        .flat_map(|t| t.luns.iter().chain(t.groups.iter().flat_map(|g| &g.luns)))
+        .map(|l| l.device.as_str())
+        .collect()
 }

@@ -1,6 +1,6 @@
-//! Opens the storage pools a configuration uses, and their volumes.
+//! Opens the storage pools a configuration uses.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
@@ -8,42 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 use block::{BlockDevice, FileDevice, FileOptions};
 use pool::{MetadataLocation, Pool};
 
-use crate::error::Issue;
-use crate::model::{Config, Device, PoolConfig};
-
-/// Opens (creating on first use) every pool that a used volume device is
-/// in. A pool's problems are reported against its `[[pool]]` table.
-pub fn open_pools(
-    config: &Config,
-    used: &BTreeSet<&str>,
-) -> (HashMap<String, Arc<Pool>>, Vec<Issue>) {
-    let wanted: BTreeSet<&str> = config
-        .devices
-        .iter()
-        .filter(|d| used.contains(d.name.as_str()))
-        .filter_map(|d| d.pool.as_deref())
-        .collect();
-    let mut pools = HashMap::new();
-    let mut issues = Vec::new();
-    for (i, p) in config.pools.iter().enumerate() {
-        if !wanted.contains(p.name.as_str()) {
-            continue;
-        }
-        match open_pool(p) {
-            Ok(pool) => {
-                let space = pool.space();
-                tracing::info!(pool = %p.name, size = space.size(), used = space.used(), "opened pool");
-                pools.insert(p.name.clone(), pool);
-            }
-            Err(e) => issues.push(Issue {
-                location: p.at,
-                field: format!("pool[{i}]"),
-                reason: e.to_string(),
-            }),
-        }
-    }
-    (pools, issues)
-}
+use crate::model::{Config, PoolConfig, PoolMember};
 
 /// Pools open in this process, by metadata path: a live configuration
 /// change or a second device on the same pool gets the pool already open
@@ -51,19 +16,41 @@ pub fn open_pools(
 /// closes.
 static OPEN: Mutex<BTreeMap<PathBuf, Weak<Pool>>> = Mutex::new(BTreeMap::new());
 
-/// The pool `p` describes: the one already open in this process, else
-/// opened (or created on first use).
-pub fn open_pool(p: &PoolConfig) -> io::Result<Arc<Pool>> {
+/// The pool `p` of `config` describes: the one already open in this
+/// process, else opened (or created on first use), with the configured
+/// devices among its data devices opened afresh.
+pub fn open_pool(config: &Config, p: &PoolConfig) -> io::Result<Arc<Pool>> {
+    let opener = crate::runtime::Opener::new(config, None);
+    let member = |name: &str| opener.open(name).map(|(device, _)| device);
+    open_pool_with(p, &member)
+}
+
+/// Device `name` of `config` and everything under it, opened afresh (in
+/// a process that is not serving it).
+pub fn open_device(config: &Config, name: &str) -> io::Result<Arc<dyn BlockDevice>> {
+    crate::runtime::Opener::new(config, None)
+        .open(name)
+        .map(|(device, _)| device)
+}
+
+/// The pool `p` describes, its configured data devices given by `member`.
+pub(crate) fn open_pool_with(p: &PoolConfig, member: &Member<'_>) -> io::Result<Arc<Pool>> {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     open.retain(|_, pool| pool.strong_count() > 0);
     if let Some(pool) = open.get(&p.metadata).and_then(Weak::upgrade) {
         set_limits(&pool, p);
         return Ok(pool);
     }
-    let pool = open_pool_files(p)?;
+    let pool = open_pool_files(p, member)?;
     set_limits(&pool, p);
     open.insert(p.metadata.clone(), Arc::downgrade(&pool));
     Ok(pool)
+}
+
+/// Whether the pool `p` describes is open in this process.
+pub(crate) fn is_open(p: &PoolConfig) -> bool {
+    let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    open.get(&p.metadata).is_some_and(|w| w.strong_count() > 0)
 }
 
 /// Every pool open in this process.
@@ -88,52 +75,31 @@ fn set_limits(pool: &Pool, p: &PoolConfig) {
     pool.set_max_overcommit(p.max_overcommit.map(|h| f64::from(h) / 100.0));
 }
 
-fn open_pool_files(p: &PoolConfig) -> io::Result<Arc<Pool>> {
+/// Opens a configured device by name.
+pub(crate) type Member<'a> = dyn Fn(&str) -> io::Result<Arc<dyn BlockDevice>> + 'a;
+
+fn open_pool_files(p: &PoolConfig, member: &Member<'_>) -> io::Result<Arc<Pool>> {
     let mut devices: Vec<Arc<dyn BlockDevice>> = Vec::new();
-    for path in &p.devices {
-        let opts = FileOptions {
-            direct: false,
-            read_only: false,
-            create_size: p.device_size,
-        };
-        let dev = FileDevice::open(path, opts)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-        devices.push(Arc::new(dev));
+    for m in &p.devices {
+        let dev: Arc<dyn BlockDevice> =
+            match m {
+                PoolMember::Path(path) => {
+                    let opts = FileOptions {
+                        direct: false,
+                        read_only: false,
+                        create_size: p.device_size,
+                    };
+                    Arc::new(FileDevice::open(path, opts).map_err(|e| {
+                        io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+                    })?)
+                }
+                PoolMember::Device(name) => member(name)
+                    .map_err(|e| io::Error::new(e.kind(), format!("device `{name}`: {e}")))?,
+            };
+        devices.push(dev);
     }
     let meta = MetadataLocation::File(p.metadata.clone());
     Pool::open_or_create(&p.name, devices, &meta, p.unit_size)
-}
-
-/// The volume of a `volume` device, created with the device's size when
-/// missing and grown to it when smaller.
-pub fn open_volume(
-    pools: &HashMap<String, Arc<Pool>>,
-    dev: &Device,
-) -> io::Result<Arc<dyn BlockDevice>> {
-    let missing = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_string());
-    let pool = dev
-        .pool
-        .as_deref()
-        .and_then(|p| pools.get(p))
-        .ok_or_else(|| missing("the pool is not open"))?;
-    let name = dev.volume.as_deref().unwrap_or(&dev.name);
-    match pool.volume_info(name) {
-        Ok(info) => {
-            if let Some(size) = dev.size.filter(|&s| s > info.size) {
-                pool.resize(name, size)?;
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let size = dev.size.ok_or_else(|| {
-                missing(&format!(
-                    "volume {name} does not exist yet: give `size` to create it"
-                ))
-            })?;
-            pool.create_volume(name, size)?;
-        }
-        Err(e) => return Err(e),
-    }
-    Ok(Arc::new(pool.volume(name)?))
 }
 
 #[cfg(test)]
@@ -181,7 +147,7 @@ device = "thin0"
         drop(build(&cfg).unwrap());
         let cfg = parse_config(&config(dir.path(), "size = \"2G\""), "t.toml").unwrap();
         drop(build(&cfg).unwrap());
-        let pool = super::open_pool(&cfg.pools[0]).unwrap();
+        let pool = super::open_pool(&cfg, &cfg.pools[0]).unwrap();
         assert_eq!(pool.volume_info("thin0").unwrap().size, 2 << 30);
         assert!(pool.check().unwrap().is_clean());
     }
@@ -190,14 +156,14 @@ device = "thin0"
     fn a_pool_open_in_this_process_is_shared_until_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = parse_config(&config(dir.path(), "size = \"1G\""), "t.toml").unwrap();
-        let a = super::open_pool(&cfg.pools[0]).unwrap();
-        let b = super::open_pool(&cfg.pools[0]).unwrap();
+        let a = super::open_pool(&cfg, &cfg.pools[0]).unwrap();
+        let b = super::open_pool(&cfg, &cfg.pools[0]).unwrap();
         assert!(std::sync::Arc::ptr_eq(&a, &b));
         // A runtime built meanwhile uses the same pool.
         let rt = build(&cfg).unwrap();
         assert!(a.volume_info("thin0").is_ok());
         drop((a, b, rt));
-        let c = super::open_pool(&cfg.pools[0]).unwrap();
+        let c = super::open_pool(&cfg, &cfg.pools[0]).unwrap();
         assert!(c.volume_info("thin0").is_ok());
     }
 
@@ -220,7 +186,7 @@ pool = "tank"
             "{err}"
         );
         assert!(
-            err.contains("device[1].pool: only `volume` devices"),
+            err.contains("device[1].pool: only `volume` devices have `pool`"),
             "{err}"
         );
         let text = "[[pool]]\nname = \"p\"\ndevices = []\nunit_size = \"3K\"\n";

@@ -66,21 +66,12 @@ pub struct RawPortal {
     pub listen: Spanned<String>,
 }
 
-#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum RawKind {
-    File,
-    Mem,
-    Null,
-    Volume,
-}
-
 /// A storage pool over data files, holding thin volumes.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPool {
     pub name: Spanned<String>,
-    /// Data files or block devices, in pool order.
+    /// Data files, block devices or configured devices, in pool order.
     pub devices: Spanned<Vec<Spanned<String>>>,
     /// Create or extend each data file to this size (like `size`).
     pub device_size: Option<Spanned<toml::Value>>,
@@ -94,27 +85,9 @@ pub struct RawPool {
     pub max_overcommit: Option<Spanned<toml::Value>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawDevice {
-    pub name: Spanned<String>,
-    pub kind: Spanned<RawKind>,
-    pub path: Option<Spanned<String>>,
-    /// An integer (bytes) or a string such as "1G".
-    pub size: Option<Spanned<toml::Value>>,
-    pub direct: Option<Spanned<bool>>,
-    pub product_id: Option<Spanned<String>>,
-    pub serial: Option<Spanned<String>>,
-    pub naa: Option<Spanned<String>>,
-    pub block_size: Option<Spanned<i64>>,
-    pub physical_block_size: Option<Spanned<i64>>,
-    pub read_only: Option<bool>,
-    pub write_cache: Option<bool>,
-    /// For `volume`: the pool holding it.
-    pub pool: Option<Spanned<String>>,
-    /// For `volume`: its name in the pool (default: the device name).
-    pub volume: Option<Spanned<String>>,
-}
+/// A `[[device]]` table: its settings depend on its kind, so each is
+/// kept with its position until the kind's module reads it.
+pub type RawDevice = std::collections::BTreeMap<String, Spanned<toml::Value>>;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

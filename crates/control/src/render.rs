@@ -5,7 +5,7 @@ use std::fmt::Display;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::model::{Daemon, Device, DeviceKind, PoolConfig, Schedule};
+use crate::model::{Daemon, Device, PoolConfig, Schedule};
 
 /// Shown for a key that is not set.
 pub const UNSET: &str = "(not set)";
@@ -28,15 +28,6 @@ pub fn duration(d: Duration) -> String {
         }
     }
     format!("{ms}ms")
-}
-
-pub fn kind(k: DeviceKind) -> &'static str {
-    match k {
-        DeviceKind::File => "file",
-        DeviceKind::Mem => "mem",
-        DeviceKind::Null => "null",
-        DeviceKind::Volume => "volume",
-    }
 }
 
 fn opt<T>(v: &Option<T>, show: impl Fn(&T) -> String, absent: &str) -> String {
@@ -63,36 +54,34 @@ pub fn list<T>(items: &[T], show: impl Fn(&T) -> String, empty: &str) -> String 
 pub type Field = (&'static str, String);
 
 pub fn device_fields(d: &Device) -> Vec<Field> {
-    vec![
-        ("kind", kind(d.kind).to_string()),
-        ("path", opt(&d.path, path, UNSET)),
-        ("size", opt(&d.size, |n| size(*n), UNSET)),
-        ("direct", d.direct.to_string()),
-        ("product_id", opt(&d.product_id, String::clone, UNSET)),
+    let id = &d.identity;
+    let mut fields = vec![("kind", d.kind().to_string())];
+    fields.extend(d.spec.settings());
+    fields.extend([
+        ("product_id", opt(&id.product_id, String::clone, UNSET)),
         (
             "serial",
-            opt(&d.serial, String::clone, "(derived from the NAA)"),
+            opt(&id.serial, String::clone, "(derived from the NAA)"),
         ),
         (
             "naa",
             opt(
-                &d.naa,
+                &id.naa,
                 |n| n.iter().map(|b| format!("{b:02x}")).collect(),
                 "(derived from the name)",
             ),
         ),
-        ("block_size", d.block_size.to_string()),
-        ("physical_block_size", d.physical_block_size.to_string()),
+        ("block_size", id.block_size.to_string()),
+        ("physical_block_size", id.physical_block_size.to_string()),
         ("read_only", d.read_only.to_string()),
         ("write_cache", d.write_cache.to_string()),
-        ("pool", opt(&d.pool, String::clone, UNSET)),
-        ("volume", opt(&d.volume, String::clone, "(the device name)")),
-    ]
+    ]);
+    fields
 }
 
 pub fn pool_fields(p: &PoolConfig) -> Vec<Field> {
     vec![
-        ("devices", list(&p.devices, path, "(none)")),
+        ("devices", list(&p.devices, shown, "(none)")),
         ("device_size", opt(&p.device_size, |n| size(*n), UNSET)),
         ("metadata", path(&p.metadata)),
         ("unit_size", size(p.unit_size)),
@@ -184,8 +173,23 @@ pub fn daemon_fields(d: &Daemon) -> Vec<Field> {
 }
 
 /// `~ AT FIELD: OLD → NEW` for every field whose value differs.
+/// One `~` line per setting that differs; a setting only one side has
+/// (devices of two kinds) is unset on the other.
 pub fn changed_fields(out: &mut Vec<String>, at: &str, old: &[Field], new: &[Field]) {
-    for ((name, a), (_, b)) in old.iter().zip(new) {
+    let value = |fields: &[Field], name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(UNSET.to_string(), |(_, v)| v.clone())
+    };
+    let mut names: Vec<&str> = old.iter().map(|(n, _)| *n).collect();
+    for (n, _) in new {
+        if !names.contains(n) {
+            names.push(n);
+        }
+    }
+    for name in names {
+        let (a, b) = (value(old, name), value(new, name));
         if a != b {
             out.push(format!("~ {at} {name}: {a} → {b}"));
         }

@@ -7,21 +7,19 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use block::{BlockDevice, FileDevice, FileOptions, MemDevice, NullDevice};
+use block::BlockDevice;
 use scsi::{LogicalUnit, LuConfig, LuRegistry};
 
 use crate::error::{ConfigError, Issue};
-use crate::live_change::keeps_backing;
-use crate::model::{Config, Device, DeviceKind, Lun, PoolConfig, DEFAULT_GROUP};
+use crate::kinds::VolumeSpec;
+use crate::model::{Config, Device, Lun, PoolConfig, DEFAULT_GROUP};
 use iscsi::access::{AccessList, Group, InitiatorPattern, SharedAccess, TargetAccess};
 use iscsi::auth_chap::ChapAuthenticator;
 use scsi_api::ScsiTarget;
 
-/// Every iSCSI target of one configuration sits in one portal group.
-const PORTAL_GROUP: u16 = 1;
-
 pub struct Runtime {
-    pub targets: Vec<iscsi::Target>,
+    /// What the transports serve.
+    pub exports: export::Exports,
     pub listen: Vec<SocketAddr>,
     pub options: iscsi::ServerOptions,
     /// Who may use which target, and the CHAP they must pass; replaced on
@@ -45,6 +43,8 @@ struct Live {
     /// By device name: the settings it was opened with (without source
     /// positions), the device and its logical unit.
     devices: HashMap<String, LiveDevice>,
+    /// Every device open, mapped or under another, by name.
+    nodes: HashMap<String, OpenNode>,
     /// Read-only logical units by device name.
     read_only: HashMap<String, Arc<LogicalUnit>>,
     /// SCSI views by (target name in lower case, group name or "", own
@@ -102,16 +102,23 @@ impl Runtime {
         let p = self.pools.iter().find(|p| p.name == name).ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, format!("no pool named {name}"))
         })?;
-        crate::pools::open_pool(p)
+        let member = |device: &str| {
+            self.live
+                .nodes
+                .get(device)
+                .map(|n| n.device.clone())
+                .ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::NotFound, format!("`{device}` is not open"))
+                })
+        };
+        crate::pools::open_pool_with(p, &member)
     }
 
     /// The device that serves volume `volume` of pool `pool` as a LUN.
     pub fn exporter_of(&self, pool: &str, volume: &str) -> Option<&str> {
         self.live.devices.iter().find_map(|(name, (dev, _, _))| {
-            let exported = dev.kind == DeviceKind::Volume
-                && dev.pool.as_deref() == Some(pool)
-                && dev.volume.as_deref().unwrap_or(name) == volume;
-            exported.then_some(name.as_str())
+            let v = dev.spec.as_kind::<VolumeSpec>()?;
+            (v.pool == pool && v.volume == volume).then_some(name.as_str())
         })
     }
 
@@ -121,48 +128,22 @@ impl Runtime {
     }
 }
 
-fn open_device(
-    dev: &Device,
-    pools: &HashMap<String, Arc<pool::Pool>>,
-) -> io::Result<Arc<dyn BlockDevice>> {
-    Ok(match dev.kind {
-        DeviceKind::Volume => crate::pools::open_volume(pools, dev)?,
-        DeviceKind::Mem => Arc::new(MemDevice::new(
-            dev.size.unwrap_or(crate::DEFAULT_DEVICE_SIZE),
-        )),
-        DeviceKind::Null => Arc::new(NullDevice::new(
-            dev.size.unwrap_or(crate::DEFAULT_DEVICE_SIZE),
-        )),
-        DeviceKind::File => {
-            let path = dev
-                .path
-                .as_deref()
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no path"))?;
-            let opts = FileOptions {
-                direct: dev.direct,
-                read_only: dev.read_only,
-                create_size: dev.size,
-            };
-            Arc::new(FileDevice::open(path, opts)?)
-        }
-    })
-}
-
 /// The LU settings of a device; identifiers not given are derived from the
 /// device name, so they stay the same across restarts.
 fn lu_config(config: &Config, dev: &Device) -> LuConfig {
-    let naa = dev.naa.unwrap_or_else(|| scsi::naa_from_seed(&dev.name));
-    let serial = dev
+    let id = &dev.identity;
+    let naa = id.naa.unwrap_or_else(|| scsi::naa_from_seed(&dev.name));
+    let serial = id
         .serial
         .clone()
         .unwrap_or_else(|| naa[8..].iter().map(|b| format!("{b:02x}")).collect());
     let defaults = LuConfig::default();
     LuConfig {
-        product: dev.product_id.clone().unwrap_or(defaults.product.clone()),
+        product: id.product_id.clone().unwrap_or(defaults.product.clone()),
         serial,
         naa,
-        block_size: dev.block_size,
-        physical_block_exponent: (dev.physical_block_size / dev.block_size).trailing_zeros() as u8,
+        block_size: id.block_size,
+        physical_block_exponent: (id.physical_block_size / id.block_size).trailing_zeros() as u8,
         read_only: dev.read_only,
         write_cache: dev.write_cache,
         pr_state_file: config
@@ -221,72 +202,81 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
     }
 
     let used = config.mapped_devices();
-    // What of a running device this configuration keeps: the logical
-    // unit too when nothing changed, the open backing device (its data)
-    // when only the unit's settings did.
-    let reusable = |dev: &Device| {
-        let (was, device, lu) = previous.and_then(|p| p.live.devices.get(&dev.name))?;
-        if *was == settings(dev) {
-            Some((device.clone(), Some(lu.clone())))
-        } else {
-            keeps_backing(was, dev).then(|| (device.clone(), None))
-        }
-    };
-    let to_open: BTreeSet<&str> = config
+    let opener = Opener::new(config, previous.map(|p| &p.live.nodes));
+    // Pools open before their volumes, so that their problems are told
+    // against the `[[pool]]`; a pool over configured devices opens with
+    // the configuration, so those devices (and their faults) are live.
+    let wanted: BTreeSet<&str> = config
         .devices
         .iter()
-        .filter(|d| used.contains(d.name.as_str()) && reusable(d).is_none())
-        .map(|d| d.name.as_str())
+        .filter(|d| used.contains(d.name.as_str()))
+        .filter_map(|d| d.spec.pool())
         .collect();
-    let (pools, pool_issues) = crate::pools::open_pools(config, &to_open);
-    for issue in pool_issues {
-        fail(issue.location, issue.field, issue.reason);
+    for (i, p) in config.pools.iter().enumerate() {
+        let over_devices = p.member_devices().next().is_some();
+        if !wanted.contains(p.name.as_str()) && !over_devices {
+            continue;
+        }
+        match opener.pool(&p.name) {
+            Ok(pool) => {
+                let space = pool.space();
+                tracing::info!(pool = %p.name, size = space.size(), used = space.used(), "opened pool");
+            }
+            Err(e) => fail(p.at, format!("pool[{i}]"), e.to_string()),
+        }
     }
     let mut units: HashMap<&str, Arc<LogicalUnit>> = HashMap::new();
     // The devices under the units, for read-only mappings of them.
     let mut opened: HashMap<&str, Arc<dyn BlockDevice>> = HashMap::new();
     for (i, dev) in config.devices.iter().enumerate() {
         if !used.contains(dev.name.as_str()) {
-            tracing::warn!(device = %dev.name, "device is not mapped to any target; not opened");
             continue;
         }
-        let field = if dev.kind == DeviceKind::File {
-            format!("device[{i}].path")
-        } else {
-            format!("device[{i}]")
+        let field = match dev.spec.open_field() {
+            Some(key) => format!("device[{i}].{key}"),
+            None => format!("device[{i}]"),
         };
-        let (device, action) = match reusable(dev) {
-            Some((device, Some(lu))) => {
-                units.insert(dev.name.as_str(), lu);
+        let (device, reused) = match opener.open(&dev.name) {
+            Ok(opened) => opened,
+            Err(e) => {
+                fail(dev.at, field, e.to_string());
+                continue;
+            }
+        };
+        let was = previous.and_then(|p| p.live.devices.get(&dev.name));
+        if let (true, Some((settings_then, _, lu))) = (reused, was) {
+            if *settings_then == settings(dev) {
+                units.insert(dev.name.as_str(), lu.clone());
                 opened.insert(dev.name.as_str(), device);
                 continue;
             }
-            Some((device, None)) => (device, "new logical unit over the open device"),
-            None => match open_device(dev, &pools) {
-                Ok(d) => (d, "opened device"),
-                Err(e) => {
-                    fail(dev.at, field, e.to_string());
-                    continue;
-                }
-            },
+        }
+        let action = if reused {
+            "new logical unit over the open device"
+        } else {
+            "opened device"
         };
+        let block_size = dev.identity.block_size;
         let size = device.size();
-        if size < dev.block_size as u64 {
+        if size < block_size as u64 {
             fail(
                 dev.at,
                 field,
-                format!(
-                    "{size} bytes is less than one {}-byte block",
-                    dev.block_size
-                ),
+                format!("{size} bytes is less than one {block_size}-byte block"),
             );
             continue;
         }
-        if size % dev.block_size as u64 != 0 {
-            tracing::warn!(device = %dev.name, size, block_size = dev.block_size, "size is not a whole number of blocks; the tail is not used");
+        if size % block_size as u64 != 0 {
+            tracing::warn!(device = %dev.name, size, block_size, "size is not a whole number of blocks; the tail is not used");
         }
         tracing::info!(device = %dev.name, backing = %device.describe(), size, "{action}");
-        match LogicalUnit::new(device.clone(), lu_config(config, dev)) {
+        // A device that stays keeps its range locks and write cache, which
+        // other transports may share.
+        let backing = match (reused, was) {
+            (true, Some((_, _, lu))) => lu.backing().clone(),
+            _ => export::Backing::new(device.clone(), dev.write_cache),
+        };
+        match LogicalUnit::over(backing, lu_config(config, dev)) {
             Ok(lu) => {
                 units.insert(dev.name.as_str(), lu);
                 opened.insert(dev.name.as_str(), device);
@@ -296,6 +286,12 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
                 format!("device[{i}]"),
                 format!("cannot create the logical unit: {e}"),
             ),
+        }
+    }
+    let nodes = opener.nodes();
+    for dev in &config.devices {
+        if !used.contains(dev.name.as_str()) && !nodes.contains_key(&dev.name) {
+            tracing::warn!(device = %dev.name, "device is not mapped to any target and no other device uses it; not opened");
         }
     }
     if !issues.is_empty() {
@@ -310,7 +306,6 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
     let mut views = Views {
         config,
         units: &units,
-        devices: &opened,
         read_only: HashMap::new(),
         error: None,
         previous: previous.map(|p| &p.live),
@@ -383,10 +378,9 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
                 scsi::Target::new(&target.name, BTreeMap::new(), LuRegistry::new());
             empty
         };
-        targets.push(iscsi::Target {
+        targets.push(export::ScsiExport {
             name: target.name.clone(),
             alias: target.alias.clone(),
-            portal_group: PORTAL_GROUP,
             portals: config.target_portals(target),
             scsi: scsi_target,
         });
@@ -455,8 +449,15 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         .map(|(n, lu)| (n.to_string(), lu))
         .collect();
     units.sort_by(|a, b| a.0.cmp(&b.0));
+    let devices = units_by_name
+        .iter()
+        .map(|(name, lu)| (name.to_string(), lu.backing().clone()))
+        .collect();
     Ok(Runtime {
-        targets,
+        exports: export::Exports {
+            devices,
+            scsi_targets: targets,
+        },
         listen: config.portals.iter().map(|p| p.listen).collect(),
         options,
         access,
@@ -472,6 +473,7 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
                     Some((d.name.clone(), (settings(d), device, lu)))
                 })
                 .collect(),
+            nodes,
             read_only,
             views: built,
             registry: Some(registry),
@@ -527,7 +529,6 @@ impl Runtime {
 struct Views<'a> {
     config: &'a Config,
     units: &'a HashMap<&'a str, Arc<LogicalUnit>>,
-    devices: &'a HashMap<&'a str, Arc<dyn BlockDevice>>,
     /// Read-only logical units over the devices of read-only mappings.
     read_only: HashMap<String, Arc<LogicalUnit>>,
     error: Option<(String, io::Error)>,
@@ -597,14 +598,15 @@ impl Views<'_> {
                 return Some(lu.clone());
             }
         }
-        let block = self.devices.get(device)?.clone();
+        // The same device as the writable unit, and its locks.
+        let backing = self.units.get(device)?.backing().clone();
         let dev = self.config.device(device)?;
         let config = LuConfig {
             read_only: true,
             pr_state_file: None,
             ..lu_config(self.config, dev)
         };
-        match LogicalUnit::new(block, config) {
+        match LogicalUnit::over(backing, config) {
             Ok(ro) => {
                 self.read_only.insert(device.to_string(), ro.clone());
                 Some(ro)
@@ -617,7 +619,13 @@ impl Views<'_> {
     }
 }
 
+mod devices;
+mod graph;
 mod health;
+pub use devices::DeviceNode;
+#[cfg(test)]
+pub(crate) use graph::keeps_device;
+pub(crate) use graph::{OpenNode, Opener};
 pub use health::DeviceHealth;
 
 #[cfg(test)]

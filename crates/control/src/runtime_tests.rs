@@ -17,11 +17,10 @@ fn nexus_of(initiator: &str, target: &str) -> scsi_api::Nexus {
 fn builds_the_default_configuration() {
     let runtime = build(&default_config()).unwrap();
     assert_eq!(runtime.listen, vec!["127.0.0.1:3260".parse().unwrap()]);
-    assert_eq!(runtime.targets.len(), 1);
-    let t = &runtime.targets[0];
+    assert_eq!(runtime.exports.scsi_targets.len(), 1);
+    let t = &runtime.exports.scsi_targets[0];
     assert_eq!(t.name, "iqn.2026-11.org.openarray:default");
     assert_eq!(t.portals, runtime.listen);
-    assert_eq!(t.portal_group, PORTAL_GROUP);
     let units: Vec<_> = runtime.logical_units().collect();
     assert_eq!(units.len(), 1);
     let lu = units[0].1.config();
@@ -101,11 +100,14 @@ device = "img"
         Some(dir.path().join("state").join("img.pr"))
     );
     assert_eq!(
-        runtime.targets[0].portals,
+        runtime.exports.scsi_targets[0].portals,
         vec!["[::1]:3260".parse().unwrap()]
     );
-    assert_eq!(runtime.targets[1].portals.len(), 2);
-    assert_eq!(runtime.targets[1].alias.as_deref(), Some("second"));
+    assert_eq!(runtime.exports.scsi_targets[1].portals.len(), 2);
+    assert_eq!(
+        runtime.exports.scsi_targets[1].alias.as_deref(),
+        Some("second")
+    );
     runtime.flush_all().unwrap();
 }
 
@@ -196,6 +198,12 @@ device = "d"
     // DATA PROTECT, WRITE PROTECTED.
     assert_eq!(r.sense[2] & 0x0f, 0x07);
     assert_eq!((r.sense[12], r.sense[13]), (0x27, 0x00));
+    // The read-only unit and the writable one share the device's backing
+    // (range locks, write cache), which every transport's exports name.
+    let ro = runtime.live.read_only["d"].backing().clone();
+    let rw = runtime.live.devices["d"].2.backing().clone();
+    assert!(Arc::ptr_eq(&ro, &rw));
+    assert!(Arc::ptr_eq(&runtime.exports.devices["d"], &rw));
 }
 
 #[test]

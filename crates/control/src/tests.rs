@@ -1,6 +1,7 @@
 //! Parsing and validation of whole configuration files.
 
 use super::*;
+use crate::kinds::{FileSpec, MemSpec};
 
 fn errors(text: &str) -> String {
     parse_config(text, "test.toml").unwrap_err().to_string()
@@ -40,9 +41,9 @@ fn default_config_is_one_gib_mem_lun_on_loopback() {
     assert_eq!(t.luns.len(), 1);
     assert_eq!(t.luns[0].lun, 0);
     let dev = c.device(&t.luns[0].device).unwrap();
-    assert_eq!(dev.kind, DeviceKind::Mem);
-    assert_eq!(dev.size, Some(1 << 30));
-    assert_eq!(dev.block_size, 512);
+    assert_eq!(dev.kind(), "mem");
+    assert_eq!(dev.spec.as_kind::<MemSpec>().unwrap().size, 1 << 30);
+    assert_eq!(dev.identity.block_size, 512);
 }
 
 #[test]
@@ -54,7 +55,8 @@ fn example_config_parses() {
     assert!(c
         .devices
         .iter()
-        .any(|d| d.kind == DeviceKind::File && d.block_size == 4096 && d.direct));
+        .any(|d| d.spec.as_kind::<FileSpec>().is_some_and(|f| f.direct)
+            && d.identity.block_size == 4096));
     let db = &c.targets[0];
     assert!(db.luns.iter().any(|l| l.lun == 201));
     assert_eq!(c.target_portals(db).len(), 2);
@@ -73,10 +75,14 @@ fn minimal_config_gets_defaults() {
     let c = parse_config(MINIMAL, "m.toml").unwrap();
     let d = &c.devices[0];
     assert_eq!(
-        (d.size, d.block_size, d.read_only, d.write_cache, d.direct),
-        (Some(1 << 30), 512, false, true, false)
+        (d.identity.block_size, d.read_only, d.write_cache),
+        (512, false, true)
     );
-    assert_eq!(d.naa, None);
+    assert_eq!(
+        d.spec.as_kind::<MemSpec>(),
+        Some(&MemSpec { size: 1 << 30 })
+    );
+    assert_eq!(d.identity.naa, None);
     assert_eq!(d.at.map(|l| l.line), Some(5));
     assert_eq!(c.targets[0].portals, None);
     assert_eq!(c.daemon, Daemon::default());
@@ -117,7 +123,10 @@ fn wrong_types_point_at_the_value() {
         &["test.toml:12:7: target[0].lun[0].lun: invalid type: string \"zero\""],
     );
     let text = MINIMAL.replace("kind = \"mem\"", "kind = \"disk\"");
-    assert_error(&text, &["device[0].kind: unknown variant `disk`"]);
+    assert_error(
+        &text,
+        &["device[0].kind: unknown kind `disk`: one of `file`, `mem`"],
+    );
 }
 
 #[test]
@@ -161,13 +170,13 @@ fn physical_block_size_is_a_power_of_two_multiple_of_the_block_size() {
     let config = parse_config(&with("physical_block_size = 4096"), "t").unwrap();
     assert_eq!(
         (
-            config.devices[0].block_size,
-            config.devices[0].physical_block_size
+            config.devices[0].identity.block_size,
+            config.devices[0].identity.physical_block_size
         ),
         (512, 4096)
     );
     let config = parse_config(&with(""), "t").unwrap();
-    assert_eq!(config.devices[0].physical_block_size, 512);
+    assert_eq!(config.devices[0].identity.physical_block_size, 512);
     for (extra, bad) in [
         ("physical_block_size = 1536", "1536"),
         ("physical_block_size = 256", "256"),
@@ -261,8 +270,8 @@ fn file_devices_need_a_path_and_others_must_not_have_one() {
     assert_error(
         &text,
         &[
-            "device[0].path: only `file` devices have a path",
-            "device[0].direct: only `file` devices",
+            "device[0].path: only `file` devices have `path`",
+            "device[0].direct: only `file` devices have `direct`",
         ],
     );
 }
@@ -550,4 +559,15 @@ fn pool_limits_parse_and_bad_ones_name_their_line_and_field() {
             "{value}: {err}"
         );
     }
+}
+
+#[test]
+fn failure_rehearsal_example_parses_into_a_graph() {
+    let text = include_str!("../../../examples/failure-rehearsal.toml");
+    let c = parse_config(text, "examples/failure-rehearsal.toml").unwrap_or_else(|e| panic!("{e}"));
+    let kind = |name: &str| c.device(name).map(|d| d.kind());
+    assert_eq!(kind("flaky0"), Some("faulty"));
+    assert_eq!(c.device("flaky0").unwrap().spec.children(), ["slow0"]);
+    assert_eq!(c.device("slow0").unwrap().spec.children(), ["disk0"]);
+    assert_eq!(c.pools[0].member_devices().collect::<Vec<_>>(), ["f0"]);
 }

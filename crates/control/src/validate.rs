@@ -4,28 +4,23 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
-use std::path::PathBuf;
 
 use iscsi::auth_chap::{ChapCredentials, Secret};
 use toml::Spanned;
 
 use crate::error::{ConfigError, Issue, Location};
-use crate::model::{
-    Chap, Config, Device, DeviceKind, Group, Lun, Portal, Target, DEFAULT_DEVICE_SIZE,
-    DEFAULT_GROUP, DEFAULT_ISCSI_PORT,
-};
-use crate::names::{check_ascii_field, check_device_name, check_iscsi_name, parse_naa};
-use crate::raw::{RawChap, RawConfig, RawDevice, RawGroup, RawKind, RawLun, RawTarget};
+use crate::model::{Chap, Config, Group, Lun, Portal, Target, DEFAULT_GROUP, DEFAULT_ISCSI_PORT};
+use crate::names::{check_device_name, check_iscsi_name};
+use crate::raw::{RawChap, RawConfig, RawGroup, RawLun, RawTarget};
 use crate::size::parse_size;
 
 mod daemon;
+mod devices;
 mod pools;
 mod schedules;
 
 /// Highest LUN the flat addressing of SAM can carry.
 pub const MAX_LUN: u64 = 16383;
-/// Largest physical block size a device may report (64 KiB).
-const MAX_PHYSICAL_BLOCK: i64 = 64 << 10;
 
 /// Parses a portal address: `ip:port`, `[ipv6]:port`, or an address
 /// alone for the default port.
@@ -115,242 +110,6 @@ impl Checker<'_> {
 
     /// The valid devices, and the name of every device declared (valid or
     /// not) so a bad device doesn't also make each LUN using it an error.
-    fn devices(&mut self, raw: Vec<Spanned<RawDevice>>) -> (Vec<Device>, Vec<String>) {
-        let declared = raw
-            .iter()
-            .map(|d| d.get_ref().name.get_ref().clone())
-            .collect();
-        let mut out: Vec<Device> = Vec::new();
-        let mut naa_seen: HashMap<[u8; 16], String> = HashMap::new();
-        for (i, entry) in raw.into_iter().enumerate() {
-            let table = entry.span();
-            let Some(dev) = self.device(i, &table, entry.into_inner()) else {
-                continue;
-            };
-            if let Some(first) = out.iter().find(|d| d.name == dev.name) {
-                let line = first.at.map_or(0, |l| l.line);
-                self.fail(
-                    &table,
-                    format!("device[{i}].name"),
-                    format!("device `{}` is already defined (line {line})", dev.name),
-                );
-                continue;
-            }
-            if let Some(naa) = dev.naa {
-                if let Some(other) = naa_seen.insert(naa, dev.name.clone()) {
-                    self.fail(
-                        &table,
-                        format!("device[{i}].naa"),
-                        format!("device `{other}` has the same NAA designator"),
-                    );
-                    continue;
-                }
-            }
-            out.push(dev);
-        }
-        (out, declared)
-    }
-
-    fn device(&mut self, i: usize, table: &Range<usize>, raw: RawDevice) -> Option<Device> {
-        let before = self.issues.len();
-        let field = |name: &str| format!("device[{i}].{name}");
-        let name = raw.name.get_ref().clone();
-        self.check(&raw.name.span(), || field("name"), check_device_name(&name));
-
-        let kind = match raw.kind.get_ref() {
-            RawKind::File => DeviceKind::File,
-            RawKind::Mem => DeviceKind::Mem,
-            RawKind::Null => DeviceKind::Null,
-            RawKind::Volume => DeviceKind::Volume,
-        };
-        let (pool, volume) = self.volume_of(&field, table, kind, &raw);
-        let path = match (&raw.path, kind) {
-            (None, DeviceKind::File) => {
-                self.fail(
-                    table,
-                    field("path"),
-                    "a `file` device needs `path` (a file or block device)",
-                );
-                None
-            }
-            (Some(p), DeviceKind::File) if p.get_ref().is_empty() => {
-                self.fail(&p.span(), field("path"), "must not be empty");
-                None
-            }
-            (Some(p), DeviceKind::File) => Some(PathBuf::from(p.get_ref())),
-            (Some(p), _) => {
-                self.fail(&p.span(), field("path"), "only `file` devices have a path");
-                None
-            }
-            (None, _) => None,
-        };
-        if let Some(direct) = &raw.direct {
-            if *direct.get_ref() && kind != DeviceKind::File {
-                self.fail(
-                    &direct.span(),
-                    field("direct"),
-                    "only `file` devices do direct I/O",
-                );
-            }
-        }
-
-        let block_size = match &raw.block_size {
-            None => 512,
-            Some(bs) if matches!(*bs.get_ref(), 512 | 4096) => *bs.get_ref() as u32,
-            Some(bs) => {
-                self.fail(
-                    &bs.span(),
-                    field("block_size"),
-                    format!(
-                        "{} is not a supported block size: use 512 or 4096",
-                        bs.get_ref()
-                    ),
-                );
-                512
-            }
-        };
-
-        let physical_block_size = match &raw.physical_block_size {
-            None => block_size,
-            Some(pbs) => {
-                let n = *pbs.get_ref();
-                let fits = n >= i64::from(block_size)
-                    && n <= MAX_PHYSICAL_BLOCK
-                    && n % i64::from(block_size) == 0
-                    && (n / i64::from(block_size)).count_ones() == 1;
-                if fits {
-                    n as u32
-                } else {
-                    self.fail(
-                        &pbs.span(),
-                        field("physical_block_size"),
-                        format!(
-                            "{n} is not a power-of-two multiple of the {block_size}-byte block size up to {MAX_PHYSICAL_BLOCK}"
-                        ),
-                    );
-                    block_size
-                }
-            }
-        };
-
-        let size = match &raw.size {
-            None if matches!(kind, DeviceKind::File | DeviceKind::Volume) => None,
-            None => Some(DEFAULT_DEVICE_SIZE),
-            Some(v) => {
-                let parsed = match v.get_ref() {
-                    toml::Value::Integer(n) if *n > 0 => Ok(*n as u64),
-                    toml::Value::Integer(_) => Err("must be more than zero".to_string()),
-                    toml::Value::String(s) => parse_size(s).and_then(|n| {
-                        if n == 0 {
-                            Err("must be more than zero".to_string())
-                        } else {
-                            Ok(n)
-                        }
-                    }),
-                    other => Err(format!(
-                        "expected bytes as an integer or a string such as \"1G\", found {}",
-                        other.type_str()
-                    )),
-                };
-                let parsed = parsed.and_then(|n| {
-                    if n % block_size as u64 == 0 {
-                        Ok(n)
-                    } else {
-                        Err(format!(
-                            "{n} bytes is not a whole number of {block_size}-byte blocks"
-                        ))
-                    }
-                });
-                self.check(&v.span(), || field("size"), parsed)
-            }
-        };
-
-        let product_id = raw.product_id.as_ref().and_then(|p| {
-            self.check(
-                &p.span(),
-                || field("product_id"),
-                check_ascii_field(p.get_ref(), 16),
-            )
-            .map(|_| p.get_ref().clone())
-        });
-        let serial = raw.serial.as_ref().and_then(|s| {
-            self.check(
-                &s.span(),
-                || field("serial"),
-                check_ascii_field(s.get_ref(), 64),
-            )
-            .map(|_| s.get_ref().clone())
-        });
-        let naa = raw
-            .naa
-            .as_ref()
-            .and_then(|n| self.check(&n.span(), || field("naa"), parse_naa(n.get_ref())));
-
-        if self.issues.len() != before {
-            return None;
-        }
-        Some(Device {
-            name,
-            kind,
-            path,
-            size,
-            direct: raw.direct.is_some_and(|d| d.into_inner()),
-            product_id,
-            serial,
-            naa,
-            block_size,
-            physical_block_size,
-            read_only: raw.read_only.unwrap_or(false),
-            write_cache: raw.write_cache.unwrap_or(true),
-            pool,
-            volume,
-            at: self.at(table),
-        })
-    }
-
-    /// The pool and volume name of a `volume` device; other kinds have none.
-    fn volume_of(
-        &mut self,
-        field: &dyn Fn(&str) -> String,
-        table: &Range<usize>,
-        kind: DeviceKind,
-        raw: &RawDevice,
-    ) -> (Option<String>, Option<String>) {
-        if kind != DeviceKind::Volume {
-            for (name, value) in [("pool", &raw.pool), ("volume", &raw.volume)] {
-                if let Some(v) = value {
-                    self.fail(&v.span(), field(name), "only `volume` devices have this");
-                }
-            }
-            return (None, None);
-        }
-        let pool = match &raw.pool {
-            None => {
-                self.fail(table, field("pool"), "a `volume` device needs `pool`");
-                None
-            }
-            Some(p) if !self.pools.contains(p.get_ref()) => {
-                let reason = format!("no [[pool]] named `{}`", p.get_ref());
-                self.fail(&p.span(), field("pool"), reason);
-                None
-            }
-            Some(p) => Some(p.get_ref().clone()),
-        };
-        let volume = match &raw.volume {
-            Some(v) if v.get_ref().is_empty() || v.get_ref().len() > 200 => {
-                self.fail(
-                    &v.span(),
-                    field("volume"),
-                    "a volume name has 1 to 200 bytes",
-                );
-                None
-            }
-            Some(v) => Some(v.get_ref().clone()),
-            None => Some(raw.name.get_ref().clone()),
-        };
-        (pool, volume)
-    }
-
     /// A size given as bytes or a string such as "64K".
     fn size_value(&mut self, v: &Spanned<toml::Value>, field: String) -> Option<u64> {
         let parsed = match v.get_ref() {
@@ -696,6 +455,11 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
     let schedules = c.schedules(raw.schedule, &pools);
     let (devices, declared) = c.devices(raw.device);
     let targets = c.targets(raw.target, &declared, &portals);
+    if c.issues.is_empty() {
+        let mapped = crate::model::mapped_devices(&targets);
+        c.issues
+            .extend(devices::graph_issues(text, &devices, &pools, &mapped));
+    }
     if !c.issues.is_empty() {
         // Report in file order.
         c.issues

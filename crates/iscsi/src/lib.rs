@@ -54,6 +54,7 @@ pub mod dataout;
 pub mod discovery;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
+mod frontend;
 pub mod login;
 mod login_outcome;
 pub mod lun;
@@ -67,6 +68,7 @@ mod shards;
 pub mod text;
 
 pub use auth_throttle::AuthThrottle;
+pub use frontend::targets_of;
 pub use login_outcome::{LoginCounters, Refusal};
 pub use negotiation::Digest;
 pub use options::ServerOptions;

@@ -6,29 +6,14 @@ use std::time::Duration;
 use crate::access::{AccessPolicy, OpenAccess};
 use crate::auth::{Authenticator, NoAuthentication};
 use crate::auth_throttle::AuthThrottle;
-use crate::negotiation::{Digest, TargetLimits};
+use crate::negotiation::TargetLimits;
 
 /// Limits the target negotiates with and the timers it runs.
 #[derive(Clone)]
 pub struct ServerOptions {
-    /// Largest data segment the target accepts (declared to initiators).
-    pub max_recv_data_segment_length: u32,
-    /// Upper bound for MaxBurstLength.
-    pub max_burst_length: u32,
-    /// Upper bound for FirstBurstLength.
-    pub first_burst_length: u32,
-    /// Upper bound for MaxOutstandingR2T.
-    pub max_outstanding_r2t: u16,
-    /// Whether the target insists on InitialR2T=Yes.
-    pub initial_r2t: bool,
-    /// Whether the target allows ImmediateData.
-    pub immediate_data: bool,
-    /// Header digests the target accepts.
-    pub header_digests: Vec<Digest>,
-    /// Data digests the target accepts.
-    pub data_digests: Vec<Digest>,
-    pub default_time2wait: u16,
-    pub default_time2retain: u16,
+    /// What the target offers in negotiation: its data segment, burst
+    /// and R2T limits, digests and timers (clamped by [`Self::limits`]).
+    pub negotiation: TargetLimits,
     /// Commands a session may have outstanding (CmdSN window).
     pub cmdsn_window: u32,
     /// Largest expected data transfer length accepted for one write command.
@@ -72,18 +57,8 @@ pub struct ServerOptions {
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        let limits = TargetLimits::default();
         ServerOptions {
-            max_recv_data_segment_length: limits.max_recv_data_segment_length,
-            max_burst_length: limits.max_burst_length,
-            first_burst_length: limits.first_burst_length,
-            max_outstanding_r2t: limits.max_outstanding_r2t,
-            initial_r2t: limits.initial_r2t,
-            immediate_data: limits.immediate_data,
-            header_digests: limits.header_digests,
-            data_digests: limits.data_digests,
-            default_time2wait: limits.default_time2wait,
-            default_time2retain: limits.default_time2retain,
+            negotiation: TargetLimits::default(),
             cmdsn_window: 128,
             max_command_data: 64 << 20,
             max_write_buffer: 256 << 20,
@@ -108,17 +83,7 @@ impl Default for ServerOptions {
 impl std::fmt::Debug for ServerOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerOptions")
-            .field(
-                "max_recv_data_segment_length",
-                &self.max_recv_data_segment_length,
-            )
-            .field("max_burst_length", &self.max_burst_length)
-            .field("first_burst_length", &self.first_burst_length)
-            .field("max_outstanding_r2t", &self.max_outstanding_r2t)
-            .field("initial_r2t", &self.initial_r2t)
-            .field("immediate_data", &self.immediate_data)
-            .field("header_digests", &self.header_digests)
-            .field("data_digests", &self.data_digests)
+            .field("negotiation", &self.negotiation)
             .field("cmdsn_window", &self.cmdsn_window)
             .field("max_command_data", &self.max_command_data)
             .field("nop_interval", &self.nop_interval)
@@ -140,19 +105,17 @@ impl ServerOptions {
     /// protocol allows.
     pub fn limits(&self) -> TargetLimits {
         let clamp = |v: u32| v.clamp(512, crate::pdu::MAX_DATA_SEGMENT_LIMIT);
-        let max_burst = clamp(self.max_burst_length);
+        let n = &self.negotiation;
+        let max_burst = clamp(n.max_burst_length);
         TargetLimits {
-            header_digests: self.header_digests.clone(),
-            data_digests: self.data_digests.clone(),
-            max_recv_data_segment_length: clamp(self.max_recv_data_segment_length),
+            max_recv_data_segment_length: clamp(n.max_recv_data_segment_length),
             max_burst_length: max_burst,
-            first_burst_length: clamp(self.first_burst_length).min(max_burst),
-            max_outstanding_r2t: self.max_outstanding_r2t.max(1),
-            initial_r2t: self.initial_r2t,
-            immediate_data: self.immediate_data,
-            default_time2wait: self.default_time2wait.min(3600),
-            default_time2retain: self.default_time2retain.min(3600),
+            first_burst_length: clamp(n.first_burst_length).min(max_burst),
+            max_outstanding_r2t: n.max_outstanding_r2t.max(1),
+            default_time2wait: n.default_time2wait.min(3600),
+            default_time2retain: n.default_time2retain.min(3600),
             max_connections: 1,
+            ..n.clone()
         }
     }
 }
@@ -164,9 +127,13 @@ mod tests {
     #[test]
     fn limits_are_clamped() {
         let o = ServerOptions {
-            max_burst_length: 100,
-            first_burst_length: 1 << 30,
-            max_outstanding_r2t: 0,
+            negotiation: TargetLimits {
+                max_burst_length: 100,
+                first_burst_length: 1 << 30,
+                max_outstanding_r2t: 0,
+                max_connections: 4,
+                ..TargetLimits::default()
+            },
             ..Default::default()
         };
         let l = o.limits();

@@ -641,9 +641,13 @@ async fn header_and_data_digests() {
 #[tokio::test]
 async fn oversized_data_segment_is_refused() {
     let ram = RamTarget::new(8, false);
+    let base = options();
     let opts = ServerOptions {
-        max_recv_data_segment_length: 4096,
-        ..options()
+        negotiation: iscsi::negotiation::TargetLimits {
+            max_recv_data_segment_length: 4096,
+            ..base.negotiation.clone()
+        },
+        ..base
     };
     let (_server, addr) = start(opts, ram).await;
     let mut c = Client::connect(addr).await;

@@ -7,7 +7,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use block::{BlockDevice, FaultyDevice};
+use block::BlockDevice;
 use parking_lot::{Mutex, RwLock};
 
 use crate::layout::{Layout, Superblock};
@@ -20,9 +20,6 @@ use crate::usage::Limits;
 use crate::volume::VolumeDevice;
 
 mod volumes;
-
-/// The `meta` flag of a pool whose data devices simulate a volatile cache.
-const VOLATILE_CACHE: &str = "simulate_volatile_cache";
 
 /// Allocation unit used when the creator names none.
 pub const DEFAULT_UNIT_SIZE: u64 = 64 * 1024;
@@ -246,8 +243,6 @@ pub struct Pool {
     pub(crate) state: RwLock<State>,
     /// Serialises commits, so deltas reach the store in the order taken.
     commit_lock: Mutex<()>,
-    /// Whether the data devices sit behind a simulated volatile cache.
-    volatile_cache: bool,
     /// Whether I/O may wait on storage: a data device or the metadata
     /// store does. A pool wholly in memory runs its volumes' commands on
     /// the caller's thread, like a file on tmpfs.
@@ -385,17 +380,6 @@ impl Pool {
     ) -> io::Result<Arc<Pool>> {
         let loaded = store.load()?;
         let meta = &loaded.meta;
-        let volatile_cache = store.flag(VOLATILE_CACHE)?;
-        let devices: Vec<Arc<dyn BlockDevice>> = if volatile_cache {
-            // Writes wait in this process's memory until a flush, so
-            // killing the process loses exactly the unflushed writes.
-            devices
-                .into_iter()
-                .map(|d| Arc::new(FaultyDevice::new(d)) as Arc<dyn BlockDevice>)
-                .collect()
-        } else {
-            devices
-        };
         if devices.len() != meta.devices.len() {
             return Err(invalid(&format!(
                 "pool {name} has {} data devices, {} given",
@@ -441,7 +425,6 @@ impl Pool {
                 limits,
             }),
             commit_lock: Mutex::new(()),
-            volatile_cache,
             may_block,
             send_holds: SendHolds::default(),
             allocation_failures: Pool::new_failure_log(),
@@ -450,21 +433,6 @@ impl Pool {
 
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// Whether the data devices sit behind a simulated volatile write
-    /// cache (see [`Pool::simulate_volatile_cache`]).
-    pub fn volatile_cache(&self) -> bool {
-        self.volatile_cache
-    }
-
-    /// For crash tests: from the next open on, every data device of this
-    /// pool keeps written data in memory until a flush (or a FUA write)
-    /// carries it to the device, like a disk with a volatile write cache.
-    /// Killing the process then loses exactly the unflushed writes, as a
-    /// power cut would. Never for real data: it only makes things worse.
-    pub fn simulate_volatile_cache(&self, on: bool) -> io::Result<()> {
-        self.store.set_flag(VOLATILE_CACHE, on)
     }
 
     /// Whether I/O to the pool's volumes may wait on storage.

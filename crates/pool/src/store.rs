@@ -104,22 +104,6 @@ impl Store {
         }
     }
 
-    /// A yes/no setting of the pool, kept in the `meta` table (absent = no).
-    pub fn flag(&self, key: &str) -> io::Result<bool> {
-        let txn = self.db.begin_read().map_err(db_err)?;
-        let t = txn.open_table(META).map_err(db_err)?;
-        Ok(t.get(key).map_err(db_err)?.is_some_and(|v| v.value() != 0))
-    }
-
-    pub fn set_flag(&self, key: &str, on: bool) -> io::Result<()> {
-        let txn = self.db.begin_write().map_err(db_err)?;
-        txn.open_table(META)
-            .map_err(db_err)?
-            .insert(key, u64::from(on))
-            .map_err(db_err)?;
-        txn.commit().map_err(db_err)
-    }
-
     pub fn initialise(&self, meta: &PoolMeta) -> io::Result<()> {
         let txn = self.db.begin_write().map_err(db_err)?;
         {

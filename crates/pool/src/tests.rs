@@ -364,30 +364,6 @@ fn copy_is_not_offloaded_across_pools_or_alignments() {
     assert!(s.copy_from(&a, 0, 0, UNIT).is_none());
 }
 
-#[test]
-fn a_simulated_volatile_cache_holds_writes_until_a_flush() {
-    let (pool, data, meta) = new_pool(16);
-    pool.create_volume("v", 8 * UNIT).unwrap();
-    assert!(!pool.volatile_cache());
-    pool.simulate_volatile_cache(true).unwrap();
-    drop(pool);
-    let pool = Pool::open("p", vec![data.clone()], &meta).unwrap();
-    assert!(pool.volatile_cache());
-    let v = pool.volume("v").unwrap();
-    v.write_at(&[1; 4096], 0, false).unwrap();
-    pool.flush().unwrap();
-    v.write_at(&[2; 4096], 0, false).unwrap();
-    assert_eq!(read(&v, 0, 2), vec![2, 2]);
-    // The device itself has only the flushed data until the next flush.
-    let unit0 = UNIT; // the first data unit follows the superblock unit
-    assert_eq!(read(data.as_ref(), unit0, 2), vec![1, 1]);
-    pool.flush().unwrap();
-    assert_eq!(read(data.as_ref(), unit0, 2), vec![2, 2]);
-    pool.simulate_volatile_cache(false).unwrap();
-    drop((v, pool));
-    assert!(!Pool::open("p", vec![data], &meta).unwrap().volatile_cache());
-}
-
 /// A pool of `units` on one data file in `dir`, its metadata beside it.
 fn file_pool(dir: &tempfile::TempDir, units: u64) -> Arc<Pool> {
     let opts = block::FileOptions {

@@ -7,6 +7,7 @@
 //! their CDB usage masks and reservation classes are one table
 //! ([`commands`]).
 
+mod block_locks;
 mod cdb;
 pub mod command_stream;
 mod commands;
@@ -18,7 +19,6 @@ mod mode;
 mod nexus;
 mod pr_file;
 mod provisioning;
-mod range_lock;
 mod registry;
 mod report;
 mod reservations;

@@ -13,16 +13,17 @@ use block::{BlockDevice, Capabilities};
 use parking_lot::Mutex;
 use scsi_api::{status, Nexus, ScsiCommand, ScsiResponse};
 
+use crate::block_locks::BlockLocks;
 use crate::commands::{self, op, sa, Access, Command, Lookup, Needs};
 use crate::config::{naa_from_seed, LuConfig};
 use crate::mode::ModeParams;
 use crate::nexus::NexusState;
-use crate::range_lock::RangeLock;
 use crate::registry::LuRegistry;
 use crate::reservations::{PortPair, PrState};
 use crate::sanitize::{SanitizeState, Waiter};
 use crate::sense::{asc, Failure, Sense};
 use crate::{pr_file, transfer};
+use export::Backing;
 
 /// Largest data transfer of one command (MAXIMUM TRANSFER LENGTH).
 pub const MAX_TRANSFER_BYTES: u64 = 32 << 20;
@@ -147,7 +148,10 @@ pub struct LogicalUnit {
     pub(crate) mode: Mutex<ModeParams>,
     pub(crate) default_mode: ModeParams,
     pub(crate) state: Mutex<LuState>,
-    pub(crate) locks: RangeLock,
+    pub(crate) locks: BlockLocks,
+    /// The device, its range locks and write-cache policy, shared with
+    /// every other unit and transport serving the device.
+    backing: Arc<Backing>,
     /// SANITIZE commands waiting for their operation, so an abort can
     /// release them (the operation itself goes on, SBC-4 4.11.2).
     pub(crate) sanitize_waiters: Mutex<Vec<Waiter>>,
@@ -167,9 +171,21 @@ static ANONYMOUS_LUS: AtomicU64 = AtomicU64::new(0);
 const LONG_READ: u64 = 1 << 20;
 
 impl LogicalUnit {
-    /// Creates a logical unit over `device`. Loads the persistent
-    /// reservation state file when the configuration names one.
+    /// Creates a logical unit over `device`, which no other unit or
+    /// transport shares. Loads the persistent reservation state file when
+    /// the configuration names one.
     pub fn new(device: Arc<dyn BlockDevice>, config: LuConfig) -> io::Result<Arc<LogicalUnit>> {
+        let backing = Backing::new(device, config.write_cache);
+        LogicalUnit::over(backing, config)
+    }
+
+    /// Creates a logical unit over a device shared with other units and
+    /// transports: they see its range locks, and its write cache as this
+    /// unit's caching mode page sets it.
+    pub fn over(backing: Arc<Backing>, config: LuConfig) -> io::Result<Arc<LogicalUnit>> {
+        let device = backing.device().clone();
+        // The unit's caching mode page starts at its configured default.
+        backing.set_write_cache(config.write_cache);
         let bs = config.block_size;
         if !bs.is_power_of_two() || !(512..=65536).contains(&bs) {
             return Err(io::Error::new(
@@ -229,7 +245,8 @@ impl LogicalUnit {
                 ports: BTreeSet::new(),
                 greeted: HashSet::new(),
             }),
-            locks: RangeLock::default(),
+            locks: BlockLocks::new(backing.clone(), bs),
+            backing,
             sanitize_waiters: Mutex::new(Vec::new()),
             capacity_seen: AtomicU64::new(capacity),
             space_threshold,
@@ -524,7 +541,10 @@ impl LogicalUnit {
     /// reset unit attention for every nexus. Persistent reservations stay.
     pub(crate) fn reset(&self) {
         self.abort_waiting(None, None);
-        *self.mode.lock() = self.default_mode;
+        let mut mode = self.mode.lock();
+        *mode = self.default_mode;
+        self.backing.set_write_cache(mode.wce);
+        drop(mode);
         let mut st = self.state.lock();
         st.spc2 = None;
         for s in st.nexuses.values_mut() {
@@ -579,7 +599,12 @@ impl LogicalUnit {
     /// Whether a write must reach stable storage before completing: FUA
     /// was asked for, or the write cache is disabled (WCE = 0).
     pub(crate) fn force_unit_access(&self, fua: bool) -> bool {
-        fua || !self.mode_params().wce
+        self.backing.force_unit_access(fua)
+    }
+
+    /// The device as every transport serving it shares it.
+    pub fn backing(&self) -> &Arc<Backing> {
+        &self.backing
     }
 
     /// Bytes in `blocks` logical blocks, as a buffer length.

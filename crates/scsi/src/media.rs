@@ -125,6 +125,7 @@ impl LogicalUnit {
             self.device.flush().map_err(|e| io_sense(&e, true))?;
         }
         *current = new;
+        self.backing().set_write_cache(new.wce);
         drop(current);
         self.state
             .lock()
@@ -180,6 +181,8 @@ mod tests {
         let r = run(&lu, &a, &[0x15, 0x10, 0, 0, param.len() as u8, 0], &param);
         assert_eq!(r.status, status::GOOD);
         assert!(!lu.mode_params().wce);
+        // Every transport over the device now writes through.
+        assert!(lu.backing().force_unit_access(false));
         assert_eq!(run(&lu, &a, &[0; 6], &[]).status, status::GOOD);
         assert_eq!(
             sense_of(&run(&lu, &b, &[0; 6], &[])),
@@ -188,6 +191,7 @@ mod tests {
         // LU reset brings the default back.
         lu.reset();
         assert!(lu.mode_params().wce);
+        assert!(!lu.backing().force_unit_access(false));
     }
 
     #[test]

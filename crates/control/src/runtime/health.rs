@@ -3,14 +3,13 @@
 use block::FileDevice;
 
 use super::Runtime;
-use crate::model::DeviceKind;
 
 /// A device the running configuration has open, and its problem if it
 /// has one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceHealth {
     pub name: String,
-    pub kind: DeviceKind,
+    pub kind: &'static str,
     /// For a volume device, its pool.
     pub pool: Option<String>,
     pub problem: Option<String>,
@@ -40,8 +39,8 @@ impl Runtime {
                 });
                 DeviceHealth {
                     name: name.clone(),
-                    kind: dev.kind,
-                    pool: dev.pool.clone(),
+                    kind: dev.kind(),
+                    pool: dev.spec.pool().map(String::from),
                     problem,
                 }
             })

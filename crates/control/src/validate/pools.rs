@@ -8,13 +8,22 @@ use pool::SoftThreshold;
 use toml::Spanned;
 
 use super::Checker;
-use crate::model::PoolConfig;
+use crate::model::{PoolConfig, PoolMember};
 use crate::names::check_device_name;
 use crate::raw::RawPool;
 use crate::size::parse_size;
 
 /// Largest `max_overcommit`: beyond it a limit means nothing.
 const MAX_OVERCOMMIT: f64 = 1000.0;
+
+/// A name without `/` is a configured device; anything else a path.
+fn member(text: &str) -> PoolMember {
+    if text.contains('/') || text.is_empty() {
+        PoolMember::Path(PathBuf::from(text))
+    } else {
+        PoolMember::Device(text.to_string())
+    }
+}
 
 impl Checker<'_> {
     pub(super) fn pools(&mut self, raw: Vec<Spanned<RawPool>>) -> Vec<PoolConfig> {
@@ -33,17 +42,17 @@ impl Checker<'_> {
                     format!("pool `{name}` is already defined"),
                 );
             }
-            let devices: Vec<PathBuf> = raw
+            let devices: Vec<PoolMember> = raw
                 .devices
                 .get_ref()
                 .iter()
-                .map(|d| PathBuf::from(d.get_ref()))
+                .map(|d| member(d.get_ref()))
                 .collect();
-            if devices.is_empty() || devices.iter().any(|d| d.as_os_str().is_empty()) {
+            if devices.is_empty() || raw.devices.get_ref().iter().any(|d| d.get_ref().is_empty()) {
                 self.fail(
                     &raw.devices.span(),
                     field("devices"),
-                    "list one or more data files",
+                    "list one or more data files or configured devices",
                 );
             }
             let device_size = raw
@@ -71,15 +80,22 @@ impl Checker<'_> {
                     PathBuf::new()
                 }
                 Some(m) => PathBuf::from(m.get_ref()),
-                None => {
-                    let mut first = devices
-                        .first()
-                        .cloned()
-                        .unwrap_or_default()
-                        .into_os_string();
-                    first.push(".meta");
-                    PathBuf::from(first)
-                }
+                None => match devices.first() {
+                    Some(PoolMember::Path(first)) => {
+                        let mut meta = first.clone().into_os_string();
+                        meta.push(".meta");
+                        PathBuf::from(meta)
+                    }
+                    Some(PoolMember::Device(name)) => {
+                        let reason = format!(
+                            "the first data device `{name}` is a configured device, not a file: \
+                             give `metadata`, the file that holds the pool's metadata"
+                        );
+                        self.fail(&table, field("metadata"), reason);
+                        PathBuf::new()
+                    }
+                    None => PathBuf::new(),
+                },
             };
             let soft_threshold =
                 self.soft_threshold(raw.soft_threshold.as_ref(), field("soft_threshold"));

@@ -1,10 +1,7 @@
-//! LBA range locks.
-//!
-//! Every medium access holds its LBA range for the duration of the device
-//! call. Plain reads and writes hold it shared, so they never wait for one
-//! another; COMPARE AND WRITE, ORWRITE, WRITE ATOMIC and SANITIZE hold it
-//! exclusive, so no other access to those LBAs (from any nexus, any target
-//! or EXTENDED COPY) can interleave with them. VMware ATS relies on this.
+//! Range locks over a device: shared holders never wait for one another,
+//! an exclusive holder waits for and excludes every overlapping one. The
+//! ranges are in bytes when the lock belongs to a [`crate::Backing`], so
+//! every transport and logical unit over it locks the same thing.
 
 use parking_lot::{Condvar, Mutex};
 

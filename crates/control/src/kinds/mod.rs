@@ -1,0 +1,268 @@
+//! The registry of device kinds. Each kind is one module: the settings it
+//! reads from a `[[device]]` table (checked with errors naming file, line
+//! and field), the configured devices it is built on, how it opens, what
+//! it says of its state, and what a change of its settings destroys.
+//!
+//! Adding a kind: write a module with a settings type implementing
+//! [`DeviceSpec`] and a `pub const KIND: Kind`, and list it in [`KINDS`].
+
+use std::any::Any;
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+use block::BlockDevice;
+
+mod delay;
+mod faulty;
+mod fields;
+mod file;
+mod mem;
+mod null;
+mod volume;
+
+pub use delay::DelaySpec;
+pub use faulty::{inject_fault, Fault, FaultySpec};
+pub use fields::Fields;
+pub(crate) use fields::TableContext;
+pub use file::FileSpec;
+pub use mem::MemSpec;
+pub use null::NullSpec;
+pub use volume::VolumeSpec;
+
+/// Every kind a `[[device]]` may have.
+pub const KINDS: &[Kind] = &[
+    file::KIND,
+    mem::KIND,
+    null::KIND,
+    volume::KIND,
+    delay::KIND,
+    faulty::KIND,
+];
+
+/// One kind of device, as the registry lists it.
+pub struct Kind {
+    /// The `kind = "..."` value.
+    pub name: &'static str,
+    /// The settings it reads beside those every device has.
+    pub fields: &'static [&'static str],
+    /// Reads the kind's settings; reports problems to `fields` and returns
+    /// `None` when there were any.
+    pub parse: fn(&mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>>,
+}
+
+/// The kind named `name`.
+pub fn kind(name: &str) -> Option<&'static Kind> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+/// The validated settings of one device of some kind.
+pub trait DeviceSpec: SameSpec + fmt::Debug + Send + Sync {
+    fn kind(&self) -> &'static str;
+
+    /// The configured devices this one is built on, in order. Each may
+    /// have one parent only.
+    fn children(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
+    /// The size the configuration gives, when it gives one.
+    fn size(&self) -> Option<u64> {
+        None
+    }
+
+    /// The pool this device is carved from.
+    fn pool(&self) -> Option<&str> {
+        None
+    }
+
+    fn open(&self, ctx: &OpenContext<'_>) -> io::Result<Arc<dyn BlockDevice>>;
+
+    /// The setting a failure to open is most likely about (a file's
+    /// `path`), to name in the error.
+    fn open_field(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The settings, as an administrator writes them, for change reports
+    /// and `device show`.
+    fn settings(&self) -> Vec<(&'static str, String)>;
+
+    /// What re-opening with the settings of `change.new` (of this same
+    /// kind) would lose, when it would lose data: `(setting, message)`.
+    fn replaces_data(&self, change: &Change<'_>) -> Option<(&'static str, String)> {
+        let _ = change;
+        None
+    }
+
+    /// Whether the device holds data of its own that replacing it loses.
+    fn holds_data(&self) -> bool {
+        true
+    }
+
+    /// Whether closing the device loses its data (a RAM disk).
+    fn lost_when_closed(&self) -> bool {
+        false
+    }
+
+    /// What a LUN stops serving when this device is replaced, in words.
+    fn holds(&self) -> String;
+
+    /// Whether re-opening with another block size loses data (a RAM disk's
+    /// blocks are its data).
+    fn block_size_is_data(&self) -> bool {
+        false
+    }
+
+    /// Whether the open device must be opened again to take writes after
+    /// being opened read-only.
+    fn opened_read_only(&self, read_only: bool) -> bool {
+        let _ = read_only;
+        false
+    }
+
+    /// What the open device says of itself beyond its settings: faults
+    /// injected, limits in force.
+    fn state(&self, device: &dyn BlockDevice) -> Vec<(&'static str, String)> {
+        let _ = device;
+        Vec::new()
+    }
+}
+
+/// Comparing settings of any kind: equal only when of the same kind and
+/// equal there. Implemented for every `PartialEq` settings type.
+pub trait SameSpec: Any {
+    fn same(&self, other: &dyn Any) -> bool;
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: PartialEq + Any> SameSpec for T {
+    fn same(&self, other: &dyn Any) -> bool {
+        other.downcast_ref::<T>() == Some(self)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A device's kind and settings, comparable and cloneable.
+#[derive(Clone, Debug)]
+pub struct Spec(pub Arc<dyn DeviceSpec>);
+
+impl PartialEq for Spec {
+    fn eq(&self, other: &Spec) -> bool {
+        self.0.same(other.0.as_any())
+    }
+}
+
+impl Eq for Spec {}
+
+impl std::ops::Deref for Spec {
+    type Target = dyn DeviceSpec;
+
+    fn deref(&self) -> &(dyn DeviceSpec + 'static) {
+        &*self.0
+    }
+}
+
+impl Spec {
+    /// The settings as `T`, when the device is of that kind.
+    pub fn as_kind<T: 'static>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref::<T>()
+    }
+}
+
+/// A device's settings changing, for [`DeviceSpec::replaces_data`].
+pub struct Change<'a> {
+    pub name: &'a str,
+    /// The new settings, of the same kind.
+    pub new: &'a dyn DeviceSpec,
+    pub old_block_size: u32,
+    pub new_block_size: u32,
+    /// Whether the pool named before and the one named now are the same
+    /// pool (a pool renamed in the file is).
+    pub same_pool: bool,
+}
+
+impl Change<'_> {
+    /// The new settings as `T`: the kind's own type.
+    pub fn new_as<T: 'static>(&self) -> Option<&T> {
+        self.new.as_any().downcast_ref::<T>()
+    }
+}
+
+/// What a kind's `open` gets: the devices it names, already open, and
+/// the pools.
+pub struct OpenContext<'a> {
+    pub name: &'a str,
+    /// The device is served read-only.
+    pub read_only: bool,
+    children: Vec<Arc<dyn BlockDevice>>,
+    pools: &'a dyn Fn(&str) -> io::Result<Arc<pool::Pool>>,
+}
+
+impl<'a> OpenContext<'a> {
+    pub fn new(
+        name: &'a str,
+        read_only: bool,
+        children: Vec<Arc<dyn BlockDevice>>,
+        pools: &'a dyn Fn(&str) -> io::Result<Arc<pool::Pool>>,
+    ) -> Self {
+        OpenContext {
+            name,
+            read_only,
+            children,
+            pools,
+        }
+    }
+
+    /// The open devices named by [`DeviceSpec::children`], in that order.
+    pub fn children(&self) -> &[Arc<dyn BlockDevice>] {
+        &self.children
+    }
+
+    /// The only child of a one-child kind.
+    pub fn child(&self) -> io::Result<Arc<dyn BlockDevice>> {
+        self.children
+            .first()
+            .cloned()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no device under it"))
+    }
+
+    pub fn pool(&self, name: &str) -> io::Result<Arc<pool::Pool>> {
+        (self.pools)(name)
+    }
+}
+
+/// Kinds that have setting `key`, for "only `file` devices have it".
+pub fn kinds_with(key: &str) -> Vec<&'static str> {
+    KINDS
+        .iter()
+        .filter(|k| k.fields.contains(&key))
+        .map(|k| k.name)
+        .collect()
+}
+
+/// The names of every kind, for messages: "`file`, `mem`, ...".
+pub fn kind_names() -> String {
+    KINDS
+        .iter()
+        .map(|k| format!("`{}`", k.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A one-child kind whose `over` changed serves another device's data.
+fn over_changed(name: &str, old: &str, new: &str) -> Option<(&'static str, String)> {
+    (old != new).then(|| {
+        (
+            "over",
+            format!("`{name}` would serve another device: {}", over_holds(old)),
+        )
+    })
+}
+
+fn over_holds(over: &str) -> String {
+    format!("what initiators wrote to device `{over}` is no longer served (it stays there)")
+}

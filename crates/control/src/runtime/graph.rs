@@ -1,0 +1,170 @@
+//! Opens the device graph: each device after the devices it is built on,
+//! pools before their volumes, reusing what a running configuration has
+//! open when nothing under it changed.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io;
+use std::sync::Arc;
+
+use block::BlockDevice;
+use pool::Pool;
+
+use crate::kinds::OpenContext;
+use crate::model::{Config, Device};
+
+/// A device open in the running configuration, with the settings it was
+/// opened with.
+#[derive(Clone)]
+pub(crate) struct OpenNode {
+    pub settings: Device,
+    pub device: Arc<dyn BlockDevice>,
+}
+
+/// An open device, and whether it is the running configuration's.
+type Opened = (Arc<dyn BlockDevice>, bool);
+
+/// Opens devices of `config` on demand, each once.
+pub(crate) struct Opener<'a> {
+    config: &'a Config,
+    /// What the running configuration has open, to reuse.
+    previous: Option<&'a HashMap<String, OpenNode>>,
+    /// Opened (or reused) so far, and whether it was reused.
+    opened: RefCell<HashMap<String, Opened>>,
+    pools: RefCell<HashMap<String, Arc<Pool>>>,
+    /// Devices being opened, to stop at a loop.
+    opening: RefCell<Vec<String>>,
+}
+
+impl<'a> Opener<'a> {
+    pub fn new(config: &'a Config, previous: Option<&'a HashMap<String, OpenNode>>) -> Self {
+        Opener {
+            config,
+            previous,
+            opened: RefCell::default(),
+            pools: RefCell::default(),
+            opening: RefCell::default(),
+        }
+    }
+
+    /// Device `name`, open, and whether it is the one the running
+    /// configuration had (its settings and everything under it the same).
+    pub fn open(&self, name: &str) -> io::Result<Opened> {
+        if let Some(done) = self.opened.borrow().get(name) {
+            return Ok(done.clone());
+        }
+        let dev = self.config.device(name).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, format!("no device `{name}`"))
+        })?;
+        if self.opening.borrow().iter().any(|n| n == name) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("device `{name}` is built on itself"),
+            ));
+        }
+        self.opening.borrow_mut().push(name.to_string());
+        let result = self.open_fresh_or_reuse(dev);
+        self.opening.borrow_mut().retain(|n| n != name);
+        let done = result?;
+        self.opened
+            .borrow_mut()
+            .insert(name.to_string(), done.clone());
+        Ok(done)
+    }
+
+    fn open_fresh_or_reuse(&self, dev: &Device) -> io::Result<Opened> {
+        let mut children = Vec::new();
+        let mut children_reused = true;
+        for child in dev.spec.children() {
+            let (device, reused) = self
+                .open(child)
+                .map_err(|e| io::Error::new(e.kind(), format!("device `{child}`: {e}")))?;
+            children.push(device);
+            children_reused &= reused;
+        }
+        if children_reused {
+            if let Some(node) = self.previous.and_then(|p| p.get(&dev.name)) {
+                if keeps_device(&node.settings, dev) {
+                    return Ok((node.device.clone(), true));
+                }
+            }
+        }
+        let pools = |name: &str| self.pool(name);
+        let ctx = OpenContext::new(&dev.name, dev.read_only, children, &pools);
+        Ok((dev.spec.open(&ctx)?, false))
+    }
+
+    /// Pool `name`, opened (or created) over its data devices.
+    pub fn pool(&self, name: &str) -> io::Result<Arc<Pool>> {
+        if let Some(pool) = self.pools.borrow().get(name) {
+            return Ok(pool.clone());
+        }
+        let p = self
+            .config
+            .pools
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, format!("no pool named {name}"))
+            })?;
+        // The configured data devices open first, so that they are live
+        // (and their faults reachable) even when the pool is open already.
+        let mut members = HashMap::new();
+        for m in p.member_devices() {
+            let (device, reused) = self.open(m)?;
+            if !reused && crate::pools::is_open(p) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "pool `{name}` is open over device `{m}`, whose settings changed: \
+                         stop serving the pool's volumes first"
+                    ),
+                ));
+            }
+            members.insert(m.to_string(), device);
+        }
+        let member = |m: &str| {
+            members
+                .get(m)
+                .cloned()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no device `{m}`")))
+        };
+        let pool = crate::pools::open_pool_with(p, &member)?;
+        self.pools
+            .borrow_mut()
+            .insert(name.to_string(), pool.clone());
+        Ok(pool)
+    }
+
+    /// Every device opened so far, with the settings it was opened with.
+    pub fn nodes(&self) -> HashMap<String, OpenNode> {
+        self.opened
+            .borrow()
+            .iter()
+            .filter_map(|(name, (device, _))| {
+                let settings = self.config.device(name)?;
+                Some((
+                    name.clone(),
+                    OpenNode {
+                        settings: Device {
+                            at: None,
+                            ..settings.clone()
+                        },
+                        device: device.clone(),
+                    },
+                ))
+            })
+            .collect()
+    }
+}
+
+/// Whether a device open with `old`'s settings serves `new` as it is: the
+/// same kind and settings, a block size that is not its data, and write
+/// access when `new` needs it.
+pub(crate) fn keeps_device(old: &Device, new: &Device) -> bool {
+    let spec = &old.spec;
+    let block_size_kept =
+        !spec.block_size_is_data() || old.identity.block_size == new.identity.block_size;
+    let needs_write = spec.opened_read_only(old.read_only) && !new.read_only;
+    *spec == new.spec && block_size_kept && !needs_write
+}

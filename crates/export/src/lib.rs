@@ -1,0 +1,94 @@
+//! What every transport serves, whatever its protocol.
+//!
+//! A [`Backing`] is the device-facing half of a logical unit: the device,
+//! the range locks every medium access holds, and the write-cache policy.
+//! The SCSI logical units over a device and an NBD export of it share one
+//! `Backing`, so a COMPARE AND WRITE excludes an NBD write to the same
+//! blocks, and turning the write cache off (MODE SELECT) makes every
+//! transport's writes stable before they complete.
+//!
+//! A [`Frontend`] is one transport (iSCSI, NBD): the control plane builds
+//! [`Exports`] from the configuration and hands each frontend the new set
+//! on every change; the frontend serves what concerns it.
+
+mod range_lock;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use block::BlockDevice;
+
+pub use range_lock::{RangeGuard, RangeLock};
+
+/// A device as the transports share it.
+pub struct Backing {
+    device: Arc<dyn BlockDevice>,
+    /// Held over every medium access, in bytes.
+    pub locks: RangeLock,
+    /// Whether writes may complete before they are stable (the volatile
+    /// cache is on); off, every write is forced to stable storage.
+    write_cache: AtomicBool,
+}
+
+impl Backing {
+    pub fn new(device: Arc<dyn BlockDevice>, write_cache: bool) -> Arc<Backing> {
+        Arc::new(Backing {
+            device,
+            locks: RangeLock::default(),
+            write_cache: AtomicBool::new(write_cache),
+        })
+    }
+
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.device
+    }
+
+    pub fn write_cache(&self) -> bool {
+        self.write_cache.load(Ordering::Relaxed)
+    }
+
+    pub fn set_write_cache(&self, on: bool) {
+        self.write_cache.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether a write must be stable before it completes.
+    pub fn force_unit_access(&self, fua: bool) -> bool {
+        fua || !self.write_cache()
+    }
+}
+
+/// A SCSI target as a configuration exports it: the name initiators log
+/// in to and the commands' target (LUN map, access view).
+#[derive(Clone)]
+pub struct ScsiExport {
+    pub name: String,
+    pub alias: Option<String>,
+    /// Addresses the target is offered on.
+    pub portals: Vec<SocketAddr>,
+    pub scsi: Arc<dyn scsi_api::ScsiTarget>,
+}
+
+/// Everything one configuration exports, for every transport.
+#[derive(Clone, Default)]
+pub struct Exports {
+    /// Every open device by its configured name, for transports that
+    /// export devices directly (NBD).
+    pub devices: BTreeMap<String, Arc<Backing>>,
+    /// SCSI targets, for transports that carry SCSI commands (iSCSI).
+    pub scsi_targets: Vec<ScsiExport>,
+}
+
+/// One transport, as the control plane drives it.
+pub trait Frontend: Send + Sync {
+    /// "iscsi", "nbd": for logs and metrics labels.
+    fn transport(&self) -> &'static str;
+
+    /// Serves `exports` from now on; sessions on exports that stay keep
+    /// going.
+    fn replace_exports(&self, exports: &Exports);
+
+    /// Ends the sessions the current access rules no longer admit.
+    fn end_refused_sessions(&self) -> usize;
+}
