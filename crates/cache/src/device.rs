@@ -89,6 +89,8 @@ pub(crate) struct Inner {
     pub detached: AtomicBool,
     /// The cache device failed: nothing more is read from or written to it.
     pub failed: AtomicBool,
+    /// Shut down: the table is marked clean, so no I/O may change it.
+    pub closed: AtomicBool,
     pub state: Mutex<State>,
     pub locks: LineLocks,
     /// Taken before `state` by whoever writes metadata.
@@ -162,7 +164,7 @@ impl Inner {
 /// A fast device caching a slow one. See the crate docs.
 pub struct CacheDevice {
     pub(crate) inner: Arc<Inner>,
-    worker: Option<Worker>,
+    worker: Mutex<Option<Worker>>,
 }
 
 fn refused(msg: String) -> io::Error {
@@ -275,6 +277,7 @@ impl CacheDevice {
             mode: RwLock::new(options.mode),
             detached: AtomicBool::new(false),
             failed: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             state: Mutex::new(state),
             locks: LineLocks::default(),
             meta: Mutex::new(meta),
@@ -296,24 +299,39 @@ impl CacheDevice {
                  ({dirty} bytes to write back)"
             ));
         }
-        let mut dev = CacheDevice {
+        let dev = CacheDevice {
             inner,
-            worker: None,
+            worker: Mutex::new(None),
         };
         if options.mode != Mode::WriteBack && dev.inner.dirty_bytes() > 0 {
             dev.inner.flush_dirty(&mut |_| {})?;
         }
         if options.background {
-            dev.worker = Some(crate::writeback::spawn(dev.inner.clone()));
+            *dev.worker.lock() = Some(crate::writeback::spawn(dev.inner.clone()));
         }
         Ok(dev)
     }
 
     /// Stops cleanly: the table is committed and marked clean, so the next
     /// open trusts which lines are clean. Dirty data stays on the cache.
-    pub fn close(mut self) -> io::Result<()> {
+    pub fn close(self) -> io::Result<()> {
+        self.shut_down()
+    }
+
+    /// [`CacheDevice::close`] for a device others still hold: waits for the
+    /// I/O under way, then closes; I/O after it fails. Closing twice does
+    /// nothing the second time.
+    pub fn shut_down(&self) -> io::Result<()> {
         self.stop_worker();
         let inner = &self.inner;
+        {
+            // No I/O runs while the mode is held exclusively; any after
+            // it sees `closed`.
+            let _mode = inner.mode.write();
+            if inner.closed.swap(true, Ordering::SeqCst) {
+                return Ok(());
+            }
+        }
         inner.backing.flush()?;
         if inner.is_failed() {
             return inner.stranded_check();
@@ -322,8 +340,8 @@ impl CacheDevice {
         inner.write_superblock(&mut inner.meta.lock(), true)
     }
 
-    fn stop_worker(&mut self) {
-        if let Some((stop, handle)) = self.worker.take() {
+    fn stop_worker(&self) {
+        if let Some((stop, handle)) = self.worker.lock().take() {
             *stop.0.lock() = true;
             stop.1.notify_all();
             let _ = handle.join();
@@ -500,6 +518,10 @@ impl BlockDevice for CacheDevice {
             discard: backing.discard,
             read_only: backing.read_only,
         }
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn describe(&self) -> String {

@@ -76,6 +76,18 @@ impl Inner {
         }
     }
 
+    /// Error once the device is shut down; called with the mode held, so
+    /// that no I/O slips past a shutdown.
+    fn open_check(&self) -> io::Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the cache is shut down",
+            ));
+        }
+        Ok(())
+    }
+
     fn lock_lines(&self, offset: u64, len: u64) -> Held<'_> {
         let first = self.geo.line_of(offset);
         let last = self.geo.line_of(offset + len - 1);
@@ -91,6 +103,7 @@ impl Inner {
         self.touch();
         let bypass = self.streams.lock().observe(stream, offset, len);
         let mode = self.mode.read();
+        self.open_check()?;
         if self.is_detached() {
             return self.backing.read_at(buf, offset);
         }
@@ -260,6 +273,7 @@ impl Inner {
         self.touch();
         let bypass = self.streams.lock().observe(stream, offset, len);
         let mode = self.mode.read();
+        self.open_check()?;
         if self.is_detached() {
             return self.backing.write_at(buf, offset, fua);
         }
@@ -476,6 +490,7 @@ impl Inner {
             return Ok(());
         }
         let _mode = self.mode.read();
+        self.open_check()?;
         if self.is_detached() {
             return self.backing.discard(offset, len);
         }

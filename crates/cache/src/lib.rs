@@ -45,6 +45,7 @@ mod writeback;
 pub use device::{
     CacheDevice, CacheOptions, FormatPolicy, DEFAULT_LINE, DEFAULT_SEQUENTIAL_CUTOFF,
 };
+pub use geometry::{MAX_LINE, MIN_LINE};
 pub use mode::Mode;
 pub use policy::PolicyKind;
 pub use status::{CacheStatus, Health, HitRatio, WritebackStatus};

@@ -3,8 +3,10 @@
 
 mod common;
 
-use block::BlockDevice;
-use cache::{CacheOptions, FormatPolicy, Mode};
+use std::sync::Arc;
+
+use block::{BlockDevice, MemDevice};
+use cache::{CacheDevice, CacheOptions, FormatPolicy, Mode};
 use common::{options, pattern, read, Rig};
 
 const MIB: u64 = 1 << 20;
@@ -133,4 +135,30 @@ fn a_reformat_ignores_the_table_of_the_format_before() {
     let dev = rig.open(o).unwrap();
     assert_eq!(dev.status().occupied_lines, 0);
     assert_eq!(read(&dev, 0, 4096), vec![0; 4096]);
+}
+
+/// A device shut down while others hold it refuses I/O and opens warm.
+#[test]
+fn shut_down_through_a_shared_handle_is_a_clean_close() {
+    let ssd: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4 << 20));
+    let hdd: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(32 << 20));
+    let mut options = CacheOptions::new("hdd");
+    options.mode = Mode::WriteBack;
+    let dev = Arc::new(CacheDevice::open(ssd.clone(), hdd.clone(), options.clone()).unwrap());
+    dev.write_at(&[5; 8192], 65536, false).unwrap();
+    dev.shut_down().unwrap();
+    dev.shut_down().unwrap();
+    assert!(dev.write_at(&[6; 4096], 0, false).is_err());
+    assert!(dev.read_at(&mut [0; 4096], 0).is_err());
+    drop(dev);
+    let again = CacheDevice::open(ssd, hdd, options).unwrap();
+    assert!(
+        again.status().events.is_empty(),
+        "{:?}",
+        again.status().events
+    );
+    assert_eq!(again.status().dirty_bytes, 8192);
+    let mut back = [0; 8192];
+    again.read_at(&mut back, 65536).unwrap();
+    assert_eq!(back, [5; 8192]);
 }
