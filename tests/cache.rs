@@ -328,7 +328,10 @@ fn crash_rounds(cut: Cut) {
     let (ok, text) = openarray(&["cache", "status", "--json", "--socket", &sock, "hybrid"]);
     assert!(ok && text.contains("\"dirty_bytes\": 0"), "{text}");
     drop(s);
-    assert!(daemon.terminate().success(), "the daemon stopped with an error");
+    assert!(
+        daemon.terminate().success(),
+        "the daemon stopped with an error"
+    );
     // The backing alone holds every durable write.
     std::fs::write(&cfg_path, backing_config(dir.path())).expect("write config");
     let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
@@ -387,7 +390,8 @@ fn read_piece(s: &mut Session, piece: usize) -> Result<Vec<u8>, Option<u8>> {
 fn cache_fails_under_io(mode: &str) -> usize {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg_path = dir.path().join("openarray.toml");
-    let text = config(dir.path(), mode).replace("writeback_threshold = \"20%\"", "writeback_threshold = 100");
+    let text = config(dir.path(), mode)
+        .replace("writeback_threshold = \"20%\"", "writeback_threshold = 100");
     std::fs::write(&cfg_path, text).expect("write config");
     let sock = dir.path().join("admin.sock");
     let sock = sock.to_str().expect("utf-8").to_string();
@@ -423,7 +427,10 @@ fn cache_fails_under_io(mode: &str) -> usize {
     let (ok, shown) = openarray(&["device", "show", "--socket", &sock, "hybrid"]);
     assert!(ok && shown.contains("health failed"), "{shown}");
     // The daemon still serves, and stops without a panic.
-    assert!(daemon.terminate().code().is_some(), "the daemon died of a signal");
+    assert!(
+        daemon.terminate().code().is_some(),
+        "the daemon died of a signal"
+    );
     let log = std::fs::read_dir(dir.path())
         .expect("read dir")
         .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
@@ -440,5 +447,8 @@ fn write_through_serves_every_block_when_the_cache_device_fails() {
 #[test]
 fn write_back_answers_only_blocks_not_written_back_with_medium_error() {
     let errors = cache_fails_under_io("writeback");
-    assert!(errors > 0, "no dirty block was stranded: the test proves nothing");
+    assert!(
+        errors > 0,
+        "no dirty block was stranded: the test proves nothing"
+    );
 }

@@ -505,10 +505,16 @@ impl BlockDevice for CacheDevice {
         self.inner.backing.granularity()
     }
 
+    fn allocation(&self, offset: u64, len: u64) -> io::Result<(block::Allocation, u64)> {
+        self.inner.allocation(offset, len)
+    }
+
     fn capabilities(&self) -> Capabilities {
         let backing = self.inner.backing.capabilities();
         Capabilities {
-            thin: false,
+            // Discards pass down; blocks not yet written back count as
+            // mapped (`allocation`).
+            thin: backing.thin,
             // Writes may sit on the cache device (or in its own cache)
             // until a flush commits them.
             volatile_cache: true,

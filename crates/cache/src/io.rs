@@ -445,6 +445,31 @@ impl Inner {
         })
     }
 
+    /// The backing's allocation, except that blocks holding data not yet
+    /// written back are mapped whatever the backing says.
+    pub fn allocation(&self, offset: u64, len: u64) -> io::Result<(block::Allocation, u64)> {
+        self.check(offset, len)?;
+        let (state, n) = self.backing.allocation(offset, len)?;
+        if state == block::Allocation::Mapped || self.is_detached() {
+            return Ok((state, n));
+        }
+        let st = self.state.lock();
+        for (line, from, to) in self.segments(offset, n) {
+            let dirty = st.lookup(line).is_some_and(|slot| {
+                st.slots[slot as usize].dirty & self.geo.touched(from, to) != 0
+            });
+            if dirty {
+                let at = self.geo.line_start(line) + from;
+                return Ok(if at == offset {
+                    (block::Allocation::Mapped, to - from)
+                } else {
+                    (state, at - offset)
+                });
+            }
+        }
+        Ok((state, n))
+    }
+
     fn read_degraded(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         if self.has_dirty(offset, buf.len() as u64) {
             return Err(stranded());

@@ -405,3 +405,33 @@ fn the_cutoff_follows_each_initiators_streams() {
         "the write continues stream 1"
     );
 }
+
+/// A thin backing's holes show through, except where the cache holds data
+/// not yet written back.
+#[test]
+fn allocation_is_the_backings_but_dirty_blocks_are_mapped() {
+    use block::{Allocation, MemDevice};
+    let ssd: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4 << 20));
+    let hdd: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(32 << 20));
+    let mut o = cache::CacheOptions::new("hdd");
+    o.mode = cache::Mode::WriteBack;
+    o.background = false;
+    let dev = cache::CacheDevice::open(ssd, hdd.clone(), o).unwrap();
+    assert!(dev.capabilities().thin == hdd.capabilities().thin);
+    let whole = 1 << 20;
+    let (before, _) = dev.allocation(0, whole).unwrap();
+    dev.write_at(&[9; 4096], 128 << 10, false).unwrap();
+    assert_eq!(before, Allocation::Deallocated, "a RAM disk is thin");
+    assert_eq!(
+        dev.allocation(0, whole).unwrap(),
+        (Allocation::Deallocated, 128 << 10)
+    );
+    let (state, n) = dev.allocation(128 << 10, whole).unwrap();
+    assert_eq!(state, Allocation::Mapped);
+    assert!(n >= 4096, "{n}");
+    dev.flush_dirty(&mut |_| {}).unwrap();
+    assert_eq!(
+        dev.allocation(128 << 10, 4096).unwrap(),
+        hdd.allocation(128 << 10, 4096).unwrap()
+    );
+}
