@@ -342,7 +342,9 @@ fn thin_volume_with_4k_physical_blocks() {
 const CACHE_IQN: &str = "iqn.2026-11.org.openarray:cache";
 
 /// A 1 GiB RAM backing behind a 128 MiB RAM cache in `mode`, with 16 KiB
-/// lines so that the suite's I/O both hits and evicts.
+/// lines so that the suite's I/O both hits and evicts. Its floor is the
+/// file LUN's: WRITE ATOMIC (6 tests) is offered only by devices that keep
+/// nothing across a crash, like the default RAM LUN.
 fn cache_config(mode: &str) -> String {
     format!(
         r#"

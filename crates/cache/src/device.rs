@@ -501,6 +501,10 @@ impl BlockDevice for CacheDevice {
         self.inner.discard(offset, len)
     }
 
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+
     fn granularity(&self) -> u64 {
         self.inner.backing.granularity()
     }

@@ -510,6 +510,40 @@ impl Inner {
     }
 
     pub fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.drop_then(offset, len, || self.backing.discard(offset, len))
+    }
+
+    /// Zeros: whole sub-blocks leave the cache and are zeroed on the
+    /// backing (which may deallocate them); partial ones at the edges are
+    /// written like any data.
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.check(offset, len)?;
+        let sub = self.geo.sub;
+        let end = offset + len;
+        let (first, last) = (offset.div_ceil(sub) * sub, end / sub * sub);
+        if first >= last {
+            return self.write(&vec![0; len as usize], offset, false, None);
+        }
+        if first > offset {
+            self.write(&vec![0; (first - offset) as usize], offset, false, None)?;
+        }
+        if end > last {
+            self.write(&vec![0; (end - last) as usize], last, false, None)?;
+        }
+        self.drop_then(first, last - first, || {
+            self.backing.write_zeroes(first, last - first)
+        })
+    }
+
+    /// Drops what the cache holds of the range (whole sub-blocks, dirty or
+    /// not), then runs `then` on the backing with the lines still locked,
+    /// so that no read brings the old data back in between.
+    fn drop_then(
+        &self,
+        offset: u64,
+        len: u64,
+        then: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<()> {
         self.check(offset, len)?;
         if len == 0 {
             return Ok(());
@@ -517,7 +551,7 @@ impl Inner {
         let _mode = self.mode.read();
         self.open_check()?;
         if self.is_detached() {
-            return self.backing.discard(offset, len);
+            return then();
         }
         let mut held = self.lock_lines(offset, len);
         let dirty = self.has_dirty(offset, len);
@@ -551,6 +585,6 @@ impl Inner {
                 }
             }
         }
-        self.backing.discard(offset, len)
+        then()
     }
 }

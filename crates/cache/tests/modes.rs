@@ -435,3 +435,37 @@ fn allocation_is_the_backings_but_dirty_blocks_are_mapped() {
         hdd.allocation(128 << 10, 4096).unwrap()
     );
 }
+
+/// Zeroing drops whole sub-blocks from the cache and zeroes them on the
+/// backing; the partial ones at the edges are written.
+#[test]
+fn write_zeroes_over_dirty_data_reads_back_zeros_everywhere() {
+    use block::MemDevice;
+    let ssd: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4 << 20));
+    let hdd: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(32 << 20));
+    for mode in Mode::ALL {
+        let mut o = cache::CacheOptions::new("hdd");
+        o.mode = mode;
+        o.background = false;
+        o.format = cache::FormatPolicy::Always;
+        let dev = CacheDevice::open(ssd.clone(), hdd.clone(), o).unwrap();
+        dev.write_at(&[7; 65536], 0, false).unwrap();
+        dev.read_at(&mut [0; 65536], 0).unwrap();
+        dev.write_zeroes(512, 60 << 10).unwrap();
+        let mut back = vec![0; 65536];
+        dev.read_at(&mut back, 0).unwrap();
+        let want: Vec<u8> = (0..65536)
+            .map(|i| {
+                if (512..512 + (60 << 10)).contains(&i) {
+                    0
+                } else {
+                    7
+                }
+            })
+            .collect();
+        assert!(back == want, "{mode}: cached");
+        dev.flush_dirty(&mut |_| {}).unwrap();
+        hdd.read_at(&mut back, 0).unwrap();
+        assert!(back == want, "{mode}: on the backing");
+    }
+}

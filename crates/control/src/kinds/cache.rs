@@ -74,8 +74,13 @@ fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
             }
         })
         .unwrap_or(DEFAULT_LINE);
+    // "0" turns stream detection off.
     let sequential_cutoff = f
-        .bytes("sequential_cutoff")
+        .read("sequential_cutoff", |v| match v {
+            Value::Integer(0) => Ok(0),
+            Value::String(s) if s.trim() == "0" => Ok(0),
+            other => super::fields::bytes(other),
+        })
         .unwrap_or(DEFAULT_SEQUENTIAL_CUTOFF);
     let defaults = WritebackSettings::default();
     let writeback_threshold = f
