@@ -7,21 +7,22 @@
 #          the backing, in front of a second slow backing like LUN 0's;
 #   LUN 2: the fast device alone: a file on tmpfs.
 # with fio's libiscsi engine (bench/fio-libiscsi.sh), QD DEPTH:
-#   - 4K random reads, Zipf-distributed (zipf:ZIPF) over the whole LUN, on
-#     each LUN; on the cache: a warm-up curve (IOPS and read hit ratio per
-#     interval), then warm;
+#   - 4K random reads, Zipf-distributed (zipf:ZIPF) over a hot set of HOT
+#     bytes that fits the cache, on each LUN; on the cache: a warm-up curve
+#     (IOPS and read hit ratio per interval), then warm;
 #   - a full sequential scan of the cached LUN (1M reads) in the middle of
 #     the hot-set run: the hit ratio before and after;
-#   - 4K random writes (Zipf) on the backing alone and on the cache, then
+#   - 4K random writes (Zipf, the hot set) on the backing alone and on the
+#     cache, then
 #     the write-back drain rate (`openarray cache flush`);
-#   - an OLTP-like mix: 8K, 70% reads, Zipf, on the backing alone and the
-#     cache.
+#   - an OLTP-like mix: 8K, 70% reads, Zipf over the whole LUN (the long
+#     tail does not fit the cache), on the backing alone and the cache.
 # The hit ratios come from `openarray cache status --json`.
 #
 # Usage: bench/cache.sh
 # Environment (all optional):
 #   SECS=10  WARM_STEPS=10  WARM_SECS=3  DEPTH=32  ZIPF=1.2
-#   LATENCY=8ms  IOPS=150  BANDWIDTH=150M  BACKING=1G  CACHE=100M
+#   LATENCY=8ms  IOPS=150  BANDWIDTH=150M  BACKING=1G  CACHE=100M  HOT=64M
 #   OA_PORT=3260  BENCH_OUT=docs/bench/cache.md
 set -euo pipefail
 
@@ -36,6 +37,7 @@ IOPS=${IOPS:-150}
 BANDWIDTH=${BANDWIDTH:-150M}
 BACKING=${BACKING:-1G}
 CACHE=${CACHE:-100M}
+HOT=${HOT:-64M}
 OA_PORT=${OA_PORT:-3260}
 BENCH_OUT=${BENCH_OUT:-$ROOT/docs/bench/cache.md}
 IQN=iqn.2026-11.org.openarray:cache-bench
@@ -75,7 +77,7 @@ SOCK=$WORK/admin.sock
 PID=$!
 wait_for_port "$OA_PORT" "$PID" openarray
 
-lun() { echo "iscsi\\://127.0.0.1\\:$OA_PORT/$IQN/$1"; }
+lun() { echo "iscsi\\://127.0.0.1\\:$OA_PORT/${IQN//:/\\:}/$1"; }
 
 # fio's JSON -> "IOPS" of reads plus writes
 iops() {
@@ -86,15 +88,15 @@ j = json.loads(t[t.index("{"):])["jobs"][0]
 print(int(j["read"]["iops"] + j["write"]["iops"]))'
 }
 
-# LUN, seconds, then fio arguments -> IOPS
+# LUN, seconds, bytes from the start, then fio arguments -> IOPS
 fio_iops() {
-    local lun=$1 secs=$2
-    shift 2
+    local lun=$1 secs=$2 size=$3
+    shift 3
     timeout -s KILL $((secs + 60)) "$FIO" --name=b --ioengine=libiscsi --filename="$(lun "$lun")" \
-        --size="$BACKING" --iodepth="$DEPTH" --runtime="$secs" --time_based \
+        --size="$size" --iodepth="$DEPTH" --runtime="$secs" --time_based \
         --output-format=json "$@" 2>/dev/null | iops
 }
-zipf_reads() { fio_iops "$1" "$2" --rw=randread --bs=4k --random_distribution=zipf:"$ZIPF"; }
+zipf_reads() { fio_iops "$1" "$2" "$HOT" --rw=randread --bs=4k --random_distribution=zipf:"$ZIPF"; }
 
 # Read hit and miss bytes of the cache so far: "HIT MISS"
 hits() {
@@ -138,7 +140,7 @@ set -- "$@" $(hits)
 AFTER_SCAN=$(hit_ratio "$@")
 
 log "random 4K writes (Zipf)"
-zipf_writes() { fio_iops "$1" "$SECS" --rw=randwrite --bs=4k --random_distribution=zipf:"$ZIPF"; }
+zipf_writes() { fio_iops "$1" "$SECS" "$HOT" --rw=randwrite --bs=4k --random_distribution=zipf:"$ZIPF"; }
 HDD_WRITE=$(zipf_writes 0)
 CACHE_WRITE=$(zipf_writes 1)
 DIRTY=$("$BIN" cache status hybrid --json --socket "$SOCK" | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["dirty_bytes"])')
@@ -148,7 +150,7 @@ DRAIN_SECS=$(awk -v a="$DRAIN_START" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f
 DRAIN_RATE=$(awk -v d="$DIRTY" -v s="$DRAIN_SECS" 'BEGIN { if (s > 0) printf "%.1f", d / s / 1048576; else print "n/a" }')
 
 log "OLTP-like 8K mix, 70% reads"
-oltp() { fio_iops "$1" "$SECS" --rw=randrw --rwmixread=70 --bs=8k --random_distribution=zipf:"$ZIPF"; }
+oltp() { fio_iops "$1" "$SECS" "$BACKING" --rw=randrw --rwmixread=70 --bs=8k --random_distribution=zipf:"$ZIPF"; }
 HDD_OLTP=$(oltp 0)
 CACHE_OLTP=$(oltp 1)
 
@@ -164,7 +166,9 @@ over a file: latency $LATENCY, at most $IOPS IOPS and $BANDWIDTH/s, like a
 spinning disk), a write-back \`cache\` of $CACHE on tmpfs in front of a
 second such backing of $BACKING, and the fast device alone (a file on
 tmpfs). fio $("$FIO" --version) with the libiscsi engine, queue depth
-$DEPTH, Zipf $ZIPF over the whole LUN, $SECS s a run.
+$DEPTH, $SECS s a run. Reads and writes are Zipf $ZIPF over a hot set of
+the first $HOT (it fits the cache); the OLTP mix is Zipf over the whole
+LUN, whose long tail does not fit.
 
 | workload | backing alone | cache | fast alone | cache / backing | cache / fast |
 | --- | ---: | ---: | ---: | ---: | ---: |
