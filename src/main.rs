@@ -3,6 +3,8 @@
 mod admin;
 mod admin_cli;
 mod api_client;
+mod cache_cli;
+mod cache_metrics;
 mod check_config;
 mod completions;
 mod device_cli;
@@ -109,6 +111,14 @@ enum Command {
     /// I/O per target, LUN and initiator of a running daemon, like iostat:
     /// IOPS, throughput, latency percentiles and queue depth per interval.
     Stat(stat_cli::StatArgs),
+    /// Cache devices of a running daemon: status, flush, detach, attach,
+    /// mode.
+    Cache {
+        #[command(flatten)]
+        api: api_client::ApiArgs,
+        #[command(subcommand)]
+        command: cache_cli::CacheCommand,
+    },
     /// Live iSCSI sessions of a running daemon: list, show, kill.
     Session {
         #[command(flatten)]
@@ -199,6 +209,7 @@ fn main() -> ExitCode {
         Command::Config { api, command } => admin_cli::run(&api, command),
         Command::Stat(args) => stat_cli::run(args),
         Command::Session { api, command } => session_cli::run(&api, command),
+        Command::Cache { api, command } => cache_cli::run(&api, command),
         Command::Status(args) => status_cli::run(args),
         Command::Raid { api, command } => raid_cli::run(&api, command),
         Command::Edit(cmd) => edit_cli::run(cmd),

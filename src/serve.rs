@@ -277,6 +277,11 @@ async fn serve(
         jobs: Arc::default(),
         schedules: Arc::default(),
     });
+    admin
+        .stats
+        .add_source(Arc::new(crate::cache_metrics::CacheSamples(
+            Arc::downgrade(&admin),
+        )));
     tokio::spawn(admin.schedules.clone().run(admin.clone()));
     let (admin_listener, socket_file) = admin_listener.unzip();
     let admin_task = admin_listener.map(|listener| {
@@ -335,11 +340,14 @@ async fn serve(
     }
     let flushed = tokio::task::spawn_blocking(move || {
         let current = admin.current.lock().unwrap_or_else(|p| p.into_inner());
-        current.runtime.flush_all()
+        let flushed = current.runtime.flush_all();
+        // Devices with metadata of their own (a cache) mark it clean.
+        let closed = current.runtime.close_all();
+        flushed.and(closed)
     })
     .await
     .context("flush task failed")?;
-    flushed.context("flushing the logical units failed")?;
+    flushed.context("flushing the logical units or closing the devices failed")?;
     tracing::info!("all logical units flushed; exiting");
     outcome
 }

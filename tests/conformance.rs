@@ -338,3 +338,54 @@ fn thin_volume_with_4k_physical_blocks() {
     }
     check_count("thin512e", &results, PHYSICAL_BLOCK_TESTS.len());
 }
+
+const CACHE_IQN: &str = "iqn.2026-11.org.openarray:cache";
+
+/// A 1 GiB RAM backing behind a 128 MiB RAM cache in `mode`, with 16 KiB
+/// lines so that the suite's I/O both hits and evicts. Its floor is the
+/// file LUN's: WRITE ATOMIC (6 tests) is offered only by devices that keep
+/// nothing across a crash, like the default RAM LUN.
+fn cache_config(mode: &str) -> String {
+    format!(
+        r#"
+[[device]]
+name = "ssd"
+kind = "mem"
+size = "128M"
+
+[[device]]
+name = "hdd"
+kind = "mem"
+size = "1G"
+
+[[device]]
+name = "hybrid"
+kind = "cache"
+cache = "ssd"
+backing = "hdd"
+mode = "{mode}"
+block = "16K"
+
+[[target]]
+name = "{CACHE_IQN}"
+
+[[target.lun]]
+lun = 0
+device = "hybrid"
+"#
+    )
+}
+
+/// The whole suite on a LUN over a write-through cache.
+#[test]
+fn cache_writethrough_lun() {
+    let (daemon, _dir) = daemon_in_tempdir(&cache_config("writethrough"));
+    check_lun("cache_writethrough", &daemon, CACHE_IQN, 0);
+}
+
+/// The whole suite on a LUN over a write-back cache.
+#[test]
+fn cache_writeback_lun() {
+    let (daemon, _dir) = daemon_in_tempdir(&cache_config("writeback"));
+    check_lun("cache_writeback", &daemon, CACHE_IQN, 0);
+}

@@ -16,6 +16,7 @@
 //! | `GET /v1/status` | everything on one page, with what is degraded (`status.rs`) |
 //! | `/v1/devices/{name}...` | a device's tree and state; faults injected (`devices.rs`) |
 //! | `/v1/raid/{name}...` | a RAID device's status; members failed, removed, added, replaced; scrub (`raid.rs`) |
+//! | `/v1/caches/{name}...` | a cache's status; flush, detach, attach, mode (`caches.rs`) |
 //!
 //! Errors answer 4xx/5xx with `{"error"}`; a configuration error names the
 //! file, line, field and reason. `apply` and `edit` validate the whole
@@ -26,6 +27,7 @@
 //! the running objects cannot take (a formatted pool's layout) is refused,
 //! and so is one that replaces data a LUN serves unless `force=true`.
 
+mod caches;
 mod devices;
 mod http;
 mod raid;
@@ -146,6 +148,7 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
         (method, path) => sessions::route(admin, method, path)
             .or_else(|| devices::route(admin, method, path, &req.body))
             .or_else(|| raid::route(admin, method, path, &req.body))
+            .or_else(|| caches::route(admin, method, path, &req.body))
             .or_else(|| status::route(admin, method, path))
             .or_else(|| crate::volume_api::route(admin, method, path, &req.body))
             .unwrap_or_else(|| error(404, format!("no such resource {path}"))),
@@ -220,6 +223,12 @@ fn edit(admin: &Admin, req: &Request) -> (u16, Value) {
         Ok(e) => e,
         Err(e) => return error(400, format!("not an edit: {e}")),
     };
+    edit_running(admin, &edit, req.force())
+}
+
+/// `edit` made to the running configuration's text, applied as a whole
+/// file would be.
+pub(crate) fn edit_running(admin: &Admin, edit: &control::Edit, force: bool) -> (u16, Value) {
     let mut current = admin.lock();
     let portal_edit = matches!(
         edit,
@@ -232,7 +241,7 @@ fn edit(admin: &Admin, req: &Request) -> (u16, Value) {
              restart it without --listen to manage portals",
         );
     }
-    let text = match control::apply_edit(&current.text, &edit) {
+    let text = match control::apply_edit(&current.text, edit) {
         Ok(t) => t,
         Err(e) => return error(400, e),
     };
@@ -240,7 +249,7 @@ fn edit(admin: &Admin, req: &Request) -> (u16, Value) {
         Some(p) => format!("{} (as edited)", p.display()),
         None => "<edit>".into(),
     };
-    apply_text(admin, &mut current, text, &origin, req.force())
+    apply_text(admin, &mut current, text, &origin, force)
 }
 
 /// The change made through the daemon's one transaction, as an answer.

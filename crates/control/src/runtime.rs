@@ -249,7 +249,7 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         };
         let was = previous.and_then(|p| p.live.devices.get(&dev.name));
         if let (true, Some((settings_then, _, lu))) = (reused, was) {
-            if *settings_then == settings(dev) {
+            if graph::keeps_unit(settings_then, &settings(dev)) {
                 units.insert(dev.name.as_str(), lu.clone());
                 opened.insert(dev.name.as_str(), device);
                 continue;
@@ -504,6 +504,7 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         pending: Mutex::new(Some(Pending {
             updates,
             access: pending_access,
+            live_changes: opener.live_changes(),
         })),
         pools: config.pools.clone(),
     })
@@ -515,6 +516,8 @@ struct Pending {
     updates: Vec<ViewUpdate>,
     /// New rules for the server's access handle.
     access: Option<AccessList>,
+    /// Open devices that take new settings in place.
+    live_changes: Vec<LiveChange>,
 }
 
 impl Runtime {
@@ -544,6 +547,47 @@ impl Runtime {
         if let Some(list) = pending.access {
             self.access.replace(list);
         }
+        for change in pending.live_changes {
+            match change.spec.apply_live(&*change.device) {
+                Ok(()) => tracing::info!(device = %change.name, "settings applied in place"),
+                Err(e) => tracing::error!(device = %change.name, "applying settings: {e}"),
+            }
+        }
+    }
+
+    /// Closes every open device cleanly, those built on others first: for
+    /// shutdown, once the logical units are flushed. Returns the first
+    /// failure.
+    pub fn close_all(&self) -> io::Result<()> {
+        self.close_where(|_| true)
+    }
+
+    /// Closes the devices this runtime has open and `next` does not (it
+    /// replaced or dropped them), those built on others first.
+    pub fn close_replaced(&self, next: &Runtime) -> io::Result<()> {
+        self.close_where(|name| {
+            let mine = &self.live.nodes[name].device;
+            !next
+                .live
+                .nodes
+                .values()
+                .any(|n| Arc::ptr_eq(&n.device, mine))
+        })
+    }
+
+    fn close_where(&self, close: impl Fn(&str) -> bool) -> io::Result<()> {
+        let mut first = None;
+        for name in graph::parents_first(&self.live.nodes) {
+            if !close(&name) {
+                continue;
+            }
+            let node = &self.live.nodes[&name];
+            if let Err(e) = node.settings.spec.close(&*node.device) {
+                tracing::error!(device = %name, "close failed: {e}");
+                first.get_or_insert(io::Error::new(e.kind(), format!("device {name}: {e}")));
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 }
 
@@ -647,7 +691,7 @@ mod health;
 pub use devices::DeviceNode;
 #[cfg(test)]
 pub(crate) use graph::keeps_device;
-pub(crate) use graph::{OpenNode, Opener};
+pub(crate) use graph::{LiveChange, OpenNode, Opener};
 pub use health::DeviceHealth;
 
 #[cfg(test)]

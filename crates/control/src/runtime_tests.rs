@@ -441,3 +441,64 @@ device = "scratch"
     assert!(!Arc::ptr_eq(&fresh, &device));
     assert_eq!(fresh.size(), 2 << 20);
 }
+
+#[test]
+fn a_cache_takes_its_mode_in_place_on_commit_and_closes_when_dropped() {
+    use crate::kinds::as_cache;
+    let base = r#"
+[[portal]]
+listen = "127.0.0.1:3260"
+[[device]]
+name = "ssd"
+kind = "mem"
+size = "4M"
+[[device]]
+name = "hdd"
+kind = "mem"
+size = "32M"
+[[device]]
+name = "hybrid"
+kind = "cache"
+cache = "ssd"
+backing = "hdd"
+mode = "writeback"
+block = "16K"
+sequential_cutoff = "0"
+[[target]]
+name = "iqn.2026-11.org.example:t"
+[[target.lun]]
+lun = 0
+device = "hybrid"
+"#;
+    let first = build(&parse_config(base, "t.toml").unwrap()).unwrap();
+    let (_, device, lu) = first.live.devices["hybrid"].clone();
+    device.write_at(&[0x5a; 4096], 0, false).unwrap();
+    assert_eq!(as_cache(&*device).unwrap().status().dirty_bytes, 4096);
+
+    let through = base.replace("mode = \"writeback\"", "mode = \"writethrough\"");
+    let second = rebuild(&parse_config(&through, "t.toml").unwrap(), &first).unwrap();
+    // Nothing changes before the commit.
+    assert_eq!(as_cache(&*device).unwrap().mode(), cache::Mode::WriteBack);
+    second.commit(Some(&first));
+    let (_, kept, kept_lu) = second.live.devices["hybrid"].clone();
+    assert!(Arc::ptr_eq(&kept, &device), "the open cache stays");
+    assert!(Arc::ptr_eq(&kept_lu, &lu), "and so does its logical unit");
+    let status = as_cache(&*kept).unwrap().status();
+    assert_eq!(status.mode, cache::Mode::WriteThrough);
+    assert_eq!(status.dirty_bytes, 0, "leaving write-back wrote back");
+    second.close_replaced(&first).unwrap();
+    assert!(
+        kept.read_at(&mut [0; 512], 0).is_ok(),
+        "a kept device is not closed"
+    );
+
+    // Another line size is another cache: the old one closes.
+    let relined = through.replace("block = \"16K\"", "block = \"32K\"");
+    let config = parse_config(&relined, "t.toml").unwrap();
+    assert!(
+        rebuild(&config, &second).is_err(),
+        "the cache device holds 16K lines"
+    );
+    second.close_all().unwrap();
+    assert!(kept.read_at(&mut [0; 512], 0).is_err(), "closed");
+}

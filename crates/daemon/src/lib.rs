@@ -168,6 +168,9 @@ pub fn apply_text(
     if let Err(e) = previous.flush_all() {
         tracing::warn!(error = %e, "flushing the previous configuration's devices");
     }
+    if let Err(e) = previous.close_replaced(&current.runtime) {
+        tracing::warn!(error = %e, "closing the devices the configuration dropped");
+    }
     for change in &changes {
         tracing::info!(change = %change, "configuration applied");
     }

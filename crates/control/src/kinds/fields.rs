@@ -257,7 +257,7 @@ impl<'a> Fields<'a> {
     }
 }
 
-fn bytes(v: &Value) -> Result<u64, String> {
+pub(crate) fn bytes(v: &Value) -> Result<u64, String> {
     let n = match v {
         Value::Integer(n) if *n > 0 => *n as u64,
         Value::Integer(_) => return Err("must be more than zero".into()),

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use block::BlockDevice;
 
+mod cache;
 mod delay;
 mod faulty;
 mod fields;
@@ -24,6 +25,7 @@ mod rbd;
 mod volume;
 
 pub use self::raid::{as_raid, member_state, open_arrays_now, RaidSpec};
+pub use cache::{as_cache, CacheSpec};
 pub use delay::DelaySpec;
 pub use faulty::{inject_fault, Fault, FaultySpec};
 pub use fields::Fields;
@@ -44,6 +46,7 @@ pub const KINDS: &[Kind] = &[
     faulty::KIND,
     rbd::KIND,
     raid::KIND,
+    cache::KIND,
 ];
 
 /// One kind of device, as the registry lists it.
@@ -141,6 +144,27 @@ pub trait DeviceSpec: SameSpec + fmt::Debug + Send + Sync {
     fn state(&self, device: &dyn BlockDevice) -> Vec<(&'static str, String)> {
         let _ = device;
         Vec::new()
+    }
+
+    /// Whether the open device can take the settings of `new` (of this
+    /// same kind) in place, without opening it again (a cache's mode).
+    fn applies_live(&self, new: &dyn DeviceSpec) -> bool {
+        let _ = new;
+        false
+    }
+
+    /// Gives the open `device` these settings, when
+    /// [`DeviceSpec::applies_live`] said it can take them.
+    fn apply_live(&self, device: &dyn BlockDevice) -> io::Result<()> {
+        let _ = device;
+        Ok(())
+    }
+
+    /// Closes the open `device` cleanly when the daemon stops using it
+    /// (a cache marks its metadata clean, so it reopens warm).
+    fn close(&self, device: &dyn BlockDevice) -> io::Result<()> {
+        let _ = device;
+        Ok(())
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use block::BlockDevice;
 use pool::Pool;
 
-use crate::kinds::OpenContext;
+use crate::kinds::{OpenContext, Spec};
 use crate::model::{Config, Device};
 
 /// A device open in the running configuration, with the settings it was
@@ -34,6 +34,16 @@ pub(crate) struct Opener<'a> {
     pools: RefCell<HashMap<String, Arc<Pool>>>,
     /// Devices being opened, to stop at a loop.
     opening: RefCell<Vec<String>>,
+    /// Open devices kept with settings they take in place, applied when
+    /// the configuration goes live.
+    live_changes: RefCell<Vec<LiveChange>>,
+}
+
+/// An open device kept with new settings it takes in place.
+pub(crate) struct LiveChange {
+    pub name: String,
+    pub spec: Spec,
+    pub device: Arc<dyn BlockDevice>,
 }
 
 impl<'a> Opener<'a> {
@@ -44,6 +54,7 @@ impl<'a> Opener<'a> {
             opened: RefCell::default(),
             pools: RefCell::default(),
             opening: RefCell::default(),
+            live_changes: RefCell::default(),
         }
     }
 
@@ -85,6 +96,13 @@ impl<'a> Opener<'a> {
         if children_reused {
             if let Some(node) = self.previous.and_then(|p| p.get(&dev.name)) {
                 if keeps_device(&node.settings, dev) {
+                    if node.settings.spec != dev.spec {
+                        self.live_changes.borrow_mut().push(LiveChange {
+                            name: dev.name.clone(),
+                            spec: dev.spec.clone(),
+                            device: node.device.clone(),
+                        });
+                    }
                     return Ok((node.device.clone(), true));
                 }
             }
@@ -136,6 +154,11 @@ impl<'a> Opener<'a> {
         Ok(pool)
     }
 
+    /// The settings kept devices take in place.
+    pub fn live_changes(&self) -> Vec<LiveChange> {
+        self.live_changes.take()
+    }
+
     /// Every device opened so far, with the settings it was opened with.
     pub fn nodes(&self) -> HashMap<String, OpenNode> {
         self.opened
@@ -159,12 +182,52 @@ impl<'a> Opener<'a> {
 }
 
 /// Whether a device open with `old`'s settings serves `new` as it is: the
-/// same kind and settings, a block size that is not its data, and write
-/// access when `new` needs it.
+/// same kind and settings (or settings it takes in place), a block size
+/// that is not its data, and write access when `new` needs it.
 pub(crate) fn keeps_device(old: &Device, new: &Device) -> bool {
     let spec = &old.spec;
     let block_size_kept =
         !spec.block_size_is_data() || old.identity.block_size == new.identity.block_size;
     let needs_write = spec.opened_read_only(old.read_only) && !new.read_only;
-    *spec == new.spec && block_size_kept && !needs_write
+    same_or_live(spec, &new.spec) && block_size_kept && !needs_write
+}
+
+/// Whether `old` and `new` are the same settings but for some the open
+/// device takes in place.
+pub(crate) fn same_or_live(old: &Spec, new: &Spec) -> bool {
+    *old == *new || old.applies_live(&**new)
+}
+
+/// Whether a logical unit over a device with `old`'s settings serves `new`
+/// as it is: everything the same but device settings taken in place.
+pub(crate) fn keeps_unit(old: &Device, new: &Device) -> bool {
+    same_or_live(&old.spec, &new.spec)
+        && Device {
+            spec: new.spec.clone(),
+            ..old.clone()
+        } == *new
+}
+
+/// The names of `nodes`, each before the devices it is built on.
+pub(crate) fn parents_first(nodes: &HashMap<String, OpenNode>) -> Vec<String> {
+    fn visit(name: &str, nodes: &HashMap<String, OpenNode>, done: &mut Vec<String>, depth: usize) {
+        if done.iter().any(|n| n == name) || depth > 64 {
+            return;
+        }
+        let Some(node) = nodes.get(name) else {
+            return;
+        };
+        for child in node.settings.spec.children() {
+            visit(child, nodes, done, depth + 1);
+        }
+        done.push(name.to_string());
+    }
+    let mut names: Vec<&String> = nodes.keys().collect();
+    names.sort();
+    let mut children_first = Vec::new();
+    for name in names {
+        visit(name, nodes, &mut children_first, 0);
+    }
+    children_first.reverse();
+    children_first
 }
