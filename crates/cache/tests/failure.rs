@@ -125,16 +125,22 @@ fn a_cache_read_error_on_a_clean_hit_is_answered_from_the_backing() {
 
 #[test]
 fn failing_under_concurrent_io_never_panics_or_returns_stale_data() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let rig = Rig::new(512 << 10, 2 * MIB);
     let dev = Arc::new(rig.open(options(Mode::WriteBack)).unwrap());
+    // The threads run until told to stop, so the failure always lands in
+    // the middle of their I/O however fast the machine is.
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
-            let dev = dev.clone();
+            let (dev, stop, done) = (dev.clone(), stop.clone(), done.clone());
             std::thread::spawn(move || {
                 // Each thread owns every fourth 4 KiB block.
                 let mut mine = std::collections::HashMap::new();
                 let mut stale = 0;
-                for i in 0..2000u64 {
+                let mut i = 0u64;
+                while !stop.load(Ordering::SeqCst) {
                     let block = (i * 7919 % 128) * 4 + t;
                     let off = block * 4096;
                     if i % 2 == 0 {
@@ -150,14 +156,24 @@ fn failing_under_concurrent_io_never_panics_or_returns_stale_data() {
                             stale += 1;
                         }
                     }
+                    i += 1;
+                    done.fetch_add(1, Ordering::SeqCst);
                 }
                 stale
             })
         })
         .collect();
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    let wait_for = |n: u64| {
+        let target = done.load(Ordering::SeqCst) + n;
+        while done.load(Ordering::SeqCst) < target {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
+    wait_for(2000);
     rig.cache.set_fail_reads(true);
     rig.cache.set_fail_writes(true);
+    wait_for(2000);
+    stop.store(true, Ordering::SeqCst);
     let stale: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
     assert_eq!(stale, 0);
     assert!(matches!(dev.status().health, Health::Failed { .. }));
