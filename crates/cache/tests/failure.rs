@@ -143,7 +143,7 @@ fn failing_under_concurrent_io_never_panics_or_returns_stale_data() {
                 while !stop.load(Ordering::SeqCst) {
                     let block = (i * 7919 % 128) * 4 + t;
                     let off = block * 4096;
-                    if i % 2 == 0 {
+                    if i.is_multiple_of(2) {
                         let data = pattern(i * 4 + t, 4096);
                         if dev.write_at(&data, off, false).is_ok() {
                             mine.insert(block, data);
