@@ -21,6 +21,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
+use common::crash_model::{content, Model, PIECE};
 use common::free_port;
 use common::iscsi::{rw10_cdb, LoginParams, Session};
 use common::rng::Rng;
@@ -31,7 +32,6 @@ const ROUNDS: usize = 50;
 const BUDGET: Duration = Duration::from_secs(40);
 const BLOCK: u32 = 512;
 /// Writes and the model work in 4 KiB pieces over the first 8 MiB.
-const PIECE: usize = 4096;
 const REGION: usize = 8 << 20;
 const PIECES: usize = REGION / PIECE;
 
@@ -103,53 +103,6 @@ lun = 0
 device = "hdd_file"
 "#
     )
-}
-
-/// Per 4 KiB piece, the tag that is durable and the tags written since
-/// (acknowledged, or in flight when the kill came). Tag 0 is zeros.
-struct Model {
-    durable: Vec<u64>,
-    since: Vec<Vec<u64>>,
-    /// Per piece, where in `since` the last write answered GOOD is.
-    good: Vec<Option<usize>>,
-}
-
-impl Model {
-    fn new() -> Model {
-        Model {
-            durable: vec![0; PIECES],
-            since: vec![Vec::new(); PIECES],
-            good: vec![None; PIECES],
-        }
-    }
-
-    /// SYNCHRONIZE CACHE completed: every acknowledged write is durable.
-    fn synced(&mut self) {
-        for ((d, s), g) in self
-            .durable
-            .iter_mut()
-            .zip(&mut self.since)
-            .zip(&mut self.good)
-        {
-            if let Some(i) = g.take() {
-                *d = s[i];
-                s.drain(..=i);
-            }
-        }
-    }
-}
-
-/// A piece's content: its tag and its own index, repeated.
-fn content(tag: u64, piece: usize) -> Vec<u8> {
-    if tag == 0 {
-        return vec![0; PIECE];
-    }
-    let mut out = Vec::with_capacity(PIECE);
-    while out.len() < PIECE {
-        out.extend_from_slice(&tag.to_be_bytes());
-        out.extend_from_slice(&(piece as u64).to_be_bytes());
-    }
-    out
 }
 
 fn openarray(args: &[&str]) -> (bool, String) {
@@ -269,7 +222,7 @@ fn crash_rounds(cut: Cut) {
     let sock = dir.path().join("admin.sock");
     let sock = sock.to_str().expect("utf-8").to_string();
 
-    let mut model = Model::new();
+    let mut model = Model::new(PIECES);
     let mut tag = 0u64;
     let mut reverted = 0;
     let mut dirty_at_start = 0;

@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
+use common::crash_model::{content, Model, PIECE};
 use common::free_port;
 use common::iscsi::{LoginParams, Session};
 use common::rng::Rng;
@@ -37,8 +38,6 @@ const ROUNDS: usize = 50;
 /// Each test stops starting rounds after this long.
 const BUDGET: Duration = Duration::from_secs(40);
 const BLOCK: u32 = 512;
-/// Writes and the model work in 4 KiB pieces.
-const PIECE: usize = 4096;
 const VOLUME_BYTES: usize = 8 << 20;
 const PIECES: usize = VOLUME_BYTES / PIECE;
 const UNIT: usize = 64 << 10;
@@ -99,64 +98,6 @@ unit_size = "64K"
          [[target.lun]]\nlun = 1\ndevice = \"c\"\n"
     );
     text
-}
-
-/// What one LUN may hold: per 4 KiB piece, the tag that is durable and
-/// the tags written since (acknowledged, refused, or in flight when the
-/// kill came). Tag 0 is zeros.
-#[derive(Clone)]
-struct Model {
-    durable: Vec<u64>,
-    since: Vec<Vec<u64>>,
-    /// Per piece, where in `since` the last command answered with GOOD
-    /// status is: the one a SYNCHRONIZE CACHE makes durable. A write
-    /// answered with CHECK CONDITION (the pool out of space, say) stays a
-    /// possible content but never becomes the durable one.
-    good: Vec<Option<usize>>,
-}
-
-impl Model {
-    fn new() -> Model {
-        Model {
-            durable: vec![0; PIECES],
-            since: vec![Vec::new(); PIECES],
-            good: vec![None; PIECES],
-        }
-    }
-
-    /// The command that last pushed a tag for `piece` completed with GOOD.
-    fn acknowledged(&mut self, piece: usize) {
-        self.good[piece] = self.since[piece].len().checked_sub(1);
-    }
-
-    /// SYNCHRONIZE CACHE completed: every write acknowledged before it is
-    /// durable; writes refused after the last acknowledged one stay possible.
-    fn synced(&mut self) {
-        for ((d, s), g) in self
-            .durable
-            .iter_mut()
-            .zip(&mut self.since)
-            .zip(&mut self.good)
-        {
-            if let Some(i) = g.take() {
-                *d = s[i];
-                s.drain(..=i);
-            }
-        }
-    }
-}
-
-/// A piece's content: its tag and its own index, repeated.
-fn content(tag: u64, piece: usize) -> Vec<u8> {
-    if tag == 0 {
-        return vec![0; PIECE];
-    }
-    let mut out = Vec::with_capacity(PIECE);
-    while out.len() < PIECE {
-        out.extend_from_slice(&tag.to_be_bytes());
-        out.extend_from_slice(&(piece as u64).to_be_bytes());
-    }
-    out
 }
 
 fn openarray(args: &[&str]) -> (bool, String) {
@@ -442,7 +383,7 @@ fn crash_rounds(cut: Cut, device_size: &str) -> usize {
     let socket: PathBuf = dir.path().join("admin.sock");
     let sock = socket.to_str().expect("utf-8").to_string();
 
-    let mut models = [Model::new(), Model::new()];
+    let mut models = [Model::new(PIECES), Model::new(PIECES)];
     let mut tag = 0u64;
     let lineage = Arc::new(Mutex::new(Lineage::default()));
     let mut lost = 0;

@@ -18,6 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
+use common::crash_model::{content, Model, PIECE};
 use common::free_port;
 use common::iscsi::{LoginParams, Session};
 use common::rng::Rng;
@@ -32,7 +33,6 @@ const BUDGET: Duration = Duration::from_secs(25);
 /// many times, and two at once could pick the same one.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const BLOCK: u32 = 512;
-const PIECE: usize = 4096;
 /// The part of the LUN the workload writes.
 const SPAN: usize = 8 << 20;
 const PIECES: usize = SPAN / PIECE;
@@ -59,42 +59,6 @@ fn config(dir: &Path) -> String {
     }
     text += &format!("[[target]]\nname = \"{IQN}\"\n[[target.lun]]\nlun = 0\ndevice = \"r5\"\n");
     text
-}
-
-/// Per 4 KiB piece: the tag that is durable and the tags written since.
-struct Model {
-    durable: Vec<u64>,
-    since: Vec<Vec<u64>>,
-    /// Index in `since` of the last write answered GOOD.
-    good: Vec<Option<usize>>,
-}
-
-impl Model {
-    fn synced(&mut self) {
-        for ((d, s), g) in self
-            .durable
-            .iter_mut()
-            .zip(&mut self.since)
-            .zip(&mut self.good)
-        {
-            if let Some(i) = g.take() {
-                *d = s[i];
-                s.drain(..=i);
-            }
-        }
-    }
-}
-
-fn content(tag: u64, piece: usize) -> Vec<u8> {
-    if tag == 0 {
-        return vec![0; PIECE];
-    }
-    let mut out = Vec::with_capacity(PIECE);
-    while out.len() < PIECE {
-        out.extend_from_slice(&tag.to_be_bytes());
-        out.extend_from_slice(&(piece as u64).to_be_bytes());
-    }
-    out
 }
 
 fn openarray(socket: &Path, args: &[&str]) -> (bool, String) {
@@ -236,11 +200,7 @@ fn rounds(cut: Cut) {
     let cfg = dir.path().join("openarray.toml");
     std::fs::write(&cfg, config(dir.path())).expect("write config");
     let socket = dir.path().join("admin.sock");
-    let mut model = Model {
-        durable: vec![0; PIECES],
-        since: vec![Vec::new(); PIECES],
-        good: vec![None; PIECES],
-    };
+    let mut model = Model::new(PIECES);
     let (mut tag, mut torn) = (0u64, 0);
     let start = Instant::now();
     let mut round = 0;

@@ -14,6 +14,7 @@
 #![allow(dead_code)] // each test crate uses a different part of this
 
 pub mod admin;
+pub mod crash_model;
 pub mod iscsi;
 pub mod rng;
 pub mod verified_io;

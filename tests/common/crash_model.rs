@@ -1,0 +1,63 @@
+//! What a LUN under a crash test may hold, piece by piece: the tag that
+//! is durable and the tags written since (acknowledged, refused, or in
+//! flight when the kill came). Tag 0 is zeros. Shared by the pool, RAID
+//! and cache crash tests.
+
+/// Writes and the model work in 4 KiB pieces.
+pub const PIECE: usize = 4096;
+
+#[derive(Clone)]
+pub struct Model {
+    pub durable: Vec<u64>,
+    pub since: Vec<Vec<u64>>,
+    /// Per piece, where in `since` the last command answered with GOOD
+    /// status is: the one a SYNCHRONIZE CACHE makes durable. A write
+    /// answered with CHECK CONDITION stays a possible content but never
+    /// becomes the durable one.
+    pub good: Vec<Option<usize>>,
+}
+
+impl Model {
+    /// `pieces` pieces, all zeros and durable.
+    pub fn new(pieces: usize) -> Model {
+        Model {
+            durable: vec![0; pieces],
+            since: vec![Vec::new(); pieces],
+            good: vec![None; pieces],
+        }
+    }
+
+    /// The command that last pushed a tag for `piece` completed with GOOD.
+    pub fn acknowledged(&mut self, piece: usize) {
+        self.good[piece] = self.since[piece].len().checked_sub(1);
+    }
+
+    /// SYNCHRONIZE CACHE completed: every write acknowledged before it is
+    /// durable; writes refused after the last acknowledged one stay possible.
+    pub fn synced(&mut self) {
+        for ((d, s), g) in self
+            .durable
+            .iter_mut()
+            .zip(&mut self.since)
+            .zip(&mut self.good)
+        {
+            if let Some(i) = g.take() {
+                *d = s[i];
+                s.drain(..=i);
+            }
+        }
+    }
+}
+
+/// A piece's content: its tag and its own index, repeated.
+pub fn content(tag: u64, piece: usize) -> Vec<u8> {
+    if tag == 0 {
+        return vec![0; PIECE];
+    }
+    let mut out = Vec::with_capacity(PIECE);
+    while out.len() < PIECE {
+        out.extend_from_slice(&tag.to_be_bytes());
+        out.extend_from_slice(&(piece as u64).to_be_bytes());
+    }
+    out
+}
