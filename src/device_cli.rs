@@ -1,10 +1,74 @@
-//! `openarray device fault`, `openarray device rbd` and the device tree `device show` prints: the
-//! device graph as it runs, asked of the daemon.
+//! `openarray device ...`: the commands, `device fault` and `device rbd`, and
+//! the device tree `device show` prints: the device graph as it runs.
+
+use std::path::PathBuf;
 
 use clap::Subcommand;
 use serde_json::{json, Value};
 
 use crate::output::Format;
+
+/// `openarray device ...`: what each command asks.
+#[derive(Subcommand)]
+pub enum DeviceOp {
+    List {
+        #[command(flatten)]
+        format: Format,
+    },
+    /// Print the device's configuration, then the devices under it with
+    /// each one's state.
+    Show {
+        name: String,
+        #[command(flatten)]
+        format: Format,
+    },
+    /// Inject a fault into a `faulty` device, live.
+    Fault {
+        name: String,
+        #[command(subcommand)]
+        fault: crate::device_cli::FaultArg,
+    },
+    /// Snapshot, clone or grow the image of an `rbd` device, live.
+    Rbd {
+        name: String,
+        #[command(subcommand)]
+        op: crate::device_cli::RbdArg,
+    },
+    /// Add a device, e.g. `add vm1 --kind file --path /srv/vm1.img --size 10G`.
+    Add {
+        name: String,
+        /// file, mem, null or volume.
+        #[arg(long)]
+        kind: String,
+        /// For `file`: the file or block device.
+        #[arg(long)]
+        path: Option<PathBuf>,
+        /// Bytes, or with a unit: 512M, 10G.
+        #[arg(long)]
+        size: Option<String>,
+        /// Serve the device read-only to everyone.
+        #[arg(long)]
+        read_only: bool,
+        /// Any other key of [[device]], e.g. `--set block_size=4096`.
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = crate::edit_cli::setting)]
+        settings: Vec<(String, String)>,
+    },
+    /// Remove a device no LUN or NBD export serves any more.
+    Remove { name: String },
+    /// Change keys of [[device]]: `modify vm1 product_id=VM1 read_only=true`
+    /// (`KEY=` removes the key). Identity, read-only and write cache
+    /// change around the open device; a change that would replace its
+    /// data (a RAM device's size or block size, the kind, the file or
+    /// volume) is refused without --force.
+    Modify {
+        name: String,
+        #[arg(value_name = "KEY=VALUE", value_parser = crate::edit_cli::setting, required = true)]
+        settings: Vec<(String, String)>,
+        /// Accept losing the data the change replaces (said in the answer).
+        #[arg(long)]
+        force: bool,
+    },
+}
 
 /// A fault to inject into a `faulty` device.
 #[derive(Subcommand, Clone, Debug)]
