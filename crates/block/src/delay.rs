@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::wrapper::{Wrapped, Wrapper};
-use crate::{BlockDevice, Capabilities};
+use crate::{AtomicWrites, BlockDevice, Capabilities};
 
 /// The limits of a [`DelayDevice`], changeable live.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -110,6 +110,23 @@ impl Wrapper for Delay {
     fn flush(&self, child: &dyn BlockDevice) -> io::Result<()> {
         self.wait(0, false);
         child.flush()
+    }
+
+    /// A delay changes when a write happens, not what it leaves after a
+    /// crash: the child's atomic writes pass, slowed like any write.
+    fn atomic_writes(&self, child: &dyn BlockDevice) -> Option<AtomicWrites> {
+        child.atomic_writes()
+    }
+
+    fn write_atomic(
+        &self,
+        child: &dyn BlockDevice,
+        buf: &[u8],
+        offset: u64,
+        fua: bool,
+    ) -> io::Result<()> {
+        self.wait(buf.len() as u64, true);
+        child.write_atomic(buf, offset, fua)
     }
 
     fn discard(&self, child: &dyn BlockDevice, offset: u64, len: u64) -> io::Result<()> {

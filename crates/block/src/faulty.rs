@@ -16,7 +16,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::overlay::{Overlay, Pending};
 use crate::wrapper::{Wrapped, Wrapper};
-use crate::{check_range, Allocation, BlockDevice, Capabilities};
+use crate::{check_range, Allocation, AtomicWrites, BlockDevice, Capabilities};
 
 /// The faults of a [`FaultyDevice`], set live.
 #[derive(Default)]
@@ -200,6 +200,30 @@ impl Wrapper for Faults {
         Ok(())
     }
 
+    /// The child's atomic writes, written through: were one held in the
+    /// overlay, a flush would carry it to the child as plain writes, which
+    /// a crash of the child could tear. Written through, the overlay's
+    /// copy of the range is dropped, as a FUA write drops it.
+    fn atomic_writes(&self, child: &dyn BlockDevice) -> Option<AtomicWrites> {
+        child.atomic_writes()
+    }
+
+    fn write_atomic(
+        &self,
+        child: &dyn BlockDevice,
+        buf: &[u8],
+        offset: u64,
+        fua: bool,
+    ) -> io::Result<()> {
+        check_range(child.size(), offset, buf.len() as u64)?;
+        self.before_write()?;
+        let mut pending = self.pending.write();
+        child.write_atomic(buf, offset, fua)?;
+        pending.punch(offset, offset + buf.len() as u64);
+        self.rewritten(offset, buf.len() as u64);
+        Ok(())
+    }
+
     fn flush(&self, child: &dyn BlockDevice) -> io::Result<()> {
         self.before_write()?;
         let mut pending = self.pending.write();
@@ -328,6 +352,30 @@ mod tests {
         assert_eq!(&back[..256], &[0; 256]);
         assert_eq!(&back[256..768], &[4; 512]);
         assert_eq!(&back[768..], &[0; 256]);
+    }
+
+    #[test]
+    fn atomic_writes_go_through_to_a_child_that_has_them() {
+        let (mem, dev) = faulty(1 << 20);
+        assert_eq!(dev.atomic_writes(), mem.atomic_writes());
+        dev.write_at(&[3; 1024], 0, false).unwrap();
+        dev.write_atomic(&[6; 512], 256, false).unwrap();
+        assert_eq!(
+            read(mem.as_ref(), 256, 512),
+            vec![6; 512],
+            "written through"
+        );
+        dev.drop_unflushed();
+        let back = read(&dev, 0, 1024);
+        assert_eq!(&back[..256], &[0; 256]);
+        assert_eq!(&back[256..768], &[6; 512]);
+        dev.set_fail_writes(true);
+        assert!(dev.write_atomic(&[7; 512], 0, false).is_err());
+        assert_eq!(
+            read(mem.as_ref(), 0, 512)[..256],
+            [0; 256],
+            "nothing written"
+        );
     }
 
     #[test]

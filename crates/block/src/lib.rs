@@ -12,6 +12,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 mod aligned;
+mod atomic;
 mod delay;
 mod faulty;
 mod file;
@@ -25,6 +26,7 @@ mod uring;
 mod wrapper;
 
 pub use aligned::AlignedBuf;
+pub use atomic::{atomic_unsupported, AtomicWrites};
 pub use delay::{Delay, DelayDevice, DelayLimits};
 pub use faulty::{Faults, FaultyDevice};
 pub use file::{FileDevice, FileOptions};
@@ -177,6 +179,24 @@ pub trait BlockDevice: Send + Sync {
 
     /// Make every completed write stable.
     fn flush(&self) -> io::Result<()>;
+
+    /// The writes this device makes all or nothing across a crash: after
+    /// a power cut during [`BlockDevice::write_atomic`] (or before the
+    /// next flush, without FUA) the range reads entirely as before or
+    /// entirely as written. `None`: it cannot.
+    fn atomic_writes(&self) -> Option<AtomicWrites> {
+        None
+    }
+
+    /// Write `buf` at `offset` all or nothing across a crash, within
+    /// [`BlockDevice::atomic_writes`]. Like `write_at` otherwise: with
+    /// `fua`, stable before it returns; without, as stable as other
+    /// writes after the next flush. Concurrent I/O to the range is the
+    /// caller's to keep out.
+    fn write_atomic(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        let _ = (buf, offset, fua);
+        Err(atomic_unsupported())
+    }
 
     /// Give back the space of a range; content afterwards is zeros when
     /// `discard_zeroes`, otherwise unspecified.

@@ -6,7 +6,7 @@ use std::io;
 
 use parking_lot::RwLock;
 
-use crate::{check_range, Allocation, BlockDevice, Capabilities};
+use crate::{check_range, Allocation, AtomicWrites, BlockDevice, Capabilities};
 
 /// Allocation unit. Small enough that scattered writes stay cheap, large
 /// enough that the chunk table stays small.
@@ -175,6 +175,15 @@ impl BlockDevice for MemDevice {
             Allocation::Deallocated
         };
         Ok((state, extent))
+    }
+
+    /// Nothing of it survives a crash, so no write can be torn by one.
+    fn atomic_writes(&self) -> Option<AtomicWrites> {
+        Some(AtomicWrites::up_to(u64::MAX))
+    }
+
+    fn write_atomic(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        self.write_at(buf, offset, fua)
     }
 
     fn capabilities(&self) -> Capabilities {

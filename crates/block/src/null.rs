@@ -3,7 +3,7 @@
 
 use std::io;
 
-use crate::{check_range, BlockDevice, Capabilities};
+use crate::{check_range, AtomicWrites, BlockDevice, Capabilities};
 
 pub struct NullDevice {
     size: u64,
@@ -40,6 +40,15 @@ impl BlockDevice for NullDevice {
 
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         check_range(self.size, offset, len)
+    }
+
+    /// It keeps nothing, so no crash can tear what it keeps.
+    fn atomic_writes(&self) -> Option<AtomicWrites> {
+        Some(AtomicWrites::up_to(u64::MAX))
+    }
+
+    fn write_atomic(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        self.write_at(buf, offset, fua)
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -16,8 +16,8 @@ use std::io;
 use std::sync::Arc;
 
 use crate::{
-    write_joined, Allocation, BatchRead, BlockDevice, Capabilities, DirectRead, MappedBytes,
-    MemoryMap,
+    atomic_unsupported, write_joined, Allocation, AtomicWrites, BatchRead, BlockDevice,
+    Capabilities, DirectRead, MappedBytes, MemoryMap,
 };
 
 /// Which of its child's fast paths a wrapper lets a transport use.
@@ -95,6 +95,25 @@ pub trait Wrapper: Send + Sync + 'static {
 
     fn flush(&self, child: &dyn BlockDevice) -> io::Result<()> {
         child.flush()
+    }
+
+    /// Atomic writes: none unless the wrapper says it keeps them so. The
+    /// child's alone would let a write skip whatever this wrapper does to
+    /// writes, so forwarding is a choice each wrapper makes.
+    fn atomic_writes(&self, child: &dyn BlockDevice) -> Option<AtomicWrites> {
+        let _ = child;
+        None
+    }
+
+    fn write_atomic(
+        &self,
+        child: &dyn BlockDevice,
+        buf: &[u8],
+        offset: u64,
+        fua: bool,
+    ) -> io::Result<()> {
+        let _ = (child, buf, offset, fua);
+        Err(atomic_unsupported())
     }
 
     fn discard(&self, child: &dyn BlockDevice, offset: u64, len: u64) -> io::Result<()> {
@@ -203,6 +222,14 @@ impl<W: Wrapper> BlockDevice for Wrapped<W> {
 
     fn flush(&self) -> io::Result<()> {
         self.wrapper.flush(&*self.child)
+    }
+
+    fn atomic_writes(&self) -> Option<AtomicWrites> {
+        self.wrapper.atomic_writes(&*self.child)
+    }
+
+    fn write_atomic(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        self.wrapper.write_atomic(&*self.child, buf, offset, fua)
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
@@ -318,6 +345,17 @@ mod tests {
         assert!(counting.direct_read(0, 4096).is_none());
         let transparent = Wrapped::over(file, Transparent);
         assert!(transparent.memory_file().is_some());
+    }
+
+    #[test]
+    fn a_wrapper_offers_no_atomic_writes_unless_it_says_so() {
+        let mem: Arc<dyn BlockDevice> = Arc::new(crate::MemDevice::new(1 << 20));
+        assert!(mem.atomic_writes().is_some());
+        let counting = Wrapped::over(mem, Counting::default());
+        assert_eq!(counting.atomic_writes(), None);
+        let err = counting.write_atomic(b"ab", 0, false).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::Unsupported);
+        assert_eq!(counting.0.load(std::sync::atomic::Ordering::Relaxed), 0);
     }
 
     #[test]

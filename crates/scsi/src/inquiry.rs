@@ -202,9 +202,7 @@ impl LogicalUnit {
             );
         }
         put64(&mut d[..], 36, max);
-        if self.atomic_writes() {
-            put32(&mut d[..], 44, max as u32);
-        }
+        self.put_atomic_limits(&mut d[..]);
     }
 
     pub(crate) fn read_capacity_10(&self, ctx: &Ctx<'_>) -> Outcome {

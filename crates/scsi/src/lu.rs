@@ -293,13 +293,6 @@ impl LogicalUnit {
         self.thin() && self.caps.discard_zeroes
     }
 
-    /// WRITE ATOMIC is offered where a write cannot be torn: nothing of a
-    /// device that keeps no data across a crash survives one, and within a
-    /// run the exclusive range lock keeps every other access out.
-    pub(crate) fn atomic_writes(&self) -> bool {
-        !self.caps.may_block && !self.caps.volatile_cache
-    }
-
     /// The device's preferred granularity in logical blocks (1 when it has
     /// none, or one that is not a power-of-two multiple of the block size).
     pub(crate) fn granularity_blocks(&self) -> u64 {
@@ -325,7 +318,7 @@ impl LogicalUnit {
         match c.needs {
             Needs::Nothing => true,
             Needs::Provisioning => self.thin(),
-            Needs::Atomic => self.atomic_writes(),
+            Needs::Atomic => self.atomic_limits().is_some(),
             Needs::Sanitize | Needs::SanitizeOverwrite => true,
             Needs::SanitizeBlockErase => self.thin(),
         }

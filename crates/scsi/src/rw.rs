@@ -1,5 +1,5 @@
 //! Medium access: READ, WRITE, VERIFY, WRITE AND VERIFY, ORWRITE,
-//! COMPARE AND WRITE, WRITE ATOMIC, PRE-FETCH, SYNCHRONIZE CACHE.
+//! COMPARE AND WRITE, PRE-FETCH, SYNCHRONIZE CACHE (WRITE ATOMIC: atomic.rs).
 
 use block::BatchRead;
 use scsi_api::{status, FileRegion, HeldData, ScsiResponse};
@@ -374,24 +374,6 @@ impl LogicalUnit {
             return Err(Sense::miscompare(at as u64).into());
         }
         self.write_locked(new, e.lba, fua_of(cdb))?;
-        Ok(ScsiResponse::good())
-    }
-
-    pub(crate) fn write_atomic(&self, ctx: &Ctx<'_>) -> Outcome {
-        let cdb = ctx.cdb();
-        let e = extent(cdb);
-        self.check_transfer(&e)?;
-        self.check_writable(ctx)?;
-        if e.blocks == 0 {
-            return Ok(ScsiResponse::good());
-        }
-        let len = (e.blocks * u64::from(self.block_size)) as usize;
-        // All or nothing: a short transfer cannot be written atomically.
-        let Some(data) = ctx.cmd.data_out.get(..len) else {
-            return Err(Sense::illegal(asc::INVALID_FIELD_IN_INFORMATION_UNIT).into());
-        };
-        let _guard = self.locks.lock(e.lba, e.blocks, true);
-        self.write_locked(data, e.lba, fua_of(cdb))?;
         Ok(ScsiResponse::good())
     }
 
