@@ -13,6 +13,7 @@
 //! durable, and a unit the committed state still shares is never written in
 //! place, so after a crash every committed volume reads what it held.
 
+mod atomic;
 mod backend;
 mod check;
 mod layout;
@@ -27,8 +28,11 @@ mod usage;
 mod volume;
 
 #[cfg(test)]
+mod atomic_tests;
+#[cfg(test)]
 mod tests;
 
+pub use atomic::MAX_ATOMIC_BYTES;
 pub use backend::DeviceBackend;
 pub use check::CheckReport;
 pub use pool::{MetadataLocation, Pool, PoolSpace, DEFAULT_UNIT_SIZE};

@@ -6,7 +6,7 @@
 use std::io;
 use std::sync::Arc;
 
-use block::{Allocation, BlockDevice, Capabilities, MappedBytes};
+use block::{Allocation, AtomicWrites, BlockDevice, Capabilities, MappedBytes};
 
 use crate::pool::Pool;
 use crate::record::VolumeKind;
@@ -20,16 +20,16 @@ pub struct VolumeDevice {
 }
 
 /// The piece of an I/O that falls in one virtual unit.
-struct Piece {
-    vunit: u64,
+pub(crate) struct Piece {
+    pub vunit: u64,
     /// Offset inside the unit.
-    within: u64,
+    pub within: u64,
     /// Offset inside the caller's buffer.
-    at: usize,
-    len: usize,
+    pub at: usize,
+    pub len: usize,
 }
 
-fn pieces(unit_size: u64, offset: u64, len: u64) -> impl Iterator<Item = Piece> {
+pub(crate) fn pieces(unit_size: u64, offset: u64, len: u64) -> impl Iterator<Item = Piece> {
     let mut pos = offset;
     let end = offset + len;
     std::iter::from_fn(move || {
@@ -59,7 +59,7 @@ enum InPlace {
     Shared,
 }
 
-fn gone() -> io::Error {
+pub(crate) fn gone() -> io::Error {
     io::Error::new(io::ErrorKind::NotFound, "the volume was deleted")
 }
 
@@ -76,7 +76,15 @@ impl VolumeDevice {
         &self.pool
     }
 
-    fn check(&self, offset: u64, len: u64) -> io::Result<()> {
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    pub(crate) fn check(&self, offset: u64, len: u64) -> io::Result<()> {
         let size = self.size();
         match offset.checked_add(len) {
             Some(end) if end <= size => Ok(()),
@@ -300,6 +308,15 @@ impl BlockDevice for VolumeDevice {
 
     fn flush(&self) -> io::Result<()> {
         self.pool.flush()
+    }
+
+    /// By redirect-on-write (atomic.rs).
+    fn atomic_writes(&self) -> Option<AtomicWrites> {
+        self.atomic_limits()
+    }
+
+    fn write_atomic(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        self.write_redirected(buf, offset, fua)
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
