@@ -461,8 +461,8 @@ fn a_snapshot_shared_unit_of_a_file_pool_is_copied_in_the_kernel() {
 /// A RAM device whose next read, once armed, stops after reading: it says
 /// so and waits to be let go, so a test can act while a copy-on-write
 /// holds the bytes it copied.
-struct PausingReads {
-    pause: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
+pub(crate) struct PausingReads {
+    pub pause: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
 }
 
 impl block::Wrapper for PausingReads {
