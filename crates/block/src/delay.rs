@@ -159,6 +159,24 @@ mod tests {
     }
 
     #[test]
+    fn the_childs_atomic_writes_pass_slowed() {
+        let dev = delayed(DelayLimits {
+            latency: Duration::from_millis(20),
+            ..Default::default()
+        });
+        assert_eq!(
+            dev.atomic_writes(),
+            Some(crate::AtomicWrites::up_to(u64::MAX))
+        );
+        let start = Instant::now();
+        dev.write_atomic(&[7; 512], 512, true).unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        let mut back = [0; 512];
+        dev.read_at(&mut back, 512).unwrap();
+        assert_eq!(back, [7; 512]);
+    }
+
+    #[test]
     fn latency_is_added_to_every_call() {
         let dev = delayed(DelayLimits {
             latency: Duration::from_millis(20),
