@@ -25,11 +25,13 @@
 //!   of a device shares (one range lock, one write-cache policy).
 
 mod access;
+mod batched;
 mod config;
 mod exports;
 mod frontend;
 mod handshake;
 mod ops;
+mod outbox;
 pub mod proto;
 mod reply;
 mod server;

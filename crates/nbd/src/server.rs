@@ -385,11 +385,11 @@ impl Server {
         let ended = match link {
             Link::Plain(stream) => {
                 let (r, w) = split(stream);
-                transmission::transmit(r, w, negotiated, i.shared.clone(), stop, end).await
+                transmission::transmit(r, w, negotiated, i.shared.clone(), true, stop, end).await
             }
             Link::Tls(secure) => {
                 let (r, w) = tokio::io::split(*secure);
-                transmission::transmit(r, w, negotiated, i.shared.clone(), stop, end).await
+                transmission::transmit(r, w, negotiated, i.shared.clone(), false, stop, end).await
             }
         };
         drop(registered);
