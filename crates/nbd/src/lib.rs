@@ -32,6 +32,7 @@ mod frontend;
 mod handshake;
 mod ops;
 mod outbox;
+mod placement;
 pub mod proto;
 mod reply;
 mod server;
