@@ -6,9 +6,9 @@
 //! thread hop per request. A read of a device that offers its file's
 //! pages is sent from them, without copying it into a buffer first.
 //!
-//! Memory stays bounded: the input buffer holds at most one request with
-//! its payload beyond its usual size, and requests are taken only while
-//! less than [`OUT_HIGH`] bytes of replies wait to be written.
+//! Memory stays bounded: the input buffer holds at most [`INPUT_KEPT`]
+//! bytes, or one largest request, and requests are taken only while less
+//! than [`OUT_HIGH`] bytes of replies wait to be written.
 
 use std::future::poll_fn;
 use std::io::{self, IoSlice};
@@ -32,6 +32,12 @@ use crate::wire::{self, Agreed, Command, Framing, RequestHeader};
 
 /// What the input buffer holds when no request needs more.
 const READ_BUFFER: usize = 256 * 1024;
+
+/// Up to this size, an input buffer grown for large requests is kept for
+/// the next ones: allocating and faulting in a MiB per 1 MiB write would
+/// cost more than the write, and a buffer of several requests seldom has
+/// to move a partial one to its start.
+const INPUT_KEPT: usize = 8 << 20;
 
 /// Replies waiting beyond this stop the taking of requests until the
 /// client reads them.
@@ -65,7 +71,7 @@ impl Input {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
-            if self.buf.len() > READ_BUFFER {
+            if self.buf.len() > INPUT_KEPT {
                 self.buf.truncate(READ_BUFFER);
                 self.buf.shrink_to_fit();
             }
@@ -80,7 +86,7 @@ impl Input {
             self.start = 0;
         }
         if self.buf.len() < need {
-            self.buf.resize(need, 0);
+            self.buf.resize(need.max((4 * need).min(INPUT_KEPT)), 0);
         }
     }
 
@@ -405,5 +411,38 @@ impl Answerer<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receive(input: &mut Input, bytes: &[u8]) {
+        input.buf[input.end..input.end + bytes.len()].copy_from_slice(bytes);
+        input.end += bytes.len();
+    }
+
+    #[test]
+    fn the_input_keeps_a_partial_request_and_grows_for_a_large_one() {
+        let mut input = Input::new();
+        receive(&mut input, &[1; 100]);
+        input.consume(60);
+        // A request of 1 MiB whose first 40 bytes are here: they move to
+        // the start and the buffer grows past what it needs.
+        input.make_room(1 << 20);
+        assert_eq!(input.pending(), &[1; 40]);
+        assert_eq!(input.start, 0);
+        assert!(input.buf.len() >= 4 << 20);
+        input.consume(40);
+        assert!(
+            input.buf.len() >= 4 << 20,
+            "kept for the next large request"
+        );
+        // One beyond what is kept is given back once taken.
+        input.make_room(INPUT_KEPT + 1);
+        receive(&mut input, &[2; 10]);
+        input.consume(10);
+        assert_eq!(input.buf.len(), READ_BUFFER);
     }
 }

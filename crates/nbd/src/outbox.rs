@@ -21,7 +21,7 @@ enum Run {
 
 /// A scratch buffer grown past this is given back once emptied, so that
 /// one large read does not keep its memory for the connection's life.
-const SCRATCH_KEPT: usize = 1 << 20;
+const SCRATCH_KEPT: usize = 8 << 20;
 
 #[derive(Default)]
 pub(crate) struct Outbox {
