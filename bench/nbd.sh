@@ -6,7 +6,10 @@
 #   - 4K randread and randwrite at QD 1, 32 and 128,
 #   - 1M sequential read and write at QD 8,
 # with IOPS and the server's CPU time per I/O (utime+stime of the server
-# process, all threads, from /proc/PID/stat before and after each run).
+# process, all threads, from /proc/PID/stat before and after each run), and
+# fio's own CPU use (usr+sys, as fio reports it per job) to tell a client
+# at its limit. One loopback TCP stream (iperf3) measured in the same run
+# is the bound the 1M rows are held against.
 #
 # fio's nbd engine runs one libnbd thread per job, which saturates a core
 # near 80K IOPS on this kind of machine: one-job rows measure the client as
@@ -44,8 +47,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for tool in fio qemu-nbd nbdkit nbdinfo; do
-    command -v "$tool" >/dev/null || apt_install fio qemu-utils nbdkit libnbd-bin
+for tool in fio qemu-nbd nbdkit nbdinfo iperf3; do
+    command -v "$tool" >/dev/null || apt_install fio qemu-utils nbdkit libnbd-bin iperf3
 done
 fio --enghelp=nbd >/dev/null 2>&1 || die "this fio has no nbd engine"
 
@@ -105,22 +108,39 @@ EOF
     nbdinfo --size "nbd://127.0.0.1:$port/d" >/dev/null || die "$name does not serve export d"
 }
 
-# One fio run: prints "iops|us_per_io|MiB/s".
+# One loopback TCP stream for SECONDS_PER_RUN: prints its MiB/s.
+tcp_stream() {
+    local port pid mibs
+    port=$(free_port)
+    # Not `-1`: the readiness probe is a client too.
+    iperf3 -s -B 127.0.0.1 -p "$port" >"$WORK/iperf-server.log" 2>&1 &
+    pid=$!
+    wait_for_port "$port" "$pid" iperf3
+    iperf3 -c 127.0.0.1 -p "$port" -t "$SECONDS_PER_RUN" -J >"$WORK/iperf.json" 2>"$WORK/iperf.err" ||
+        { stop_process "$pid"; log "iperf3 failed: $(cat "$WORK/iperf.err")"; echo n/a; return; }
+    stop_process "$pid"
+    mibs=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8 / 2**20))' "$WORK/iperf.json")
+    echo "$mibs"
+}
+
+# One fio run: prints "iops|us_per_io|MiB/s|client CPU %".
 run_fio() {
-    local port=$1 rw=$2 bs=$3 qd=$4 jobs=$5 out before after iops bw
+    local port=$1 rw=$2 bs=$3 qd=$4 jobs=$5 out before after iops bw client
     before=$(cpu_ticks "$SERVER_PID")
     out=$(fio --name=nbd --ioengine=nbd --uri="nbd://127.0.0.1:$port/d" --rw="$rw" \
         --bs="$bs" --iodepth="$qd" --numjobs="$jobs" --size="${SIZE_MIB}M" \
         --time_based --runtime="$SECONDS_PER_RUN" --ramp_time=1 --group_reporting \
-        --output-format=terse 2>"$WORK/fio.err") || { log "fio failed: $(cat "$WORK/fio.err")"; echo "n/a|n/a|n/a"; return; }
+        --output-format=terse 2>"$WORK/fio.err") || { log "fio failed: $(cat "$WORK/fio.err")"; echo "n/a|n/a|n/a|n/a"; return; }
     after=$(cpu_ticks "$SERVER_PID")
     # Terse v3 (the one line with its 130 fields; fio may print notes
     # before it): field 8 read IOPS, 7 read KiB/s; 49 write IOPS, 48 write
     # KiB/s.
     iops=$(awk -F';' 'NF > 100 {printf "%d", $8 + $49}' <<<"$out")
+    # Fields 88 and 89: the job's usr and sys CPU, in percent.
+    client=$(awk -F';' 'NF > 100 {printf "%d", $88 + $89}' <<<"$out")
     bw=$(awk -F';' 'NF > 100 {printf "%d", ($7 + $48) / 1024}' <<<"$out")
     # The ramp second is in the CPU time but not in the IOPS: count it.
-    echo "$iops|$(us_per_io "$((after - before))" "$((iops * (SECONDS_PER_RUN + 1)))")|$bw"
+    echo "$iops|$(us_per_io "$((after - before))" "$((iops * (SECONDS_PER_RUN + 1)))")|$bw|$client"
 }
 
 ROWS=()
@@ -130,6 +150,9 @@ done
 ROWS+=("read 1M 8" "write 1M 8")
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+log "one loopback TCP stream (iperf3)"
+TCP_MIBS=$(tcp_stream)
+log "TCP stream: $TCP_MIBS MiB/s"
 declare -A RESULT
 for server in $SERVERS; do
     port=$(free_port)
@@ -153,8 +176,11 @@ done
     echo "($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), ${SECONDS_PER_RUN} s per row"
     echo "after a 1 s ramp; fio $(fio --version | sed 's/fio-//') with its nbd engine (libnbd),"
     echo "$(qemu-nbd --version | head -1), $(nbdkit --version | head -1)."
-    echo "IOPS (MiB/s for the 1M rows) and the server's CPU time per I/O in µs"
-    echo "(all its threads). One job is one connection and one libnbd thread,"
+    echo "IOPS (MiB/s for the 1M rows), the server's CPU time per I/O in µs"
+    echo "(all its threads) and fio's CPU use (usr+sys % per job, \"fio %\")."
+    echo "One loopback TCP stream (iperf3, same run, ${SECONDS_PER_RUN} s): $TCP_MIBS MiB/s;"
+    echo "the last column holds the 1M rows against it."
+    echo "One job is one connection and one libnbd thread,"
     echo "which caps near a core's worth of client work; two jobs, two of each."
     echo "qemu-nbd runs \`--cache=writeback --aio=io_uring --shared=16\` (tmpfs"
     echo "refuses the O_DIRECT of \`--cache=none\`); nbdkit the file plugin with"
@@ -162,31 +188,32 @@ done
     echo "before the runs: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)."
     echo
     printf '| workload | jobs |'
-    for server in $SERVERS; do printf ' %s | µs/IO |' "$server"; done
-    echo " openarray / best peer |"
+    for server in $SERVERS; do printf ' %s | µs/IO | fio %% |' "$server"; done
+    echo " openarray / best peer | openarray / TCP stream |"
     printf '| --- | --- |'
-    for _ in $SERVERS; do printf ' ---: | ---: |'; done
-    echo " ---: |"
+    for _ in $SERVERS; do printf ' ---: | ---: | ---: |'; done
+    echo " ---: | ---: |"
     for row in "${ROWS[@]}"; do
         read -r rw bs qd <<<"$row"
         for jobs in $JOBS; do
             printf '| %s %s QD%s | %s |' "$rw" "$bs" "$qd" "$jobs"
             best=0
             for server in $SERVERS; do
-                IFS='|' read -r iops us bw <<<"${RESULT["$server|$row|$jobs"]}"
+                IFS='|' read -r iops us bw client <<<"${RESULT["$server|$row|$jobs"]}"
                 figure=$iops
                 [ "$bs" = 4k ] || figure="$bw MiB/s"
-                printf ' %s | %s |' "$figure" "$us"
+                printf ' %s | %s | %s |' "$figure" "$us" "$client"
                 value=$iops
                 [ "$bs" = 4k ] || value=$bw
                 if [ "$server" != openarray ] && [[ "$value" =~ ^[0-9]+$ ]] && [ "$value" -gt "$best" ]; then
                     best=$value
                 fi
             done
-            IFS='|' read -r iops _ bw <<<"${RESULT["openarray|$row|$jobs"]:-n/a|n/a|n/a}"
+            IFS='|' read -r iops _ bw _ <<<"${RESULT["openarray|$row|$jobs"]:-n/a|n/a|n/a|n/a}"
             mine=$iops
-            [ "$bs" = 4k ] || mine=$bw
-            echo " $(ratio "$mine" "$best") |"
+            stream=-
+            [ "$bs" = 4k ] || { mine=$bw; stream=$(ratio "$bw" "$TCP_MIBS"); }
+            echo " $(ratio "$mine" "$best") | $stream |"
         done
     done
 } >"$BENCH_OUT"

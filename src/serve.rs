@@ -213,7 +213,7 @@ async fn serve(
     let server = iscsi::Server::with_connection_runtimes(
         runtime.options.clone(),
         targets,
-        connection_runtimes,
+        connection_runtimes.clone(),
     );
     runtime
         .stats
@@ -224,6 +224,7 @@ async fn serve(
         .stats
         .add_source(Arc::new(crate::pool_metrics::PoolSamples));
     let mut nbd = NbdFrontend::new(&current.config, &runtime.exports)?;
+    nbd.server.set_connection_runtimes(connection_runtimes);
     // The built-in default's NBD address may be held by another daemon;
     // an address of a file or of --nbd-listen must be served.
     let nbd_listen = NbdListen {

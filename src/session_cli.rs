@@ -1,5 +1,6 @@
-//! `openarray session list|show|kill`: the live iSCSI sessions of a
-//! running daemon (`/v1/sessions`).
+//! `openarray session list|show|kill`: the live sessions of a running
+//! daemon (`/v1/sessions`): iSCSI sessions, and NBD connections beside
+//! them.
 
 use std::process::ExitCode;
 
@@ -10,7 +11,8 @@ use crate::api_client::{call, ApiArgs, Endpoint};
 
 #[derive(Subcommand)]
 pub enum SessionCommand {
-    /// Every logged-in session: initiator, target, addresses, login time.
+    /// Every session: transport, initiator, target or NBD export,
+    /// addresses, login time.
     List {
         /// The API's JSON instead of a table.
         #[arg(long)]
@@ -19,7 +21,7 @@ pub enum SessionCommand {
     /// One session: negotiated parameters, LUNs and reservations.
     Show {
         /// The session's id (the `ID` column of `session list`).
-        id: u64,
+        id: String,
         #[arg(long)]
         json: bool,
     },
@@ -39,10 +41,34 @@ fn text(v: &Value) -> String {
 /// `session list` as a table.
 fn table(sessions: &[Value]) -> String {
     let mut out = format!(
-        "{:>4} {:>5} {:<40} {:<40} {:<21} {:<21} {:<20} {}\n",
-        "ID", "TSIH", "INITIATOR", "TARGET", "PEER", "PORTAL", "LOGIN (UTC)", "LUNS USED"
+        "{:>6} {:<9} {:>5} {:<40} {:<40} {:<21} {:<21} {:<20} {}\n",
+        "ID",
+        "TRANSPORT",
+        "TSIH",
+        "INITIATOR",
+        "TARGET / EXPORT",
+        "PEER",
+        "PORTAL",
+        "LOGIN (UTC)",
+        "LUNS USED"
     );
     for s in sessions {
+        if s["transport"] == "nbd" {
+            let line = format!(
+                "{:>6} {:<9} {:>5} {:<40} {:<40} {:<21} {:<21} {:<20} -",
+                text(&s["id"]),
+                "nbd",
+                "-",
+                "-",
+                text(&s["export"]),
+                text(&s["peer"]),
+                "-",
+                text(&s["login_time"]),
+            );
+            out.push_str(&line);
+            out.push('\n');
+            continue;
+        }
         let mut initiator = text(&s["initiator"]);
         if let Some(alias) = s["initiator_alias"].as_str() {
             initiator = format!("{initiator} ({alias})");
@@ -56,8 +82,9 @@ fn table(sessions: &[Value]) -> String {
             .map(|a| a.iter().map(text).collect())
             .unwrap_or_default();
         let mut line = format!(
-            "{:>4} {:>5} {:<40} {:<40} {:<21} {:<21} {:<20} {}",
+            "{:>6} {:<9} {:>5} {:<40} {:<40} {:<21} {:<21} {:<20} {}",
             text(&s["id"]),
+            "iscsi",
             text(&s["tsih"]),
             initiator,
             target,
@@ -83,6 +110,22 @@ fn table(sessions: &[Value]) -> String {
 fn details(s: &Value) -> String {
     let mut out = String::new();
     let mut put = |k: &str, v: String| out.push_str(&format!("{k:<26}{v}\n"));
+    if s["transport"] == "nbd" {
+        for key in [
+            "id",
+            "transport",
+            "export",
+            "peer",
+            "tls",
+            "structured_replies",
+            "extended_headers",
+            "login_time",
+            "connected_seconds",
+        ] {
+            put(&format!("{key}:"), text(&s[key]));
+        }
+        return out;
+    }
     for key in [
         "id",
         "tsih",
@@ -216,9 +259,15 @@ mod tests {
                    "target": null, "peer": "127.0.0.1:4001", "portal": "127.0.0.1:3260",
                    "login_time": "2026-11-25T17:00:01Z", "luns_used": []}),
         ];
-        let t = table(&sessions);
+        let nbd = json!({"id": "nbd-0", "transport": "nbd", "export": "vm1",
+                         "peer": "127.0.0.1", "login_time": "2026-11-25T17:00:02Z"});
+        let t = table(&[sessions[0].clone(), sessions[1].clone(), nbd]);
         let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines.len(), 3);
+        assert_eq!(lines.len(), 4);
+        assert!(lines[1].contains(" iscsi "));
+        assert!(
+            lines[3].contains("nbd-0") && lines[3].contains(" nbd ") && lines[3].contains("vm1")
+        );
         assert!(lines[1].contains("iqn.a (host a)") && lines[1].contains("0,5"));
         assert!(lines[1].ends_with("(logging out)"));
         assert!(lines[2].contains("(discovery)") && lines[2].ends_with('-'));

@@ -436,7 +436,7 @@ device = "stable"
 }
 
 #[test]
-fn one_device_on_iscsi_and_nbd_is_one_device() {
+fn one_device_on_iscsi_and_nbd_is_one_device_and_both_sessions_are_listed() {
     let s = Served::start(&format!(
         r#"
 [[device]]
@@ -468,6 +468,52 @@ device = "shared"
         0
     );
     assert_eq!(iscsi.read10(0, 200, 16, 512).unwrap(), via_nbd);
+
+    // Both sessions are listed, each with its transport.
+    let listed: serde_json::Value = serde_json::from_str(&s.get("/v1/sessions")).unwrap();
+    let sessions = listed["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 2, "{listed}");
+    assert_eq!(sessions[0]["transport"], "iscsi");
+    assert_eq!(sessions[0]["target"], IQN);
+    let on_nbd = &sessions[1];
+    assert_eq!(on_nbd["transport"], "nbd", "{listed}");
+    assert_eq!(on_nbd["export"], "shared");
+    assert_eq!(on_nbd["peer"], "127.0.0.1");
+    assert_eq!(on_nbd["structured_replies"], true);
+    let id = on_nbd["id"].as_str().unwrap();
+    let shown: serde_json::Value =
+        serde_json::from_str(&s.get(&format!("/v1/sessions/{id}"))).unwrap();
+    assert_eq!(shown["export"], "shared");
+    let table = s.daemon.ok(&["session", "list"]);
+    let row = table.lines().find(|l| l.contains(" nbd ")).expect(&table);
+    assert!(
+        row.contains(id) && row.contains("shared") && row.contains("127.0.0.1"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains(" iscsi ") && l.contains(IQN)),
+        "{table}"
+    );
+    let details = s.daemon.ok(&["session", "show", id]);
+    assert!(
+        details.contains("export:") && details.contains("shared"),
+        "{details}"
+    );
+    // Once the NBD client leaves, only the iSCSI session is listed.
+    nbd.request(CMD_DISC, 0, 3, 0, 0, &[]);
+    drop(nbd);
+    let mut left = 0;
+    for _ in 0..100 {
+        let listed: serde_json::Value = serde_json::from_str(&s.get("/v1/sessions")).unwrap();
+        left = listed["sessions"].as_array().unwrap().len();
+        if left == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(left, 1);
     iscsi.logout().unwrap();
 }
 

@@ -1,12 +1,15 @@
-//! The live iSCSI sessions of the administration API.
+//! The live sessions of the administration API: iSCSI sessions, and NBD
+//! connections in transmission beside them (`"transport": "nbd"`, ids
+//! `nbd-N`).
 //!
 //! | request | answer |
 //! | --- | --- |
-//! | `GET /v1/sessions` | `{"sessions": [session]}` |
-//! | `GET /v1/sessions/{id}` | the session |
+//! | `GET /v1/sessions` | `{"sessions": [session]}`, iSCSI ones first |
+//! | `GET /v1/sessions/{id}` | the session (`nbd-N` for an NBD one) |
 //! | `POST /v1/sessions/{id}/logout` | asks the session to log out (Async Message), closing it if it has not after the logout timeout; `{"id", "logout_requested": true, "logout_timeout_seconds"}` |
 //!
-//! Unknown ids answer 404.
+//! Unknown ids answer 404. An NBD session ends when its export is removed
+//! or changed, not by logout.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -26,13 +29,21 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str) -> Option<(u16, Val
     Some(match (method, parts.as_slice()) {
         ("GET", []) => {
             let now = SystemTime::now();
-            let list: Vec<Value> = admin
-                .server
-                .sessions()
+            let iscsi = admin.server.sessions();
+            let nbd = admin.nbd.sessions();
+            let list: Vec<Value> = iscsi
                 .iter()
                 .map(|s| session_json(s, now))
+                .chain(nbd.iter().map(|s| nbd_session_json(s, now)))
                 .collect();
             (200, json!({ "sessions": list }))
+        }
+        ("GET", [n]) if n.starts_with(NBD_PREFIX) => {
+            let wanted = n[NBD_PREFIX.len()..].parse::<u64>().ok();
+            match admin.nbd.sessions().iter().find(|s| Some(s.id) == wanted) {
+                Some(s) => (200, nbd_session_json(s, SystemTime::now())),
+                None => error(404, format!("no session {n}")),
+            }
         }
         ("GET", [n]) => match id(n).and_then(|n| admin.server.session(n)) {
             Some(s) => (200, session_json(&s, SystemTime::now())),
@@ -51,6 +62,26 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str) -> Option<(u16, Val
         },
         (_, [] | [_] | [_, "logout"]) => error(405, "method not allowed"),
         _ => error(404, format!("no such resource {path}")),
+    })
+}
+
+/// What an NBD session's id starts with, apart from iSCSI ones.
+const NBD_PREFIX: &str = "nbd-";
+
+/// One NBD connection in transmission as the API shows it.
+pub(crate) fn nbd_session_json(s: &nbd::Session, now: SystemTime) -> Value {
+    let since = s.since.duration_since(UNIX_EPOCH).unwrap_or_default();
+    json!({
+        "id": format!("{NBD_PREFIX}{}", s.id),
+        "transport": "nbd",
+        "peer": s.peer,
+        "export": s.export,
+        "tls": s.tls,
+        "structured_replies": s.structured_replies,
+        "extended_headers": s.extended_headers,
+        "login_time": utc(since.as_secs()),
+        "login_time_unix": since.as_secs(),
+        "connected_seconds": now.duration_since(s.since).unwrap_or_default().as_secs(),
     })
 }
 
@@ -86,6 +117,7 @@ pub(crate) fn session_json(s: &SessionInfo, now: SystemTime) -> Value {
     let first = s.connections.first();
     json!({
         "id": s.id,
+        "transport": "iscsi",
         "tsih": s.tsih,
         "isid": hex(&s.isid),
         "initiator": s.initiator,

@@ -7,10 +7,14 @@
 //! - `handshake`: fixed-newstyle negotiation (GO, INFO, LIST, ABORT,
 //!   EXPORT_NAME, STARTTLS, structured replies, extended headers,
 //!   metadata contexts with `base:allocation`, block size constraints);
-//! - `transmission`: many requests in flight per connection, run on the
-//!   device (on blocking threads where it may block) and answered as each
+//! - `transmission`: many requests in flight per connection, run on
+//!   blocking threads where the device may block and answered as each
 //!   finishes, with the bytes in flight bounded per connection and a
 //!   deadline on every write to the client;
+//! - `batched` (with `outbox`): where the device never blocks, every
+//!   complete request of a socket read run on the spot and all their
+//!   replies sent with one `writev`, reads from the file's pages;
+//! - `placement`: connections spread over one-worker runtimes;
 //! - `ops`: the device work of each command: holes found through
 //!   `allocation()` become hole chunks and block status extents; a flush
 //!   flushes the device, so it covers writes of every connection
@@ -25,11 +29,14 @@
 //!   of a device shares (one range lock, one write-cache policy).
 
 mod access;
+mod batched;
 mod config;
 mod exports;
 mod frontend;
 mod handshake;
 mod ops;
+mod outbox;
+mod placement;
 pub mod proto;
 mod reply;
 mod server;

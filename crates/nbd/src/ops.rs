@@ -85,6 +85,11 @@ fn reads_split_at_holes(device: &dyn BlockDevice, len: usize) -> bool {
     len >= SPARSE_READ_MIN && holes_read_zero(device) && device.memory_file().is_none()
 }
 
+/// Whether a read of `len` bytes of `device` goes out as one run of data.
+pub(crate) fn reads_whole(device: &dyn BlockDevice, len: usize, shape: ReadShape) -> bool {
+    shape == ReadShape::Whole || !reads_split_at_holes(device, len)
+}
+
 /// Whether a deallocated range of this device reads as zeros.
 fn holes_read_zero(device: &dyn BlockDevice) -> bool {
     let caps = device.capabilities();
@@ -247,7 +252,7 @@ fn read(device: &dyn BlockDevice, offset: u64, len: usize, shape: ReadShape) -> 
         };
     }
     let mut buf = vec![0; len];
-    if shape == ReadShape::Whole || !reads_split_at_holes(device, len) {
+    if reads_whole(device, len, shape) {
         return match device.read_at(&mut buf, offset) {
             Ok(()) => Outcome::Read {
                 buf,

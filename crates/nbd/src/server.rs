@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use peer_limits::{EventLog, PreLoginBudget};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -18,6 +18,7 @@ use crate::access::Peer;
 use crate::config::ListenAddr;
 use crate::exports::{Export, ExportCounters, ExportStats, ExportTable};
 use crate::handshake::{self, HandshakeError, Negotiated, Offer, Step};
+use crate::placement::Placement;
 use crate::sessions::{Session, Sessions};
 use crate::tls::Tls;
 use crate::transmission::{self, Shared};
@@ -92,6 +93,7 @@ struct Inner {
     source_full: EventLog,
     server_full: EventLog,
     connection_slots: Arc<Semaphore>,
+    placement: Placement,
 }
 
 /// An NBD server: its exports, listeners and connections. Cheap to clone;
@@ -136,6 +138,7 @@ impl Server {
                 source_full: EventLog::new(EVENT_LOG_INTERVAL),
                 server_full: EventLog::new(EVENT_LOG_INTERVAL),
                 connection_slots: Arc::new(Semaphore::new(max_connections)),
+                placement: Placement::default(),
             }),
         }
     }
@@ -160,6 +163,13 @@ impl Server {
     pub fn end_refused_sessions(&self) -> usize {
         let i = &self.inner;
         i.sessions.end_changed(&i.exports.list())
+    }
+
+    /// Serves connections accepted from now on on these runtimes (the
+    /// least loaded for each) instead of the listener's; best with one
+    /// worker thread each (`placement` says why).
+    pub fn set_connection_runtimes(&self, handles: Vec<tokio::runtime::Handle>) {
+        self.inner.placement.set(handles);
     }
 
     /// Connections in transmission now.
@@ -233,12 +243,14 @@ impl Server {
             };
             let _ = stream.set_nodelay(true);
             let server = self.clone();
-            tokio::spawn(async move {
-                let peer = Peer::Ip(addr.ip());
-                server
-                    .connection(stream, peer, addr.ip(), |s| s.into_split())
-                    .await;
-            });
+            self.inner
+                .placement
+                .spawn(stream, move |stream: TcpStream| async move {
+                    let peer = Peer::Ip(addr.ip());
+                    server
+                        .connection(stream, peer, addr.ip(), |s| s.into_split())
+                        .await;
+                });
         }
     }
 
@@ -258,11 +270,13 @@ impl Server {
                 },
             };
             let server = self.clone();
-            tokio::spawn(async move {
-                server
-                    .connection(stream, Peer::Unix, UNIX_SOURCE, |s| s.into_split())
-                    .await;
-            });
+            self.inner
+                .placement
+                .spawn(stream, move |stream: UnixStream| async move {
+                    server
+                        .connection(stream, Peer::Unix, UNIX_SOURCE, |s| s.into_split())
+                        .await;
+                });
         }
     }
 
@@ -385,11 +399,11 @@ impl Server {
         let ended = match link {
             Link::Plain(stream) => {
                 let (r, w) = split(stream);
-                transmission::transmit(r, w, negotiated, i.shared.clone(), stop, end).await
+                transmission::transmit(r, w, negotiated, i.shared.clone(), true, stop, end).await
             }
             Link::Tls(secure) => {
                 let (r, w) = tokio::io::split(*secure);
-                transmission::transmit(r, w, negotiated, i.shared.clone(), stop, end).await
+                transmission::transmit(r, w, negotiated, i.shared.clone(), false, stop, end).await
             }
         };
         drop(registered);

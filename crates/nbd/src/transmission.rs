@@ -1,5 +1,7 @@
-//! The transmission phase of one connection: requests read in order,
-//! run concurrently on the device, answered as each finishes.
+//! The transmission phase of one connection over a device that may
+//! block: requests read in order, run concurrently on blocking threads,
+//! answered as each finishes. Devices that never block are served by
+//! [`crate::batched`] instead.
 
 use std::io;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use peer_limits::{write_deadline, OutgoingBudget};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 
+use crate::batched;
 use crate::exports::ExportCounters;
 use crate::handshake::Negotiated;
 use crate::ops::{self, Outcome, ReadShape};
@@ -46,7 +49,7 @@ pub(crate) struct Ended {
     pub protocol: bool,
 }
 
-fn gone(reason: String) -> Ended {
+pub(crate) fn gone(reason: String) -> Ended {
     Ended {
         reason,
         protocol: false,
@@ -60,6 +63,7 @@ pub(crate) async fn transmit<R, W>(
     writer: W,
     negotiated: Negotiated,
     shared: Arc<Shared>,
+    zero_copy: bool,
     mut shutdown: watch::Receiver<bool>,
     end: Arc<Notify>,
 ) -> Result<(), Ended>
@@ -67,12 +71,15 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    if !negotiated.served.export.device().capabilities().may_block {
+        let deadline = shared.limits.write_deadline;
+        return batched::transmit(
+            reader, writer, negotiated, deadline, zero_copy, shutdown, &end,
+        )
+        .await;
+    }
     let Negotiated { served, agreed } = negotiated;
-    let framing = match (agreed.extended, agreed.structured) {
-        (true, _) => Framing::Extended,
-        (false, true) => Framing::Structured,
-        _ => Framing::Simple,
-    };
+    let framing = Framing::of(&agreed);
     let budget = Arc::new(OutgoingBudget::new(shared.limits.in_flight_bytes));
     let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
     let writer_failed = Arc::new(Notify::new());
@@ -84,7 +91,6 @@ where
         shared.limits.write_deadline,
     ));
     let backing = served.export.backing.clone();
-    let blocking = backing.device().capabilities().may_block;
     let counters = served.counters.clone();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let header_len = wire::request_header_len(agreed.extended);
@@ -170,19 +176,15 @@ where
             let parts = reply::encode(framing, answering, outcome);
             let _ = tx.send(Outgoing { parts, cost: taken });
         };
-        if blocking {
-            // Waiting here for a free device thread holds back reading
-            // further requests, as a full pool should.
-            let Ok(slot) = shared.device_slots.clone().acquire_owned().await else {
-                break Ok(());
-            };
-            tokio::task::spawn_blocking(move || {
-                answer();
-                drop(slot);
-            });
-        } else {
-            tokio::spawn(async move { answer() });
-        }
+        // Waiting here for a free device thread holds back reading
+        // further requests, as a full pool should.
+        let Ok(slot) = shared.device_slots.clone().acquire_owned().await else {
+            break Ok(());
+        };
+        tokio::task::spawn_blocking(move || {
+            answer();
+            drop(slot);
+        });
     };
     // Requests still running hold senders; the writer ends once they
     // have all answered.
@@ -199,7 +201,12 @@ where
 
 /// Runs a command, a panic in the device becoming an I/O error for this
 /// request instead of a reply that never comes.
-fn run_guarded(backing: &Backing, cmd: Command, payload: &[u8], shape: ReadShape) -> Outcome {
+pub(crate) fn run_guarded(
+    backing: &Backing,
+    cmd: Command,
+    payload: &[u8],
+    shape: ReadShape,
+) -> Outcome {
     let run = std::panic::AssertUnwindSafe(|| ops::run_on(backing, cmd, payload, shape));
     std::panic::catch_unwind(run).unwrap_or_else(|_| Outcome::Failed {
         error: crate::proto::EIO,
@@ -207,7 +214,7 @@ fn run_guarded(backing: &Backing, cmd: Command, payload: &[u8], shape: ReadShape
     })
 }
 
-fn count(c: &ExportCounters, cmd: Command, outcome: &Outcome) {
+pub(crate) fn count(c: &ExportCounters, cmd: Command, outcome: &Outcome) {
     if matches!(outcome, Outcome::Failed { .. }) {
         ExportCounters::add(&c.errors, 1);
         return;

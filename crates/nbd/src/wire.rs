@@ -453,13 +453,29 @@ pub enum Framing {
     Extended,
 }
 
+impl Framing {
+    /// The framing negotiation agreed on.
+    pub fn of(agreed: &Agreed) -> Framing {
+        match (agreed.extended, agreed.structured) {
+            (true, _) => Framing::Extended,
+            (false, true) => Framing::Structured,
+            _ => Framing::Simple,
+        }
+    }
+}
+
 /// A simple reply header.
 pub fn simple_reply(error: u32, cookie: u64) -> Vec<u8> {
     let mut b = Vec::with_capacity(16);
+    put_simple_reply(&mut b, error, cookie);
+    b
+}
+
+/// [`simple_reply`] appended to `b`.
+pub fn put_simple_reply(b: &mut Vec<u8>, error: u32, cookie: u64) {
     b.extend_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
     b.extend_from_slice(&error.to_be_bytes());
     b.extend_from_slice(&cookie.to_be_bytes());
-    b
 }
 
 /// The header of one reply chunk, structured (20 bytes) or extended (32
@@ -473,6 +489,28 @@ pub fn chunk_header(
     payload: u64,
 ) -> Vec<u8> {
     let mut b = Vec::with_capacity(32 + 16);
+    put_chunk_header(
+        &mut b,
+        extended,
+        flags,
+        kind,
+        cookie,
+        request_offset,
+        payload,
+    );
+    b
+}
+
+/// [`chunk_header`] appended to `b`.
+pub fn put_chunk_header(
+    b: &mut Vec<u8>,
+    extended: bool,
+    flags: u16,
+    kind: u16,
+    cookie: u64,
+    request_offset: u64,
+    payload: u64,
+) {
     let magic = if extended {
         EXTENDED_REPLY_MAGIC
     } else {
@@ -488,7 +526,6 @@ pub fn chunk_header(
     } else {
         b.extend_from_slice(&(payload as u32).to_be_bytes());
     }
-    b
 }
 
 /// NBD_REPLY_TYPE_ERROR payload: the error and a message for a human.

@@ -1,0 +1,448 @@
+//! Transmission for devices that never block (memory, a file on tmpfs):
+//! one task per connection reads what the client sent, runs every
+//! complete request in it on the spot, and sends all their replies with
+//! one `writev`. With many requests in flight that is a few system calls
+//! per batch instead of several per request, and no task, channel or
+//! thread hop per request. A read of a device that offers its file's
+//! pages is sent from them, without copying it into a buffer first.
+//!
+//! Memory stays bounded: the input buffer holds at most [`INPUT_KEPT`]
+//! bytes, or one largest request, and requests are taken only while less
+//! than [`OUT_HIGH`] bytes of replies wait to be written.
+
+use std::future::poll_fn;
+use std::io::{self, IoSlice};
+use std::pin::{pin, Pin};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use export::Backing;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::exports::ExportCounters;
+use crate::handshake::Negotiated;
+use crate::ops::{self, Outcome, ReadShape};
+use crate::outbox::Outbox;
+use crate::proto::*;
+use crate::reply::{self, Answering};
+use crate::transmission::{count, gone, run_guarded, Ended};
+use crate::wire::{self, Agreed, Command, Framing, RequestHeader};
+
+/// What the input buffer holds when no request needs more.
+const READ_BUFFER: usize = 256 * 1024;
+
+/// Up to this size, an input buffer grown for large requests is kept for
+/// the next ones: allocating and faulting in a MiB per 1 MiB write would
+/// cost more than the write, and a buffer of several requests seldom has
+/// to move a partial one to its start.
+const INPUT_KEPT: usize = 8 << 20;
+
+/// Replies waiting beyond this stop the taking of requests until the
+/// client reads them.
+const OUT_HIGH: usize = 8 << 20;
+
+/// Byte runs handed to one `writev` (IOV_MAX is 1024).
+const SLOTS: usize = 256;
+
+/// Bytes received and not yet taken as requests.
+struct Input {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Input {
+    fn new() -> Input {
+        Input {
+            buf: vec![0; READ_BUFFER],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    fn pending(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if self.buf.len() > INPUT_KEPT {
+                self.buf.truncate(READ_BUFFER);
+                self.buf.shrink_to_fit();
+            }
+        }
+    }
+
+    /// Makes room for a request of `need` bytes from the first pending one.
+    fn make_room(&mut self, need: usize) {
+        if self.start > 0 && (self.buf.len() - self.start < need || self.end == self.buf.len()) {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() < need {
+            self.buf.resize(need.max((4 * need).min(INPUT_KEPT)), 0);
+        }
+    }
+
+    fn has_space(&self) -> bool {
+        self.end < self.buf.len()
+    }
+}
+
+/// What one wait for the socket brought.
+enum Event {
+    Progress,
+    Eof,
+    ReadFailed(io::Error),
+    WriteFailed(io::Error),
+    /// Shutdown, or the session is to end.
+    Stop,
+    /// No reply bytes could be written for the write deadline.
+    Stalled,
+}
+
+/// How requests are answered on this connection.
+struct Answerer<'a> {
+    backing: &'a Backing,
+    counters: &'a ExportCounters,
+    agreed: &'a Agreed,
+    framing: Framing,
+    /// Whether reply bytes may come from the device file's pages: only
+    /// where the kernel reads them (a plain socket), as a page gone from
+    /// under the mapping faults in user space (TLS would encrypt there).
+    zero_copy: bool,
+}
+
+pub(crate) async fn transmit<R, W>(
+    mut reader: R,
+    mut writer: W,
+    negotiated: Negotiated,
+    write_deadline: Duration,
+    zero_copy: bool,
+    mut shutdown: watch::Receiver<bool>,
+    end: &Notify,
+) -> Result<(), Ended>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let Negotiated { served, agreed } = negotiated;
+    let answerer = Answerer {
+        backing: &served.export.backing,
+        counters: &served.counters,
+        agreed: &agreed,
+        framing: Framing::of(&agreed),
+        zero_copy,
+    };
+    let header_len = wire::request_header_len(agreed.extended);
+    let mut input = Input::new();
+    let mut out = Outbox::default();
+    let mut stop = pin!(async move {
+        let _ = shutdown.wait_for(|s| *s).await;
+    });
+    let mut ending = pin!(end.notified());
+    // Set once no more requests are taken: how the connection ends.
+    let mut closing: Option<Result<(), Ended>> = None;
+    loop {
+        while closing.is_none() && out.queued() < OUT_HIGH {
+            let pending = input.pending();
+            if pending.len() < header_len {
+                input.make_room(header_len);
+                break;
+            }
+            let h = match wire::decode_request(
+                &pending[..header_len],
+                agreed.extended,
+                agreed.max_payload,
+            ) {
+                Ok(h) => h,
+                Err(e) => {
+                    closing = Some(Err(Ended {
+                        reason: format!("malformed request: {e}"),
+                        protocol: true,
+                    }));
+                    break;
+                }
+            };
+            let whole = header_len + h.payload_len(agreed.extended) as usize;
+            if pending.len() < whole {
+                input.make_room(whole);
+                break;
+            }
+            let disconnect = answerer.answer(&h, &pending[header_len..whole], &mut out);
+            input.consume(whole);
+            if disconnect {
+                closing = Some(Ok(()));
+            }
+        }
+        if closing.is_some() && out.queued() == 0 && !out.unflushed() {
+            break;
+        }
+        let want_read = closing.is_none() && input.has_space();
+        let writing = out.queued() > 0;
+        let stalled_at = Instant::now() + write_deadline;
+        let io = poll_fn(|cx| {
+            poll_io(
+                cx,
+                &mut reader,
+                &mut writer,
+                &mut out,
+                &mut input,
+                want_read,
+            )
+        });
+        let event = tokio::select! {
+            biased;
+            e = io => e,
+            _ = &mut stop, if closing.is_none() => Event::Stop,
+            _ = &mut ending, if closing.is_none() => Event::Stop,
+            _ = tokio::time::sleep_until(stalled_at), if writing => Event::Stalled,
+        };
+        match event {
+            Event::Progress => {}
+            Event::Stop => closing = Some(Ok(())),
+            Event::Eof => {
+                return Err(gone(
+                    "the client closed the connection without NBD_CMD_DISC".into(),
+                ))
+            }
+            Event::ReadFailed(e) => return Err(gone(format!("reading a request: {e}"))),
+            Event::WriteFailed(e) => {
+                return match closing {
+                    Some(Err(why)) => Err(why),
+                    _ => Err(gone(format!("writing replies: {e}"))),
+                }
+            }
+            Event::Stalled => return Err(gone("the client stopped reading replies".into())),
+        }
+    }
+    closing.unwrap_or(Ok(()))
+}
+
+/// Writes what it can of `out`, flushes the stream once all of it is
+/// written, and reads what it can into `input`: ready once any of that
+/// made progress.
+fn poll_io<R, W>(
+    cx: &mut Context<'_>,
+    reader: &mut R,
+    writer: &mut W,
+    out: &mut Outbox,
+    input: &mut Input,
+    want_read: bool,
+) -> Poll<Event>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut progress = false;
+    if out.queued() > 0 {
+        let mut slots = [IoSlice::new(&[]); SLOTS];
+        let n = out.slices(&mut slots);
+        match Pin::new(&mut *writer).poll_write_vectored(cx, &slots[..n]) {
+            Poll::Ready(Ok(0)) => {
+                return Poll::Ready(Event::WriteFailed(io::ErrorKind::WriteZero.into()))
+            }
+            Poll::Ready(Ok(written)) => {
+                out.advance(written);
+                progress = true;
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Event::WriteFailed(e)),
+            Poll::Pending => {}
+        }
+    }
+    if out.queued() == 0 && out.unflushed() {
+        match Pin::new(&mut *writer).poll_flush(cx) {
+            Poll::Ready(Ok(())) => {
+                out.flushed();
+                progress = true;
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Event::WriteFailed(e)),
+            Poll::Pending => {}
+        }
+    }
+    if want_read {
+        let mut space = ReadBuf::new(&mut input.buf[input.end..]);
+        match Pin::new(&mut *reader).poll_read(cx, &mut space) {
+            Poll::Ready(Ok(())) => {
+                let n = space.filled().len();
+                if n == 0 {
+                    return Poll::Ready(Event::Eof);
+                }
+                input.end += n;
+                progress = true;
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Event::ReadFailed(e)),
+            Poll::Pending => {}
+        }
+    }
+    if progress {
+        Poll::Ready(Event::Progress)
+    } else {
+        Poll::Pending
+    }
+}
+
+impl Answerer<'_> {
+    /// Runs request `h` with its `payload` and queues its reply; true for
+    /// NBD_CMD_DISC, which has none.
+    fn answer(&self, h: &RequestHeader, payload: &[u8], out: &mut Outbox) -> bool {
+        let req = Answering {
+            cookie: h.cookie,
+            offset: h.offset,
+        };
+        let cmd = match wire::check_request(h, self.agreed) {
+            Ok(Command::Disconnect) => return true,
+            Ok(cmd) => cmd,
+            Err(refused) => {
+                ExportCounters::add(&self.counters.errors, 1);
+                let outcome = Outcome::Failed {
+                    error: refused.error,
+                    message: refused.why.to_string(),
+                };
+                self.queue(req, outcome, out);
+                return false;
+            }
+        };
+        let shape = match (self.framing, cmd) {
+            (Framing::Simple, _) | (_, Command::Read { df: true, .. }) => ReadShape::Whole,
+            _ => ReadShape::Sparse,
+        };
+        if let Command::Read { offset, len, .. } = cmd {
+            let len = len as usize;
+            if len > 0 && ops::reads_whole(&**self.backing.device(), len, shape) {
+                let outcome = self.read_whole(req, offset, len, out);
+                count(self.counters, cmd, &outcome);
+                if !matches!(outcome, Outcome::Done) {
+                    self.queue(req, outcome, out);
+                }
+                return false;
+            }
+        }
+        let outcome = run_guarded(self.backing, cmd, payload, shape);
+        count(self.counters, cmd, &outcome);
+        self.queue(req, outcome, out);
+        false
+    }
+
+    /// Queues the reply of `outcome`; `Done` straight into the scratch
+    /// buffer, the rest as the reply module frames it.
+    fn queue(&self, req: Answering, outcome: Outcome, out: &mut Outbox) {
+        if let Outcome::Done = outcome {
+            let mark = out.mark();
+            let b = out.scratch();
+            match self.framing {
+                Framing::Simple => wire::put_simple_reply(b, 0, req.cookie),
+                f => wire::put_chunk_header(
+                    b,
+                    f == Framing::Extended,
+                    REPLY_FLAG_DONE,
+                    REPLY_TYPE_NONE,
+                    req.cookie,
+                    req.offset,
+                    0,
+                ),
+            }
+            out.commit(mark);
+            return;
+        }
+        for part in reply::encode(self.framing, req, outcome) {
+            out.push_owned(part);
+        }
+    }
+
+    /// A read answered as one run of data, from the file's pages where
+    /// the device offers them, otherwise read into the scratch buffer.
+    /// `Done` once its reply is queued.
+    fn read_whole(&self, req: Answering, offset: u64, len: usize, out: &mut Outbox) -> Outcome {
+        let device = self.backing.device();
+        // Held like every transport's read (a COMPARE AND WRITE of these
+        // bytes cannot interleave with taking them).
+        let _held = self.backing.locks.lock(offset, len as u64, false);
+        let mark = out.mark();
+        let b = out.scratch();
+        match self.framing {
+            Framing::Simple => wire::put_simple_reply(b, 0, req.cookie),
+            f => {
+                wire::put_chunk_header(
+                    b,
+                    f == Framing::Extended,
+                    REPLY_FLAG_DONE,
+                    REPLY_TYPE_OFFSET_DATA,
+                    req.cookie,
+                    req.offset,
+                    8 + len as u64,
+                );
+                b.extend_from_slice(&offset.to_be_bytes());
+            }
+        }
+        if self.zero_copy {
+            if let Some(bytes) = device.mapped_bytes(offset, len) {
+                out.commit(mark);
+                out.push_mapped(bytes);
+                return Outcome::Done;
+            }
+        }
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            device.read_at(out.scratch_space(len), offset)
+        }));
+        match read {
+            Ok(Ok(())) => {
+                out.commit(mark);
+                Outcome::Done
+            }
+            Ok(Err(e)) => {
+                out.undo(mark);
+                Outcome::Failed {
+                    error: ops::errno(&e),
+                    message: e.to_string(),
+                }
+            }
+            Err(_) => {
+                out.undo(mark);
+                Outcome::Failed {
+                    error: EIO,
+                    message: "the device call failed".into(),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receive(input: &mut Input, bytes: &[u8]) {
+        input.buf[input.end..input.end + bytes.len()].copy_from_slice(bytes);
+        input.end += bytes.len();
+    }
+
+    #[test]
+    fn the_input_keeps_a_partial_request_and_grows_for_a_large_one() {
+        let mut input = Input::new();
+        receive(&mut input, &[1; 100]);
+        input.consume(60);
+        // A request of 1 MiB whose first 40 bytes are here: they move to
+        // the start and the buffer grows past what it needs.
+        input.make_room(1 << 20);
+        assert_eq!(input.pending(), &[1; 40]);
+        assert_eq!(input.start, 0);
+        assert!(input.buf.len() >= 4 << 20);
+        input.consume(40);
+        assert!(
+            input.buf.len() >= 4 << 20,
+            "kept for the next large request"
+        );
+        // One beyond what is kept is given back once taken.
+        input.make_room(INPUT_KEPT + 1);
+        receive(&mut input, &[2; 10]);
+        input.consume(10);
+        assert_eq!(input.buf.len(), READ_BUFFER);
+    }
+}
