@@ -1,0 +1,120 @@
+//! The mark a write-back cache leaves on its backing: the last
+//! [`LABEL_BYTES`] of the backing (which the cache does not expose) say
+//! whether writes not yet written back live on a cache device, and on
+//! which one (its format's random instance number).
+//!
+//! The mark survives the loss of the cache device, which the cache's own
+//! metadata cannot: a restart that finds the backing marked but not that
+//! cache device (missing, blank, replaced, failed) refuses to serve the
+//! backing, whose blocks may be older than what was acknowledged, instead
+//! of serving them as if nothing happened. bcache keeps the same fact in
+//! the backing's superblock.
+//!
+//! The mark is set, on stable storage, before the first write lands dirty
+//! on the cache, and cleared once everything is written back (a full
+//! flush, leaving write-back, detach, or a clean stop with nothing dirty).
+
+use std::io;
+
+use block::BlockDevice;
+
+/// Bytes at the end of the backing that hold the mark.
+pub const LABEL_BYTES: u64 = 4096;
+const MAGIC: &[u8; 8] = b"OACDIRTY";
+const MAX_NAME: usize = 512;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Label {
+    /// Writes not yet written back live on the cache device `instance`.
+    pub dirty: bool,
+    /// The format instance of the cache device that holds them.
+    pub instance: u64,
+    /// That cache device, as it described itself, for messages.
+    pub cache: String,
+}
+
+impl Label {
+    fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; LABEL_BYTES as usize];
+        b[..8].copy_from_slice(MAGIC);
+        let name = &self.cache.as_bytes()[..self.cache.len().min(MAX_NAME)];
+        b[12..20].copy_from_slice(&(self.dirty as u64).to_le_bytes());
+        b[20..28].copy_from_slice(&self.instance.to_le_bytes());
+        b[28..36].copy_from_slice(&(name.len() as u64).to_le_bytes());
+        b[36..36 + name.len()].copy_from_slice(name);
+        let crc = crc32c::crc32c(&b[12..]);
+        b[8..12].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// `None` unless `b` is an intact label.
+    fn decode(b: &[u8]) -> Option<Label> {
+        if b.len() < LABEL_BYTES as usize || &b[..8] != MAGIC {
+            return None;
+        }
+        let crc = u32::from_le_bytes(b[8..12].try_into().ok()?);
+        if crc != crc32c::crc32c(&b[12..LABEL_BYTES as usize]) {
+            return None;
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+        let len = (u64_at(28) as usize).min(MAX_NAME);
+        Some(Label {
+            dirty: u64_at(12) != 0,
+            instance: u64_at(20),
+            cache: String::from_utf8_lossy(&b[36..36 + len]).into_owned(),
+        })
+    }
+}
+
+/// The bytes of the backing the cache exposes: all but the label.
+pub fn exposed_size(backing: &dyn BlockDevice) -> io::Result<u64> {
+    backing
+        .size()
+        .checked_sub(LABEL_BYTES)
+        .filter(|n| *n > 0)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is too small to be a backing", backing.describe()),
+            )
+        })
+}
+
+/// The backing's label; `None` when it has none (never cached in
+/// write-back, or formatted before the label existed).
+pub fn read(backing: &dyn BlockDevice) -> io::Result<Option<Label>> {
+    let mut b = vec![0u8; LABEL_BYTES as usize];
+    backing.read_at(&mut b, exposed_size(backing)?)?;
+    Ok(Label::decode(&b))
+}
+
+/// Writes the label, stable before returning.
+pub fn write(backing: &dyn BlockDevice, label: &Label) -> io::Result<()> {
+    backing.write_at(&label.encode(), exposed_size(backing)?, false)?;
+    backing.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use block::MemDevice;
+
+    #[test]
+    fn a_label_reads_back_and_anything_else_is_none() {
+        let dev = MemDevice::new(1 << 20);
+        assert_eq!(read(&dev).unwrap(), None);
+        let label = Label {
+            dirty: true,
+            instance: 42,
+            cache: "file(/ssd)".into(),
+        };
+        write(&dev, &label).unwrap();
+        assert_eq!(read(&dev).unwrap(), Some(label));
+        let mut torn = vec![0u8; 1];
+        dev.read_at(&mut torn, (1 << 20) - 100).unwrap();
+        dev.write_at(&[torn[0] ^ 1], (1 << 20) - 100, false)
+            .unwrap();
+        assert_eq!(read(&dev).unwrap(), None, "a damaged label is no label");
+        assert!(exposed_size(&MemDevice::new(4096)).is_err());
+    }
+}
