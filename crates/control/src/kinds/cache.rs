@@ -27,6 +27,7 @@ pub const KIND: Kind = Kind {
         "sequential_cutoff",
         "writeback_threshold",
         "writeback_rate",
+        "accept_lost_writes",
     ],
     parse,
 };
@@ -47,6 +48,9 @@ pub struct CacheSpec {
     pub writeback_threshold: u8,
     /// Most bytes a second written back in the background.
     pub writeback_rate: u64,
+    /// Open even when the cache device that holds writes not yet written
+    /// back is lost, giving those writes up (docs/cache.md).
+    pub accept_lost_writes: bool,
 }
 
 fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
@@ -87,6 +91,7 @@ fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
         .read("writeback_threshold", percent)
         .unwrap_or(defaults.dirty_threshold_percent);
     let writeback_rate = f.bytes("writeback_rate").unwrap_or(defaults.rate);
+    let accept_lost_writes = f.bool("accept_lost_writes").unwrap_or(false);
     let (cache, backing) = (cache?, backing?);
     if cache == backing {
         f.fail(
@@ -104,6 +109,7 @@ fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
         sequential_cutoff,
         writeback_threshold,
         writeback_rate,
+        accept_lost_writes,
     }))
 }
 
@@ -146,6 +152,8 @@ impl CacheSpec {
             sequential_cutoff: other.sequential_cutoff,
             writeback_threshold: other.writeback_threshold,
             writeback_rate: other.writeback_rate,
+            // Read by the next open only.
+            accept_lost_writes: other.accept_lost_writes,
             ..self.clone()
         }
     }
@@ -174,6 +182,7 @@ impl DeviceSpec for CacheSpec {
             line_size: self.block,
             sequential_cutoff: self.sequential_cutoff,
             writeback: self.writeback(),
+            accept_lost_writes: self.accept_lost_writes,
             ..CacheOptions::new(&self.backing)
         };
         let device = CacheDevice::open(cache.clone(), backing.clone(), options)
@@ -203,6 +212,7 @@ impl DeviceSpec for CacheSpec {
                 "writeback_rate",
                 format!("{}/s", render::size(self.writeback_rate)),
             ),
+            ("accept_lost_writes", self.accept_lost_writes.to_string()),
         ]
     }
 
@@ -307,6 +317,7 @@ mod tests {
             sequential_cutoff: DEFAULT_SEQUENTIAL_CUTOFF,
             writeback_threshold: 10,
             writeback_rate: 64 << 20,
+            accept_lost_writes: false,
         }
     }
 
