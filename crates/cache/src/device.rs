@@ -148,6 +148,12 @@ impl Inner {
             if let Some(mut meta) = self.meta.try_lock() {
                 let _ = self.write_superblock(&mut meta, false);
             }
+            // On the backing too, which outlives the cache device: a
+            // restart must not trust its table should it come back.
+            let marked = *self.backing_mark.read_recursive();
+            if let Err(e) = label::write(&*self.backing, &self.label(marked)) {
+                tracing::warn!("cache: recording the failure on the backing: {e}");
+            }
         }
     }
 
@@ -194,6 +200,7 @@ impl Inner {
     fn label(&self, dirty: bool) -> Label {
         Label {
             dirty,
+            failed: self.is_failed(),
             instance: self.instance,
             cache: self.cache.describe(),
         }
@@ -291,7 +298,8 @@ impl CacheDevice {
             failed: false,
             mode: options.mode,
         };
-        let mark = label::read(&*backing)?.filter(|l| l.dirty);
+        let on_backing = label::read(&*backing)?;
+        let mark = on_backing.clone().filter(|l| l.dirty);
         let found = match read_superblock(&*cache) {
             Ok(found) => found,
             Err(e) => {
@@ -307,7 +315,9 @@ impl CacheDevice {
         // what was acknowledged.
         let lost = mark.as_ref().and_then(|l| {
             let why = match &found {
-                Found::Superblock { sb, .. } if sb.instance == l.instance && !sb.failed => {
+                Found::Superblock { sb, .. }
+                    if sb.instance == l.instance && !sb.failed && !l.failed =>
+                {
                     return None
                 }
                 Found::Superblock { sb, .. } if sb.instance == l.instance => {
@@ -332,6 +342,22 @@ impl CacheDevice {
             if !other {
                 options.format = FormatPolicy::Always;
             }
+        }
+        // This cache device failed while in use, with nothing stranded on
+        // it: the backing has moved on since, so its copies are stale, and
+        // it is formatted anew (losing nothing).
+        let failed_clean = match (&found, &on_backing) {
+            (Found::Superblock { sb, .. }, Some(l)) if mark.is_none() => {
+                (sb.failed || l.failed && l.instance == sb.instance)
+                    && sb.backing_id == options.backing_id
+            }
+            (Found::Superblock { sb, .. }, None) => {
+                sb.failed && sb.backing_id == options.backing_id
+            }
+            _ => false,
+        };
+        if failed_clean {
+            options.format = FormatPolicy::Always;
         }
         if let Found::Superblock { sb, .. } = &found {
             if mark.is_none() && relined_clean(&*cache, sb, &options, exposed)? {
@@ -432,6 +458,16 @@ impl CacheDevice {
         });
         // From here on a stop without `close` is seen as unclean.
         inner.write_superblock(&mut inner.meta.lock(), false)?;
+        if failed_clean || on_backing.as_ref().is_some_and(|l| l.failed) && mark.is_none() {
+            label::write(&*inner.backing, &inner.label(false))?;
+        }
+        if failed_clean {
+            inner.event(format!(
+                "{} failed while in use before: formatted anew (nothing was left on it to \
+                 write back, and the backing has moved on since)",
+                inner.cache.describe()
+            ));
+        }
         if let Some((l, why)) = lost {
             inner.unmark_if_clean()?;
             inner.event(format!(
@@ -583,6 +619,8 @@ impl CacheDevice {
             inner.fail("attach", &e);
             return Err(e);
         }
+        let marked = *inner.backing_mark.read();
+        label::write(&*inner.backing, &inner.label(marked))?;
         inner.event("attached".into());
         Ok(())
     }

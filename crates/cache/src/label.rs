@@ -10,6 +10,12 @@
 //! of serving them as if nothing happened. bcache keeps the same fact in
 //! the backing's superblock.
 //!
+//! It also records that the cache device failed while in use (the backing
+//! is alive then): writes went to the backing alone from that moment, so
+//! the cached copies are stale should that device come back after a
+//! restart. With nothing left to write back it is then formatted anew;
+//! with writes stranded on it, it is refused like a lost one.
+//!
 //! The mark is set, on stable storage, before the first write lands dirty
 //! on the cache, and cleared once everything is written back (a full
 //! flush, leaving write-back, detach, or a clean stop with nothing dirty).
@@ -27,6 +33,9 @@ const MAX_NAME: usize = 512;
 pub struct Label {
     /// Writes not yet written back live on the cache device `instance`.
     pub dirty: bool,
+    /// The cache device `instance` failed while in use: the backing has
+    /// moved on without it, so its table is not to be trusted again.
+    pub failed: bool,
     /// The format instance of the cache device that holds them.
     pub instance: u64,
     /// That cache device, as it described itself, for messages.
@@ -40,8 +49,9 @@ impl Label {
         let name = &self.cache.as_bytes()[..self.cache.len().min(MAX_NAME)];
         b[12..20].copy_from_slice(&(self.dirty as u64).to_le_bytes());
         b[20..28].copy_from_slice(&self.instance.to_le_bytes());
-        b[28..36].copy_from_slice(&(name.len() as u64).to_le_bytes());
-        b[36..36 + name.len()].copy_from_slice(name);
+        b[28..36].copy_from_slice(&(self.failed as u64).to_le_bytes());
+        b[36..44].copy_from_slice(&(name.len() as u64).to_le_bytes());
+        b[44..44 + name.len()].copy_from_slice(name);
         let crc = crc32c::crc32c(&b[12..]);
         b[8..12].copy_from_slice(&crc.to_le_bytes());
         b
@@ -57,11 +67,12 @@ impl Label {
             return None;
         }
         let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-        let len = (u64_at(28) as usize).min(MAX_NAME);
+        let len = (u64_at(36) as usize).min(MAX_NAME);
         Some(Label {
             dirty: u64_at(12) != 0,
+            failed: u64_at(28) != 0,
             instance: u64_at(20),
-            cache: String::from_utf8_lossy(&b[36..36 + len]).into_owned(),
+            cache: String::from_utf8_lossy(&b[44..44 + len]).into_owned(),
         })
     }
 }
@@ -105,6 +116,7 @@ mod tests {
         assert_eq!(read(&dev).unwrap(), None);
         let label = Label {
             dirty: true,
+            failed: false,
             instance: 42,
             cache: "file(/ssd)".into(),
         };

@@ -240,6 +240,29 @@ impl DeviceSpec for CacheSpec {
         super::over_holds(&self.backing)
     }
 
+    fn refuses_change(&self, name: &str, new: &dyn DeviceSpec) -> Option<(&'static str, String)> {
+        let new = new.as_any().downcast_ref::<CacheSpec>()?;
+        (new.block != self.block && new.cache == self.cache && new.backing == self.backing).then(
+            || {
+                (
+                    "block",
+                    format!(
+                        "cache `{name}` serves with {} lines (asked: {}): its cache device `{}` \
+                     holds the mapping and the cached data in lines of that size, so the line \
+                     size cannot change while it serves. To change it, set mode = \
+                     \"writethrough\" and apply (every block not yet written back is written \
+                     back), stop the daemon, change `block`, and start it: a cache device with \
+                     nothing left to write back is formatted anew for the new line size and \
+                     warms up again",
+                        render::size(self.block),
+                        render::size(new.block),
+                        self.cache
+                    ),
+                )
+            },
+        )
+    }
+
     fn applies_live(&self, new: &dyn DeviceSpec) -> bool {
         new.as_any()
             .downcast_ref::<CacheSpec>()
