@@ -37,6 +37,11 @@ struct BackingRead {
 
 impl Inner {
     pub(crate) fn read_filling(&self, buf: &mut [u8], offset: u64, held: &Held) -> Res<()> {
+        if let Some(at) = self.whole_hit(offset, buf.len() as u64) {
+            on_cache(self.cache.read_at(buf, at))?;
+            self.counters.read(buf.len() as u64, 0);
+            return Ok(());
+        }
         let mut plans: SmallVec<[LinePlan; 4]> = SmallVec::new();
         {
             let mut st = self.state.lock();
@@ -138,6 +143,24 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Where on the cache device a read inside one line lies, when the
+    /// cache holds all of it: the common hit, without planning.
+    fn whole_hit(&self, offset: u64, len: u64) -> Option<u64> {
+        let line = self.geo.line_of(offset);
+        let from = offset - self.geo.line_start(line);
+        if from + len > self.geo.line {
+            return None;
+        }
+        let mut st = self.state.lock();
+        let slot = st.lookup(line)?;
+        let wanted = self.geo.touched(from, from + len);
+        if st.slots[slot as usize].valid & wanted != wanted {
+            return None;
+        }
+        st.policy.hit(slot);
+        Some(self.geo.slot_offset(slot) + from)
     }
 
     /// How many sub-blocks `line` has (the last line may be short).
