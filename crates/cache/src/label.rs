@@ -1,5 +1,6 @@
 //! The mark a write-back cache leaves on its backing: the last
-//! [`LABEL_BYTES`] of the backing (which the cache does not expose) say
+//! [`LABEL_BYTES`] of the backing (in a reserve the cache does not
+//! expose) say
 //! whether writes not yet written back live on a cache device, and on
 //! which one (its format's random instance number).
 //!
@@ -26,6 +27,12 @@ use block::BlockDevice;
 
 /// Bytes at the end of the backing that hold the mark.
 pub const LABEL_BYTES: u64 = 4096;
+/// Bytes at the end of the backing the cache does not expose, the mark in
+/// their last 4 KiB: a whole allocation unit of most backings (a RAM
+/// device's 64 KiB chunks, a file's blocks), so that writing the mark never
+/// makes the exposed blocks beside it read as allocated. A backing with a
+/// larger allocation unit reserves one unit.
+pub const BACKING_RESERVE: u64 = 1 << 20;
 const MAGIC: &[u8; 8] = b"OACDIRTY";
 const MAX_NAME: usize = 512;
 
@@ -77,11 +84,11 @@ impl Label {
     }
 }
 
-/// The bytes of the backing the cache exposes: all but the label.
+/// The bytes of the backing the cache exposes: all but the reserve.
 pub fn exposed_size(backing: &dyn BlockDevice) -> io::Result<u64> {
     backing
         .size()
-        .checked_sub(LABEL_BYTES)
+        .checked_sub(BACKING_RESERVE.max(backing.granularity()))
         .filter(|n| *n > 0)
         .ok_or_else(|| {
             io::Error::new(
@@ -91,17 +98,22 @@ pub fn exposed_size(backing: &dyn BlockDevice) -> io::Result<u64> {
         })
 }
 
+fn label_offset(backing: &dyn BlockDevice) -> io::Result<u64> {
+    exposed_size(backing)?;
+    Ok(backing.size() - LABEL_BYTES)
+}
+
 /// The backing's label; `None` when it has none (never cached in
 /// write-back, or formatted before the label existed).
 pub fn read(backing: &dyn BlockDevice) -> io::Result<Option<Label>> {
     let mut b = vec![0u8; LABEL_BYTES as usize];
-    backing.read_at(&mut b, exposed_size(backing)?)?;
+    backing.read_at(&mut b, label_offset(backing)?)?;
     Ok(Label::decode(&b))
 }
 
 /// Writes the label, stable before returning.
 pub fn write(backing: &dyn BlockDevice, label: &Label) -> io::Result<()> {
-    backing.write_at(&label.encode(), exposed_size(backing)?, false)?;
+    backing.write_at(&label.encode(), label_offset(backing)?, false)?;
     backing.flush()
 }
 
@@ -112,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_label_reads_back_and_anything_else_is_none() {
-        let dev = MemDevice::new(1 << 20);
+        let dev = MemDevice::new(2 << 20);
         assert_eq!(read(&dev).unwrap(), None);
         let label = Label {
             dirty: true,
@@ -123,10 +135,16 @@ mod tests {
         write(&dev, &label).unwrap();
         assert_eq!(read(&dev).unwrap(), Some(label));
         let mut torn = vec![0u8; 1];
-        dev.read_at(&mut torn, (1 << 20) - 100).unwrap();
-        dev.write_at(&[torn[0] ^ 1], (1 << 20) - 100, false)
+        dev.read_at(&mut torn, (2 << 20) - 100).unwrap();
+        dev.write_at(&[torn[0] ^ 1], (2 << 20) - 100, false)
             .unwrap();
         assert_eq!(read(&dev).unwrap(), None, "a damaged label is no label");
-        assert!(exposed_size(&MemDevice::new(4096)).is_err());
+        assert_eq!(exposed_size(&dev).unwrap(), 1 << 20);
+        assert_eq!(
+            dev.allocation(0, 1 << 20).unwrap(),
+            (block::Allocation::Deallocated, 1 << 20),
+            "the mark leaves the exposed blocks unallocated"
+        );
+        assert!(exposed_size(&MemDevice::new(1 << 20)).is_err());
     }
 }

@@ -48,7 +48,7 @@ pub use device::{
     CacheDevice, CacheOptions, FormatPolicy, DEFAULT_LINE, DEFAULT_SEQUENTIAL_CUTOFF,
 };
 pub use geometry::{MAX_LINE, MIN_LINE};
-pub use label::LABEL_BYTES;
+pub use label::BACKING_RESERVE;
 pub use mode::Mode;
 pub use policy::PolicyKind;
 pub use status::{CacheStatus, Health, HitRatio, WritebackStatus};
