@@ -234,7 +234,10 @@ fn relined_clean(
     options: &CacheOptions,
     exposed: u64,
 ) -> io::Result<bool> {
-    if sb.backing_id != options.backing_id
+    // Only after a clean stop: a cache open elsewhere, or stopped
+    // uncleanly, is never clean.
+    if !sb.clean
+        || sb.backing_id != options.backing_id
         || sb.backing_size != exposed
         || sb.line == options.line_size
         || sb.failed
@@ -249,7 +252,7 @@ fn relined_clean(
     Ok(table
         .entries
         .iter()
-        .all(|(e, _)| e.line.is_none() || (sb.clean && e.dirty == 0)))
+        .all(|(e, _)| e.line.is_none() || e.dirty == 0))
 }
 
 /// The refusal to serve a backing whose newest writes are on a cache
