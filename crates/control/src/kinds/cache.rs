@@ -374,6 +374,24 @@ mod tests {
     }
 
     #[test]
+    fn a_new_line_size_is_refused_with_what_to_do_instead() {
+        let old = spec();
+        let wider = CacheSpec {
+            block: 128 << 10,
+            ..spec()
+        };
+        let (field, why) = old.refuses_change("hybrid", &wider).unwrap();
+        assert_eq!(field, "block");
+        assert!(why.contains("64K lines (asked: 128K)"), "{why}");
+        assert!(why.contains("mode = \"writethrough\""), "{why}");
+        let live = CacheSpec {
+            mode: Mode::WriteAround,
+            ..spec()
+        };
+        assert_eq!(old.refuses_change("hybrid", &live), None);
+    }
+
+    #[test]
     fn percentages_read_as_numbers_or_with_a_sign() {
         assert_eq!(percent(&Value::Integer(20)), Ok(20));
         assert_eq!(percent(&Value::String("35%".into())), Ok(35));
