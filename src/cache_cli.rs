@@ -98,6 +98,14 @@ pub fn status_text(answer: &Value) -> String {
             }
         ),
     ];
+    if s["backing_marked"] == true {
+        out.push(
+            "  the backing is marked as needing this cache device: writes not yet written \
+             back live only here, so without this device the backing is not served \
+             (a mirrored cache device survives the loss of one)"
+                .into(),
+        );
+    }
     if let Some(f) = s["flushing"].as_object() {
         out.push(format!(
             "  writing back: {} of {} left",

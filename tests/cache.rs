@@ -11,6 +11,9 @@
 //! - The cache device fails under I/O: write-through serves every block;
 //!   write-back answers the blocks not yet written back with MEDIUM ERROR
 //!   and every other block correctly.
+//! - The cache device lost for good in write-back (a blank device in its
+//!   place): the restart refuses to serve the backing, whose blocks are
+//!   older than what was acknowledged, until those writes are given up.
 //!
 //! `CACHE_CRASH_SEED` replays a run; the seed is printed.
 mod common;
@@ -22,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
 use common::crash_model::{content, Model, PIECE};
-use common::free_port;
 use common::iscsi::{rw10_cdb, LoginParams, Session};
 use common::rng::Rng;
+use common::{free_port, serve_command};
 
 const IQN: &str = "iqn.2026-11.org.openarray.test:cache";
 const ROUNDS: usize = 50;
@@ -404,4 +407,171 @@ fn write_back_answers_only_blocks_not_written_back_with_medium_error() {
         errors > 0,
         "no dirty block was stranded: the test proves nothing"
     );
+}
+
+/// Starts the daemon on `cfg`, expecting it to refuse to start: its
+/// output.
+fn refused_start(cfg: &Path, dir: &Path) -> String {
+    let mut child = serve_command()
+        .arg("--config")
+        .arg(cfg)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--admin-socket")
+        .arg(dir.join("refused.sock"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn openarray serve");
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the daemon started over a backing whose newest writes are lost");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    assert!(!out.status.success(), "the daemon exited successfully");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn a_lost_write_back_cache_device_is_not_replaced_by_stale_backing_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg_path = dir.path().join("openarray.toml");
+    let text = config(dir.path(), "writeback")
+        .replace("writeback_threshold = \"20%\"", "writeback_threshold = 100");
+    std::fs::write(&cfg_path, &text).expect("write config");
+    let sock = dir.path().join("admin.sock");
+    let sock = sock.to_str().expect("utf-8").to_string();
+    let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
+    let mut s = login(daemon.addr());
+    write_all(&mut s, 0, 64, 1);
+    let (ok, text) = openarray(&["cache", "flush", "--socket", &sock, "hybrid"]);
+    assert!(ok, "cache flush: {text}");
+    write_all(&mut s, 16, 16, 2);
+    let (ok, status) = openarray(&["cache", "status", "--socket", &sock, "hybrid"]);
+    assert!(
+        ok && status.contains("the backing is marked as needing this cache device"),
+        "{status}"
+    );
+    // The host dies with the cache device: a blank one in its place.
+    // SAFETY: kill(2) on our own child, still unreaped.
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGKILL) };
+    drop(s);
+    drop(daemon);
+    let ssd = dir.path().join("ssd.img");
+    let len = std::fs::metadata(&ssd).expect("ssd.img").len();
+    std::fs::remove_file(&ssd).expect("remove ssd.img");
+    std::fs::File::create(&ssd)
+        .and_then(|f| f.set_len(len))
+        .expect("a blank ssd.img");
+
+    let out = refused_start(&cfg_path, dir.path());
+    for words in [
+        "ssd",
+        "not yet written back",
+        "is blank",
+        "older than what was acknowledged",
+        "accept_lost_writes",
+    ] {
+        assert!(out.contains(words), "{words:?} not in: {out}");
+    }
+    assert!(!out.contains("panicked"), "{out}");
+
+    // Given up explicitly: the backing serves what it holds.
+    let text = text_with(&cfg_path, "accept_lost_writes = true");
+    std::fs::write(&cfg_path, text).expect("write config");
+    let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
+    let mut s = login(daemon.addr());
+    for piece in 0..64 {
+        assert!(
+            read_whole(&mut s, piece) == content(1, piece),
+            "piece {piece}: not what the backing holds"
+        );
+    }
+    let (ok, status) = openarray(&["cache", "status", "--socket", &sock, "hybrid"]);
+    assert!(ok && status.contains("gave up the writes"), "{status}");
+    drop(s);
+    assert!(daemon.terminate().success());
+}
+
+/// `piece`, read with READ(10) as a fresh session does (past the unit
+/// attention of a new login).
+fn read_whole(s: &mut Session, piece: usize) -> Vec<u8> {
+    let lba = (piece * PIECE) as u32 / BLOCK;
+    s.read10(0, lba, (PIECE / BLOCK as usize) as u16, BLOCK)
+        .expect("READ(10)")
+}
+
+/// The configuration at `cfg` with `line` added to the cache device.
+fn text_with(cfg: &Path, line: &str) -> String {
+    std::fs::read_to_string(cfg)
+        .expect("read config")
+        .replace("block = \"16K\"", &format!("block = \"16K\"\n{line}"))
+}
+
+#[test]
+fn a_live_change_of_the_line_size_is_refused_and_the_documented_way_works() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg_path = dir.path().join("openarray.toml");
+    std::fs::write(&cfg_path, config(dir.path(), "writeback")).expect("write config");
+    let sock = dir.path().join("admin.sock");
+    let sock = sock.to_str().expect("utf-8").to_string();
+    let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
+    let mut s = login(daemon.addr());
+    write_all(&mut s, 0, 32, 1);
+    let wider = dir.path().join("wider.toml");
+    let wider_text = std::fs::read_to_string(&cfg_path)
+        .expect("read config")
+        .replace("block = \"16K\"", "block = \"32K\"");
+    std::fs::write(&wider, &wider_text).expect("write config");
+    for force in [&[][..], &["--force"][..]] {
+        let mut args = vec!["apply", wider.to_str().expect("utf-8")];
+        args.extend(force);
+        let out = daemon.config_cli(&args);
+        assert_eq!(out.status.code(), Some(1), "{force:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        for words in [
+            "wider.toml:",
+            "device[4].block",
+            "cache `hybrid` serves with 16K lines (asked: 32K)",
+            "cannot change while it serves",
+            "set mode = \"writethrough\"",
+        ] {
+            assert!(err.contains(words), "{force:?}: {words:?} not in {err}");
+        }
+    }
+    let out = daemon.cli(&["device", "modify", "hybrid", "block=32K", "--force"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("device[4].block"), "{err}");
+    for piece in 0..32 {
+        assert!(read_whole(&mut s, piece) == content(1, piece));
+    }
+    // The documented way: write-through first, then the new line size
+    // on a restart.
+    let (ok, text) = openarray(&["cache", "mode", "--socket", &sock, "hybrid", "writethrough"]);
+    assert!(ok, "cache mode: {text}");
+    drop(s);
+    assert!(daemon.terminate().success());
+    let text = std::fs::read_to_string(&cfg_path)
+        .expect("read config")
+        .replace("block = \"16K\"", "block = \"32K\"");
+    std::fs::write(&cfg_path, text).expect("write config");
+    let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
+    let mut s = login(daemon.addr());
+    for piece in 0..32 {
+        assert!(read_whole(&mut s, piece) == content(1, piece));
+    }
+    let (ok, status) = openarray(&["cache", "status", "--socket", &sock, "hybrid"]);
+    assert!(ok && status.contains("lines of 32K"), "{status}");
+    drop(s);
+    assert!(daemon.terminate().success());
 }

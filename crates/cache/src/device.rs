@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use block::{BlockDevice, Capabilities};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use crate::commit::{format, MetaWriter};
 use crate::geometry::Geometry;
+use crate::label::{self, Label};
 use crate::locks::LineLocks;
 use crate::meta::{load_table, read_superblock, Found, Superblock};
 use crate::mode::Mode;
@@ -60,6 +61,10 @@ pub struct CacheOptions {
     /// which call `write_back` themselves).
     pub background: bool,
     pub policy: PolicyKind,
+    /// Give up the writes that only a lost cache device held: open even
+    /// though the backing is marked as depending on a cache device that is
+    /// not there (see `label.rs`), formatting the one that is.
+    pub accept_lost_writes: bool,
 }
 
 impl CacheOptions {
@@ -73,6 +78,7 @@ impl CacheOptions {
             writeback: WritebackSettings::default(),
             background: true,
             policy: PolicyKind::TwoQ,
+            accept_lost_writes: false,
         }
     }
 }
@@ -107,6 +113,11 @@ pub(crate) struct Inner {
     pub started: Instant,
     /// Milliseconds since `started` of the last I/O.
     pub last_io: AtomicU64,
+    /// The backing is marked as holding writes only this cache device has
+    /// (`label.rs`); a write that lands dirty holds it shared.
+    pub backing_mark: RwLock<bool>,
+    /// This cache device's format instance, which the mark names.
+    pub instance: u64,
 }
 
 const EVENTS_KEPT: usize = 32;
@@ -137,6 +148,12 @@ impl Inner {
             if let Some(mut meta) = self.meta.try_lock() {
                 let _ = self.write_superblock(&mut meta, false);
             }
+            // On the backing too, which outlives the cache device: a
+            // restart must not trust its table should it come back.
+            let marked = *self.backing_mark.read_recursive();
+            if let Err(e) = label::write(&*self.backing, &self.label(marked)) {
+                tracing::warn!("cache: recording the failure on the backing: {e}");
+            }
         }
     }
 
@@ -150,6 +167,43 @@ impl Inner {
 
     pub fn dirty_bytes(&self) -> u64 {
         self.state.lock().dirty_subs * self.geo.sub
+    }
+
+    /// Holds the backing marked as depending on this cache device, marking
+    /// it first (on stable storage) if it is not: a write that lands dirty
+    /// holds the guard until it is recorded dirty.
+    pub fn dirty_mark(&self) -> io::Result<RwLockReadGuard<'_, bool>> {
+        loop {
+            let marked = self.backing_mark.read();
+            if *marked {
+                return Ok(marked);
+            }
+            drop(marked);
+            let mut mark = self.backing_mark.write();
+            if !*mark {
+                label::write(&*self.backing, &self.label(true))?;
+                *mark = true;
+            }
+        }
+    }
+
+    /// Clears the backing's mark once nothing is left to write back.
+    pub fn unmark_if_clean(&self) -> io::Result<()> {
+        let mut mark = self.backing_mark.write();
+        if *mark && !self.is_failed() && self.dirty_bytes() == 0 {
+            label::write(&*self.backing, &self.label(false))?;
+            *mark = false;
+        }
+        Ok(())
+    }
+
+    fn label(&self, dirty: bool) -> Label {
+        Label {
+            dirty,
+            failed: self.is_failed(),
+            instance: self.instance,
+            cache: self.cache.describe(),
+        }
     }
 
     pub fn touch(&self) {
@@ -169,6 +223,49 @@ pub struct CacheDevice {
 
 fn refused(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+/// Whether `sb` is a cache of this backing made for another line size
+/// that holds nothing not yet written back, so formatting it for the new
+/// line size loses no data.
+fn relined_clean(
+    cache: &dyn BlockDevice,
+    sb: &Superblock,
+    options: &CacheOptions,
+    exposed: u64,
+) -> io::Result<bool> {
+    // Only after a clean stop: a cache open elsewhere, or stopped
+    // uncleanly, is never clean.
+    if !sb.clean
+        || sb.backing_id != options.backing_id
+        || sb.backing_size != exposed
+        || sb.line == options.line_size
+        || sb.failed
+    {
+        return Ok(false);
+    }
+    let old = Geometry::new(cache.size(), exposed, sb.line)?;
+    if old.slots != sb.slots {
+        return Ok(false);
+    }
+    let table = load_table(cache, &old, sb.instance)?;
+    Ok(table
+        .entries
+        .iter()
+        .all(|(e, _)| e.line.is_none() || e.dirty == 0))
+}
+
+/// The refusal to serve a backing whose newest writes are on a cache
+/// device that is not there.
+fn lost_cache(options: &CacheOptions, l: &Label, why: String) -> io::Error {
+    refused(format!(
+        "backing {:?} holds writes not yet written back that only cache device {} has, \
+         and {why}: the backing alone would serve blocks older than what was \
+         acknowledged, so it is not served. Bring that cache device back (a mirrored \
+         cache device, a RAID1, survives the loss of one), or give those writes up \
+         with accept_lost_writes = true",
+        options.backing_id, l.cache
+    ))
 }
 
 fn new_instance() -> u64 {
@@ -191,19 +288,87 @@ impl CacheDevice {
         backing: Arc<dyn BlockDevice>,
         options: CacheOptions,
     ) -> io::Result<CacheDevice> {
-        let geo = Geometry::new(cache.size(), backing.size(), options.line_size)?;
+        let exposed = label::exposed_size(&*backing)?;
+        let geo = Geometry::new(cache.size(), exposed, options.line_size)?;
         let fresh = Superblock {
             seq: 0,
             instance: new_instance(),
             line: geo.line,
             slots: geo.slots,
-            backing_size: backing.size(),
+            backing_size: exposed,
             backing_id: options.backing_id.clone(),
             clean: false,
             failed: false,
             mode: options.mode,
         };
-        let found = read_superblock(&*cache)?;
+        let on_backing = label::read(&*backing)?;
+        let mark = on_backing.clone().filter(|l| l.dirty);
+        let found = match read_superblock(&*cache) {
+            Ok(found) => found,
+            Err(e) => {
+                return Err(match &mark {
+                    Some(l) => lost_cache(&options, l, format!("it cannot be read: {e}")),
+                    None => e,
+                })
+            }
+        };
+        let mut options = options;
+        // The backing marked as depending on another cache device than
+        // this one (or on this one, failed): its blocks may be older than
+        // what was acknowledged.
+        let lost = mark.as_ref().and_then(|l| {
+            let why = match &found {
+                Found::Superblock { sb, .. }
+                    if sb.instance == l.instance && !sb.failed && !l.failed =>
+                {
+                    return None
+                }
+                Found::Superblock { sb, .. } if sb.instance == l.instance => {
+                    "it failed while in use".to_string()
+                }
+                Found::Superblock { sb, .. } => format!(
+                    "{} holds another cache (of {:?}), formatted since",
+                    cache.describe(),
+                    sb.backing_id
+                ),
+                Found::Blank => format!("{} is blank: a new or another device", cache.describe()),
+                Found::Garbage => format!("{} holds no cache", cache.describe()),
+            };
+            Some((l.clone(), why))
+        });
+        if let Some((l, why)) = &lost {
+            if !options.accept_lost_writes {
+                return Err(lost_cache(&options, l, why.clone()));
+            }
+            // Never the cache of another backing, though.
+            let other = matches!(&found, Found::Superblock { sb, .. } if sb.backing_id != options.backing_id);
+            if !other {
+                options.format = FormatPolicy::Always;
+            }
+        }
+        // This cache device failed while in use, with nothing stranded on
+        // it: the backing has moved on since, so its copies are stale, and
+        // it is formatted anew (losing nothing).
+        let failed_clean = match (&found, &on_backing) {
+            (Found::Superblock { sb, .. }, Some(l)) if mark.is_none() => {
+                (sb.failed || l.failed && l.instance == sb.instance)
+                    && sb.backing_id == options.backing_id
+            }
+            (Found::Superblock { sb, .. }, None) => {
+                sb.failed && sb.backing_id == options.backing_id
+            }
+            _ => false,
+        };
+        if failed_clean {
+            options.format = FormatPolicy::Always;
+        }
+        if let Found::Superblock { sb, .. } = &found {
+            if mark.is_none() && relined_clean(&*cache, sb, &options, exposed)? {
+                // Nothing to write back: the cache is formatted for the new
+                // line size and warms up again.
+                options.format = FormatPolicy::Always;
+            }
+        }
         let mut unclean_dirty = None;
         let (meta, state) = match found {
             Found::Superblock { sb, copy } => {
@@ -270,6 +435,7 @@ impl CacheDevice {
         };
         let mut meta = meta;
         meta.current_copy.resize(geo.table_blocks as usize, None);
+        let instance = meta.sb.instance;
         let inner = Arc::new(Inner {
             cache,
             backing,
@@ -290,9 +456,29 @@ impl CacheDevice {
             flushing: Mutex::new(None),
             started: Instant::now(),
             last_io: AtomicU64::new(0),
+            backing_mark: RwLock::new(mark.is_some()),
+            instance,
         });
         // From here on a stop without `close` is seen as unclean.
         inner.write_superblock(&mut inner.meta.lock(), false)?;
+        if failed_clean || on_backing.as_ref().is_some_and(|l| l.failed) && mark.is_none() {
+            label::write(&*inner.backing, &inner.label(false))?;
+        }
+        if failed_clean {
+            inner.event(format!(
+                "{} failed while in use before: formatted anew (nothing was left on it to \
+                 write back, and the backing has moved on since)",
+                inner.cache.describe()
+            ));
+        }
+        if let Some((l, why)) = lost {
+            inner.unmark_if_clean()?;
+            inner.event(format!(
+                "gave up the writes not yet written back that only {} held ({why}): \
+                 the backing is served as it is",
+                l.cache
+            ));
+        }
         if let Some(dirty) = unclean_dirty {
             inner.event(format!(
                 "opened after an unclean stop: every cached block is taken as dirty \
@@ -306,6 +492,7 @@ impl CacheDevice {
         if options.mode != Mode::WriteBack && dev.inner.dirty_bytes() > 0 {
             dev.inner.flush_dirty(&mut |_| {})?;
         }
+        dev.inner.unmark_if_clean()?;
         if options.background {
             *dev.worker.lock() = Some(crate::writeback::spawn(dev.inner.clone()));
         }
@@ -337,6 +524,7 @@ impl CacheDevice {
             return inner.stranded_check();
         }
         inner.commit()?;
+        inner.unmark_if_clean()?;
         inner.write_superblock(&mut inner.meta.lock(), true)
     }
 
@@ -434,6 +622,8 @@ impl CacheDevice {
             inner.fail("attach", &e);
             return Err(e);
         }
+        let marked = *inner.backing_mark.read();
+        label::write(&*inner.backing, &inner.label(marked))?;
         inner.event("attached".into());
         Ok(())
     }

@@ -21,13 +21,13 @@ pub(crate) enum Fault {
     Backing(io::Error),
 }
 
-type Res<T> = Result<T, Fault>;
+pub(crate) type Res<T> = Result<T, Fault>;
 
-fn on_cache<T>(r: io::Result<T>) -> Res<T> {
+pub(crate) fn on_cache<T>(r: io::Result<T>) -> Res<T> {
     r.map_err(Fault::Cache)
 }
 
-fn on_backing<T>(r: io::Result<T>) -> Res<T> {
+pub(crate) fn on_backing<T>(r: io::Result<T>) -> Res<T> {
     r.map_err(Fault::Backing)
 }
 
@@ -48,7 +48,11 @@ struct Piece {
 impl Inner {
     /// The lines of `[offset, offset + len)`: `(line, from, to)` with
     /// offsets inside the line.
-    fn segments(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+    pub(crate) fn segments(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
         let end = offset + len;
         let mut cur = offset;
         std::iter::from_fn(move || {
@@ -114,8 +118,12 @@ impl Inner {
         if bypass {
             self.counters.bypassed(len);
         }
-        let admit = mode.admits_reads() && !bypass;
-        match self.read_cached(buf, offset, admit, &held) {
+        let result = if mode.admits_reads() && !bypass {
+            self.read_filling(buf, offset, &held)
+        } else {
+            self.read_cached(buf, offset)
+        };
+        match result {
             Ok(()) => Ok(()),
             Err(Fault::Backing(e)) => Err(e),
             Err(Fault::Cache(e)) => {
@@ -125,7 +133,8 @@ impl Inner {
         }
     }
 
-    fn read_cached(&self, buf: &mut [u8], offset: u64, admit: bool, held: &Held) -> Res<()> {
+    /// A read that caches nothing it misses.
+    fn read_cached(&self, buf: &mut [u8], offset: u64) -> Res<()> {
         let mut pieces: SmallVec<[Piece; 4]> = SmallVec::new();
         let (mut hit, mut miss) = (0, 0);
         {
@@ -178,47 +187,12 @@ impl Inner {
             }
         }
         self.counters.read(hit, miss);
-        if admit {
-            for p in pieces.iter().filter(|p| p.cached.is_none()) {
-                let data = &buf[p.at..p.at + p.len];
-                if let Err(Fault::Cache(e)) = self.fill(data, p.offset, held) {
-                    // The data read is good; only caching it failed.
-                    self.fail("fill", &e);
-                    break;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Caches the whole sub-blocks of `data`, just read from the backing
-    /// at `offset`, where the cache has room.
-    fn fill(&self, data: &[u8], offset: u64, held: &Held) -> Res<()> {
-        for (line, from, to) in self.segments(offset, data.len() as u64) {
-            let bits = self.geo.covered(line, from, to);
-            if bits == 0 {
-                continue;
-            }
-            let x = bits.trailing_zeros() as u64 * self.geo.sub;
-            let y =
-                ((64 - bits.leading_zeros()) as u64 * self.geo.sub).min(self.geo.line_len(line));
-            let Some(slot) = self.slot_for(line, held)? else {
-                continue;
-            };
-            let at = (self.geo.line_start(line) + x - offset) as usize;
-            let chunk = &data[at..at + (y - x) as usize];
-            on_cache(
-                self.cache
-                    .write_at(chunk, self.geo.slot_offset(slot) + x, false),
-            )?;
-            self.state.lock().written(slot, bits, 0);
-        }
         Ok(())
     }
 
     /// The slot holding `line`, or a new one for it (evicting clean lines
     /// if need be); `None` when the cache has no room to spare.
-    fn slot_for(&self, line: u64, held: &Held) -> Res<Option<u32>> {
+    pub(crate) fn slot_for(&self, line: u64, held: &Held) -> Res<Option<u32>> {
         for _ in 0..2 {
             {
                 let mut st = self.state.lock();
@@ -303,6 +277,9 @@ impl Inner {
 
     /// Write-back: the data lands on the cache, dirty.
     fn write_cache_first(&self, buf: &[u8], offset: u64, fua: bool, held: &Held) -> Res<()> {
+        // The backing says it depends on this cache device before any
+        // write lands on it alone.
+        let _mark = on_backing(self.dirty_mark())?;
         for (line, from, to) in self.segments(offset, buf.len() as u64) {
             let at = (self.geo.line_start(line) + from - offset) as usize;
             let data = &buf[at..at + (to - from) as usize];

@@ -31,8 +31,10 @@
 
 mod commit;
 mod device;
+mod fill;
 mod geometry;
 mod io;
+mod label;
 mod locks;
 mod meta;
 mod mode;
@@ -46,6 +48,7 @@ pub use device::{
     CacheDevice, CacheOptions, FormatPolicy, DEFAULT_LINE, DEFAULT_SEQUENTIAL_CUTOFF,
 };
 pub use geometry::{MAX_LINE, MIN_LINE};
+pub use label::BACKING_RESERVE;
 pub use mode::Mode;
 pub use policy::PolicyKind;
 pub use status::{CacheStatus, Health, HitRatio, WritebackStatus};

@@ -138,6 +138,10 @@ pub struct CacheStatus {
     pub occupancy: f64,
     pub dirty_bytes: u64,
     pub dirty_lines: u64,
+    /// The backing is marked (on itself) as holding writes only this cache
+    /// device has: started without this cache device, it is not served
+    /// until they are given up. Cleared once everything is written back.
+    pub backing_marked: bool,
     pub reads: HitRatio,
     pub writes: HitRatio,
     /// I/O that went around the cache: sequential streams past the cutoff,
@@ -185,6 +189,7 @@ impl CacheDevice {
             occupancy: occupied as f64 / lines as f64,
             dirty_bytes,
             dirty_lines,
+            backing_marked: *inner.backing_mark.read(),
             reads: HitRatio::of(&c.read_hit, &c.read_miss),
             writes: HitRatio::of(&c.write_hit, &c.write_miss),
             bypassed_ios: c.bypassed_ios.load(Ordering::Relaxed),

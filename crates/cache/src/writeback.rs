@@ -214,7 +214,15 @@ impl Inner {
         if result.is_ok() && total > 0 {
             self.event(format!("wrote back {} bytes", p.written_bytes));
         }
-        result
+        result.and_then(|()| self.unmark_if_clean())
+    }
+
+    /// Whether no I/O came for the write-back settings' `idle_after`.
+    pub(crate) fn idle(&self) -> bool {
+        let idle_after = self.writeback.lock().idle_after;
+        let idle_ms =
+            self.started.elapsed().as_millis() as u64 - self.last_io.load(Ordering::Relaxed);
+        idle_ms >= idle_after.as_millis() as u64
     }
 
     /// Whether the background thread should write back now, and how much.
@@ -229,9 +237,7 @@ impl Inner {
         }
         let capacity = self.geo.slots as u64 * self.geo.line;
         let threshold = capacity / 100 * settings.dirty_threshold_percent as u64;
-        let idle_ms =
-            self.started.elapsed().as_millis() as u64 - self.last_io.load(Ordering::Relaxed);
-        let idle = idle_ms >= settings.idle_after.as_millis() as u64;
+        let idle = self.idle();
         let draining = *self.mode.read() != Mode::WriteBack;
         let per_tick = (settings.rate as f64 * TICK.as_secs_f64()) as u64;
         if idle || draining {
@@ -272,6 +278,12 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Worker {
                 if let Some(budget) = inner.background_budget() {
                     if let Err(e) = inner.write_back(budget) {
                         tracing::warn!("cache write-back: {e}");
+                    }
+                } else if inner.idle() && *inner.backing_mark.read() {
+                    // All written back and quiet: the backing stands alone
+                    // again, should the cache device be lost.
+                    if let Err(e) = inner.unmark_if_clean() {
+                        tracing::warn!("cache: clearing the backing's mark: {e}");
                     }
                 }
             }

@@ -20,7 +20,7 @@ const THREADS: u64 = 8;
 
 fn slow_disk() -> Arc<dyn BlockDevice> {
     Arc::new(DelayDevice::new(
-        Arc::new(MemDevice::new(BACKING)),
+        Arc::new(MemDevice::new(BACKING + cache::BACKING_RESERVE)),
         DelayLimits {
             latency: Duration::from_millis(4),
             iops: Some(250),

@@ -184,7 +184,10 @@ impl TornRig {
         let power = Arc::new(AtomicI64::new(-1));
         TornRig {
             cache: Arc::new(Torn::new(shape.cache, power.clone())),
-            backing: Arc::new(Torn::new(shape.size, power.clone())),
+            backing: Arc::new(Torn::new(
+                shape.size + cache::BACKING_RESERVE,
+                power.clone(),
+            )),
             power,
         }
     }

@@ -162,3 +162,27 @@ fn shut_down_through_a_shared_handle_is_a_clean_close() {
     again.read_at(&mut back, 65536).unwrap();
     assert_eq!(back, [5; 8192]);
 }
+
+#[test]
+fn a_new_line_size_formats_a_cache_with_nothing_to_write_back_and_refuses_one_with() {
+    let rig = Rig::new(MIB, 4 * MIB);
+    let dev = rig.open(options(Mode::WriteBack)).unwrap();
+    dev.write_at(&pattern(7, 8192), 0, false).unwrap();
+    dev.close().unwrap();
+    let mut wider = options(Mode::WriteBack);
+    wider.line_size = 8192;
+    let text = rig
+        .open(wider.clone())
+        .err()
+        .expect("dirty: refused")
+        .to_string();
+    assert!(text.contains("refusing to format"), "{text}");
+    // Written back by leaving write-back: now it may be formatted anew.
+    let dev = rig.open(options(Mode::WriteThrough)).unwrap();
+    dev.close().unwrap();
+    let dev = rig.open(wider).unwrap();
+    assert_eq!(dev.line_size(), 8192);
+    assert_eq!(dev.status().occupied_lines, 0, "warms up again");
+    assert_eq!(read(&dev, 0, 8192), pattern(7, 8192));
+    dev.close().unwrap();
+}

@@ -26,6 +26,7 @@ pub fn check_live_change(
             pool_refusals(&mut issues, i, o, p);
         }
     }
+    device_refusals(&mut issues, old, new);
     let losses = data_losses(old, new);
     let notes = losses.iter().map(Loss::to_string).collect();
     if !force {
@@ -38,6 +39,42 @@ pub fn check_live_change(
         Ok(notes)
     } else {
         Err(ConfigError::new(&new.origin, issues))
+    }
+}
+
+/// Settings of open devices that no re-open can take (a cache's line
+/// size): refused even with `--force`.
+fn device_refusals(issues: &mut Vec<Issue>, old: &Config, new: &Config) {
+    // The devices open now: those served, and what they are built on.
+    let mut open: Vec<&str> = old.mapped_devices().into_iter().collect();
+    let mut i = 0;
+    while i < open.len() {
+        if let Some(d) = old.device(open[i]) {
+            for child in d.spec.children() {
+                if !open.contains(&child) {
+                    open.push(child);
+                }
+            }
+        }
+        i += 1;
+    }
+    for (i, n) in new.devices.iter().enumerate() {
+        let Some(o) = old
+            .device(&n.name)
+            .filter(|o| open.contains(&o.name.as_str()))
+        else {
+            continue;
+        };
+        if o.kind() != n.kind() {
+            continue;
+        }
+        if let Some((key, reason)) = o.spec.refuses_change(&n.name, &*n.spec) {
+            issues.push(Issue {
+                location: n.at,
+                field: format!("device[{i}].{key}"),
+                reason,
+            });
+        }
     }
 }
 

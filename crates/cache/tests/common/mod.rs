@@ -44,7 +44,7 @@ pub struct Rig {
 impl Rig {
     pub fn new(cache_size: u64, backing_size: u64) -> Rig {
         let counted = Arc::new(Wrapped::over(
-            Arc::new(MemDevice::new(backing_size)),
+            Arc::new(MemDevice::new(backing_size + cache::BACKING_RESERVE)),
             Counting::default(),
         ));
         Rig {

@@ -27,6 +27,7 @@ pub const KIND: Kind = Kind {
         "sequential_cutoff",
         "writeback_threshold",
         "writeback_rate",
+        "accept_lost_writes",
     ],
     parse,
 };
@@ -47,6 +48,9 @@ pub struct CacheSpec {
     pub writeback_threshold: u8,
     /// Most bytes a second written back in the background.
     pub writeback_rate: u64,
+    /// Open even when the cache device that holds writes not yet written
+    /// back is lost, giving those writes up (docs/cache.md).
+    pub accept_lost_writes: bool,
 }
 
 fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
@@ -87,6 +91,7 @@ fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
         .read("writeback_threshold", percent)
         .unwrap_or(defaults.dirty_threshold_percent);
     let writeback_rate = f.bytes("writeback_rate").unwrap_or(defaults.rate);
+    let accept_lost_writes = f.bool("accept_lost_writes").unwrap_or(false);
     let (cache, backing) = (cache?, backing?);
     if cache == backing {
         f.fail(
@@ -104,6 +109,7 @@ fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
         sequential_cutoff,
         writeback_threshold,
         writeback_rate,
+        accept_lost_writes,
     }))
 }
 
@@ -146,6 +152,8 @@ impl CacheSpec {
             sequential_cutoff: other.sequential_cutoff,
             writeback_threshold: other.writeback_threshold,
             writeback_rate: other.writeback_rate,
+            // Read by the next open only.
+            accept_lost_writes: other.accept_lost_writes,
             ..self.clone()
         }
     }
@@ -174,6 +182,7 @@ impl DeviceSpec for CacheSpec {
             line_size: self.block,
             sequential_cutoff: self.sequential_cutoff,
             writeback: self.writeback(),
+            accept_lost_writes: self.accept_lost_writes,
             ..CacheOptions::new(&self.backing)
         };
         let device = CacheDevice::open(cache.clone(), backing.clone(), options)
@@ -203,6 +212,7 @@ impl DeviceSpec for CacheSpec {
                 "writeback_rate",
                 format!("{}/s", render::size(self.writeback_rate)),
             ),
+            ("accept_lost_writes", self.accept_lost_writes.to_string()),
         ]
     }
 
@@ -228,6 +238,29 @@ impl DeviceSpec for CacheSpec {
 
     fn holds(&self) -> String {
         super::over_holds(&self.backing)
+    }
+
+    fn refuses_change(&self, name: &str, new: &dyn DeviceSpec) -> Option<(&'static str, String)> {
+        let new = new.as_any().downcast_ref::<CacheSpec>()?;
+        (new.block != self.block && new.cache == self.cache && new.backing == self.backing).then(
+            || {
+                (
+                    "block",
+                    format!(
+                        "cache `{name}` serves with {} lines (asked: {}): its cache device `{}` \
+                     holds the mapping and the cached data in lines of that size, so the line \
+                     size cannot change while it serves. To change it, set mode = \
+                     \"writethrough\" and apply (every block not yet written back is written \
+                     back), stop the daemon, change `block`, and start it: a cache device with \
+                     nothing left to write back is formatted anew for the new line size and \
+                     warms up again",
+                        render::size(self.block),
+                        render::size(new.block),
+                        self.cache
+                    ),
+                )
+            },
+        )
     }
 
     fn applies_live(&self, new: &dyn DeviceSpec) -> bool {
@@ -307,6 +340,7 @@ mod tests {
             sequential_cutoff: DEFAULT_SEQUENTIAL_CUTOFF,
             writeback_threshold: 10,
             writeback_rate: 64 << 20,
+            accept_lost_writes: false,
         }
     }
 
@@ -337,6 +371,24 @@ mod tests {
         ] {
             assert!(!old.applies_live(&fixed), "{fixed:?}");
         }
+    }
+
+    #[test]
+    fn a_new_line_size_is_refused_with_what_to_do_instead() {
+        let old = spec();
+        let wider = CacheSpec {
+            block: 128 << 10,
+            ..spec()
+        };
+        let (field, why) = old.refuses_change("hybrid", &wider).unwrap();
+        assert_eq!(field, "block");
+        assert!(why.contains("64K lines (asked: 128K)"), "{why}");
+        assert!(why.contains("mode = \"writethrough\""), "{why}");
+        let live = CacheSpec {
+            mode: Mode::WriteAround,
+            ..spec()
+        };
+        assert_eq!(old.refuses_change("hybrid", &live), None);
     }
 
     #[test]

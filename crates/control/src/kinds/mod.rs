@@ -104,6 +104,14 @@ pub trait DeviceSpec: SameSpec + fmt::Debug + Send + Sync {
         None
     }
 
+    /// Why the open device named `name` cannot take the settings of `new`
+    /// (of this same kind) at all, not even with `--force`: `(setting,
+    /// why and what to do instead)`.
+    fn refuses_change(&self, name: &str, new: &dyn DeviceSpec) -> Option<(&'static str, String)> {
+        let _ = (name, new);
+        None
+    }
+
     /// Whether the device holds data of its own that replacing it loses.
     fn holds_data(&self) -> bool {
         true
