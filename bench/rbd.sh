@@ -77,13 +77,14 @@ fio_lun() { echo "iscsi://127.0.0.1:$1/$2/$3" | sed 's/:/\\:/g'; }
 # fio against one system: rbd (the engine), or an iSCSI URL with the
 # gateway's pid, whose CPU time is counted.
 run_all() { # system engine-args... (the gateway's pid in GATEWAY_PID)
-    local system=$1 w rw bs qd out t0 t1 iops lat ios
+    local system=$1 w rw bs qd out t0 t1 c0 c1 iops lat ios
     shift
     for w in "${WORKLOADS[@]}"; do
         IFS=: read -r rw bs qd <<<"$w"
         out="$WORK/$system-$rw-$bs-$qd.json"
         t0=0
         [ -z "$GATEWAY_PID" ] || t0=$(cpu_ticks "$GATEWAY_PID")
+        children_cpu_ms c0
         run_child timeout $((RUNTIME + 60)) "$@" --name="$rw" --rw="$rw" --bs="$bs" --iodepth="$qd" \
             --size="$SPAN" --time_based --runtime="$RUNTIME" --output-format=json --output="$out" \
             >/dev/null 2>"$out.err" || die "fio $rw $bs QD$qd against $system: $(tail -2 "$out.err")"
@@ -92,7 +93,10 @@ run_all() { # system engine-args... (the gateway's pid in GATEWAY_PID)
             t1=$(cpu_ticks "$GATEWAY_PID")
             record "$system $rw-$bs-qd$qd $iops $lat $(us_per_io $((t1 - t0)) "$ios")"
         else
-            record "$system $rw-$bs-qd$qd $iops $lat -"
+            # No gateway: the CPU of fio's own process, librbd's threads
+            # included, which is what librbd costs a client per I/O.
+            children_cpu_ms c1
+            record "$system $rw-$bs-qd$qd $iops $lat $(CLK_TCK=1000 us_per_io $((c1 - c0)) "$ios")"
         fi
     done
 }
@@ -168,6 +172,7 @@ figure() { # system workload field(3 iops, 4 latency, 5 cpu)
         fi
     done
 }
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 mkdir -p "$(dirname "$OUT")"
 {
     echo "# RBD: openarray, tgt-rbd and fio's rbd engine"
@@ -178,10 +183,12 @@ mkdir -p "$(dirname "$OUT")"
     echo "used. fio's libiscsi engine drives the two gateways over loopback; fio's"
     echo "rbd engine goes to the cluster directly. ${RUNTIME} s per run. Latency is the"
     echo "mean completion latency; CPU is the gateway process's user+system time per"
-    echo "I/O (the cluster's daemons and fio are not counted)."
+    echo "I/O (the cluster's daemons and the initiator are not counted), and for"
+    echo "fio-rbd the whole fio process's, librbd's threads included: what librbd"
+    echo "itself costs a client per I/O. Load average at the end: $LOAD."
     echo
-    echo "| workload | fio-rbd IOPS | openarray IOPS | tgt-rbd IOPS | fio-rbd µs | openarray µs | tgt-rbd µs | openarray CPU µs/IO | tgt-rbd CPU µs/IO |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| workload | fio-rbd IOPS | openarray IOPS | tgt-rbd IOPS | fio-rbd µs | openarray µs | tgt-rbd µs | fio-rbd (librbd) CPU µs/IO | openarray CPU µs/IO | tgt-rbd CPU µs/IO |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for w in "${WORKLOADS[@]}"; do
         IFS=: read -r rw bs qd <<<"$w"
         WORKLOAD="$rw-$bs-qd$qd"
@@ -190,7 +197,7 @@ mkdir -p "$(dirname "$OUT")"
             for SYSTEM in fio-rbd openarray tgt-rbd; do row="$row | $(figure)"; done
         done
         FIELD=5
-        for SYSTEM in openarray tgt-rbd; do row="$row | $(figure)"; done
+        for SYSTEM in fio-rbd openarray tgt-rbd; do row="$row | $(figure)"; done
         echo "$row |"
     done
 } >"$OUT"

@@ -20,6 +20,11 @@
 //! | `POST /v1/volumes/{pool}/{name}/resize` `{"size"}` | the volume |
 //! | `DELETE /v1/volumes/{pool}/{name}` | 202 `{"job"}` |
 //!
+//! `snapshot`, `clone` and `resize` also take an RBD image that an `rbd`
+//! device serves, when `{pool}` names its Ceph pool and no pool of the
+//! array: an RBD snapshot, a layered clone of `{image}@{snapshot}`, a
+//! larger image; answered `{"pool", "name", "done"}`.
+//!
 //! Sizes are bytes or text such as `"10G"`. Names in paths are
 //! percent-encoded. Errors are 4xx with `{"error"}`: 404 no such pool or
 //! volume, 409 a name taken or a volume a LUN still serves (delete or
@@ -46,6 +51,11 @@ pub trait PoolSource {
     fn exporter_of(&self, pool: &str, volume: &str) -> Option<String>;
     /// Where long operations run and report.
     fn jobs(&self) -> &Arc<jobs::Jobs>;
+    /// The open `rbd` device serving image `image` of Ceph pool `pool`.
+    fn rbd_device(&self, pool: &str, image: &str) -> Option<Arc<dyn block::BlockDevice>> {
+        let _ = (pool, image);
+        None
+    }
 }
 
 /// The running daemon's pools.
@@ -69,6 +79,16 @@ impl PoolSource for Running<'_> {
 
     fn jobs(&self) -> &Arc<jobs::Jobs> {
         &self.0.jobs
+    }
+
+    fn rbd_device(&self, pool: &str, image: &str) -> Option<Arc<dyn block::BlockDevice>> {
+        let current = self.0.current.lock().unwrap_or_else(|p| p.into_inner());
+        current
+            .config
+            .devices
+            .iter()
+            .filter_map(|d| current.runtime.open_device(&d.name))
+            .find(|d| control::kinds::serves_rbd_image(&**d, pool, image))
     }
 }
 
@@ -273,6 +293,50 @@ fn volumes(source: &dyn PoolSource, method: &str, rest: &[&str], body: &[u8]) ->
     }
 }
 
+/// The volume verbs on an RBD image a device serves, when `pool` names a
+/// Ceph pool rather than a pool of this array: `snapshot` takes an RBD
+/// snapshot, `clone` of `IMAGE@SNAPSHOT` makes a layered clone in the
+/// same Ceph pool, `resize` grows the image.
+fn rbd_operate(source: &dyn PoolSource, pool: &str, name: &str, op: &str, body: &Value) -> Answer {
+    let (image, snapshot) = match name.split_once('@') {
+        Some((image, snapshot)) => (image, Some(snapshot)),
+        None => (name, None),
+    };
+    let Some(device) = source.rbd_device(pool, image) else {
+        return Err(Failure(
+            404,
+            format!("no pool named {pool}, and no rbd device serves an image {pool}/{image}"),
+        ));
+    };
+    let rbd_op = match (op, snapshot) {
+        ("snapshot", None) => control::kinds::RbdOp::Snapshot {
+            snapshot: text_field(body, "name")?.to_string(),
+        },
+        ("clone", Some(snapshot)) => control::kinds::RbdOp::Clone {
+            snapshot: snapshot.to_string(),
+            image: text_field(body, "name")?.to_string(),
+        },
+        ("clone", None) => {
+            return Err(Failure(
+                400,
+                format!("clone an RBD snapshot, named IMAGE@SNAPSHOT, not {name}"),
+            ))
+        }
+        ("resize", None) => control::kinds::RbdOp::Resize {
+            size: size_field(body, "size")?,
+        },
+        _ => {
+            return Err(Failure(
+                400,
+                format!("`{op}` of {pool}/{name}: RBD images take snapshot, clone (of IMAGE@SNAPSHOT) and resize"),
+            ))
+        }
+    };
+    let done = control::kinds::rbd_operation(&*device, &rbd_op).map_err(|e| Failure(409, e))?;
+    let status = if op == "resize" { 200 } else { 201 };
+    Ok((status, json!({ "pool": pool, "name": name, "done": done })))
+}
+
 fn create(source: &dyn PoolSource, pool: &str, body: &Value) -> Answer {
     let name = text_field(body, "name")?;
     let size = size_field(body, "size")?;
@@ -333,6 +397,9 @@ fn delete(source: &dyn PoolSource, pool: &str, name: &str) -> Answer {
 }
 
 fn operate(source: &dyn PoolSource, pool: &str, name: &str, op: &str, body: &Value) -> Answer {
+    if !source.pool_names().iter().any(|p| p == pool) {
+        return rbd_operate(source, pool, name, op, body);
+    }
     let p = source.pool(pool)?;
     match op {
         "snapshot" => {

@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::iscsi::{LoginParams, Session};
+use common::xcopy;
 use common::Daemon;
 
 const IQN: &str = "iqn.2026-11.org.openarray.test:xcopy";
@@ -84,62 +85,17 @@ fn pattern(first_lba: u64, blocks: u64) -> Vec<u8> {
 }
 
 /// The LU's NAA designator from the Device Identification VPD page.
-fn naa(s: &mut Session, lun: u64) -> [u8; 16] {
-    let page = s
-        .command_good(lun, &[0x12, 0x01, 0x83, 0x01, 0x00, 0x00], &[], 256)
-        .expect("INQUIRY VPD 83h");
-    let mut at = 4;
-    while at + 4 <= page.len() {
-        let len = page[at + 3] as usize;
-        let (kind, assoc) = (page[at + 1] & 0x0F, (page[at + 1] >> 4) & 0x03);
-        if kind == 3 && assoc == 0 && len == 16 && at + 4 + len <= page.len() {
-            let mut out = [0u8; 16];
-            out.copy_from_slice(&page[at + 4..at + 20]);
-            return out;
-        }
-        at += 4 + len;
-    }
-    panic!("LUN {lun} has no 16-byte NAA designator");
-}
-
-fn target_descriptor(naa: &[u8; 16]) -> Vec<u8> {
-    let mut d = vec![0u8; 32];
-    d[0] = 0xE4; // identification descriptor
-    d[4] = 0x01; // binary
-    d[5] = 0x03; // NAA, logical unit
-    d[7] = 16;
-    d[8..24].copy_from_slice(naa);
-    d[29..32].copy_from_slice(&(BLOCK as u32).to_be_bytes()[1..]);
-    d
-}
-
 /// Copies the whole of LUN `from` to LUN `to`, one segment per command.
 fn xcopy_all(s: &mut Session, from: u64, to: u64) -> Duration {
     let targets = [
-        target_descriptor(&naa(s, from)),
-        target_descriptor(&naa(s, to)),
+        xcopy::target_descriptor(&xcopy::naa(s, from), BLOCK as u32),
+        xcopy::target_descriptor(&xcopy::naa(s, to), BLOCK as u32),
     ]
     .concat();
     let start = Instant::now();
     let mut lba = 0;
     while lba < SIZE / BLOCK {
-        let mut seg = vec![0u8; 28];
-        seg[0] = 0x02; // block to block
-        seg[3] = 0x18;
-        seg[6..8].copy_from_slice(&1u16.to_be_bytes());
-        seg[10..12].copy_from_slice(&(SEGMENT_BLOCKS as u16).to_be_bytes());
-        seg[12..20].copy_from_slice(&lba.to_be_bytes());
-        seg[20..28].copy_from_slice(&lba.to_be_bytes());
-        let mut list = vec![0u8; 16];
-        list[1] = 3 << 3; // no list identifier
-        list[2..4].copy_from_slice(&(targets.len() as u16).to_be_bytes());
-        list[8..12].copy_from_slice(&(seg.len() as u32).to_be_bytes());
-        list.extend_from_slice(&targets);
-        list.extend_from_slice(&seg);
-        let mut cdb = vec![0x83, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-        cdb.extend_from_slice(&(list.len() as u32).to_be_bytes());
-        cdb.extend_from_slice(&[0, 0]);
-        s.command_good(to, &cdb, &list, 0).expect("EXTENDED COPY");
+        xcopy::block_to_block(s, to, &targets, lba, lba, SEGMENT_BLOCKS as u16);
         lba += SEGMENT_BLOCKS;
     }
     sync(s, to);

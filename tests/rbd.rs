@@ -9,7 +9,12 @@
 //!   holds the exclusive lock, and writes once the first has stopped;
 //! - a resize by another client raises CAPACITY DATA HAS CHANGED, and its
 //!   snapshots hold every write the daemon acknowledged;
-//! - `openarray device rbd` snapshots, clones and grows a served image;
+//! - the NBD export of an image passes the NBD clients: qemu-img convert
+//!   to and from it byte-identical (and equal to `rbd export`), nbdinfo
+//!   --map, nbdcopy, fio's nbd engine verified writes;
+//! - `openarray device rbd` and `openarray volume snapshot|clone|resize`
+//!   snapshot, clone and grow a served image;
+//! - EXTENDED COPY between two images of one pool (through the gateway);
 //! - a cluster that does not answer fails the start, naming the device.
 
 mod common;
@@ -25,7 +30,9 @@ use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
 use common::iscsi::{rw10_cdb, Completion, LoginParams, Session};
+use common::nbd_clients;
 use common::rng::Rng;
+use common::xcopy;
 use common::Daemon;
 use fixture::Fixture;
 use outcome::Outcome;
@@ -442,6 +449,108 @@ fn cli_snapshot_clone_and_resize_are_seen_by_the_rbd_tool() {
     assert!(!out.status.success());
 }
 
+/// EXTENDED COPY from one RBD LUN to another of the same Ceph pool: librbd
+/// has no server-side copy of a range, so the gateway reads and writes;
+/// what the cluster holds afterwards is the source's data.
+#[test]
+fn extended_copy_between_two_rbd_images_of_one_pool() {
+    let f = fixture::cluster();
+    let (from, to) = (f.image_name("xcopy-from"), f.image_name("xcopy-to"));
+    let device = |name: &str, image: &str| {
+        rbd_config(f, image, "16M")
+            .split("[[target]]")
+            .next()
+            .expect("the device part")
+            .replace("name = \"vm\"", &format!("name = \"{name}\""))
+    };
+    let config = format!(
+        "{}{}[[target]]\nname = \"{IQN}\"\n\n[[target.lun]]\nlun = 0\ndevice = \"a\"\n\n\
+         [[target.lun]]\nlun = 1\ndevice = \"b\"\n",
+        device("a", &from),
+        device("b", &to)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("openarray.toml");
+    std::fs::write(&path, config).expect("write config");
+    let daemon = Daemon::start_portals(Some(&path), 1);
+    let mut s = login(&daemon, "iqn.2026-11.org.openarray:xcopy");
+    const BLOCKS: u16 = 2048; // 1 MiB a segment
+    let data = Rng::new(0x00c0_b1e5).bytes(4 * BLOCKS as usize * BLOCK);
+    for (i, chunk) in data.chunks(BLOCKS as usize * BLOCK).enumerate() {
+        good(
+            &write(&mut s, i as u32 * u32::from(BLOCKS), chunk),
+            "WRITE(10)",
+        );
+    }
+    for _ in 0..4 {
+        // TEST UNIT READY past LUN 1's unit attentions.
+        let _ = s.command(1, &[0x00; 6], &[], 0);
+    }
+    let targets = [
+        xcopy::target_descriptor(&xcopy::naa(&mut s, 0), BLOCK as u32),
+        xcopy::target_descriptor(&xcopy::naa(&mut s, 1), BLOCK as u32),
+    ]
+    .concat();
+    // The first 4 MiB of `from` to 2 MiB on in `to`.
+    for i in 0..4u64 {
+        let lba = i * u64::from(BLOCKS);
+        xcopy::block_to_block(&mut s, 1, &targets, lba, 4096 + lba, BLOCKS);
+    }
+    s.command_good(1, &[0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[], 0)
+        .expect("SYNCHRONIZE CACHE");
+    let export = f.export(&to);
+    assert!(export[..2 << 20].iter().all(|&b| b == 0), "before the copy");
+    assert!(export[2 << 20..6 << 20] == data[..], "the copy differs");
+}
+
+/// `openarray volume snapshot|clone|resize`, the pools' verbs, with the
+/// Ceph pool as `--pool`: RBD snapshots and layered clones.
+#[test]
+fn volume_verbs_snapshot_and_clone_an_rbd_image() {
+    let f = fixture::cluster();
+    let image = f.image_name("verbs");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = rbd_admin_daemon(f, &image, dir.path());
+    let mut s = login_at(daemon.addr(), "iqn.2026-11.org.openarray:verbs");
+    let data = Rng::new(0x7e4b).bytes(8 * BLOCK);
+    good(&write(&mut s, 0, &data), "WRITE(10)");
+    let spec = format!("{}/{image}", f.pool);
+    let clone = format!("{image}-clone");
+    let pool = ["--pool", f.pool.as_str()];
+
+    daemon.ok(&[&["volume", "snapshot"][..], &pool, &[&image, "silver"]].concat());
+    let snaps = f.rbd(&["snap", "ls", &spec]);
+    assert!(snaps.contains("silver"), "rbd snap ls:\n{snaps}");
+    let snapshot = format!("{image}@silver");
+    daemon.ok(&[&["volume", "clone"][..], &pool, &[&snapshot, &clone]].concat());
+    let children = f.rbd(&["children", &format!("{spec}@silver")]);
+    assert!(children.contains(&clone), "rbd children:\n{children}");
+    assert_eq!(&f.export(&clone)[..8 * BLOCK], data.as_slice());
+    daemon.ok(&[&["volume", "resize"][..], &pool, &[&image, "72M"]].concat());
+    assert!(f.rbd(&["info", &spec]).contains("72 MiB"));
+
+    // Refused with the reason: a clone of an image rather than of a
+    // snapshot, a verb RBD images do not take, an image nothing serves.
+    for (args, why) in [
+        (vec!["clone", image.as_str(), "x"], "IMAGE@SNAPSHOT"),
+        (vec!["promote", image.as_str()], "RBD images take"),
+        (
+            vec!["snapshot", "nothing-serves-this", "x"],
+            "no rbd device",
+        ),
+    ] {
+        let out = daemon.cli(&[&["volume", args[0]][..], &pool, &args[1..]].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(why),
+            "{args:?}: {err}"
+        );
+    }
+    // The device verbs still work beside them.
+    daemon.ok(&["device", "rbd", "vm", "snapshot", "bronze"]);
+    assert!(f.rbd(&["snap", "ls", &spec]).contains("bronze"));
+}
+
 /// A cluster whose monitor does not answer: `serve` fails within the
 /// configured timeout, naming the device and the cluster.
 #[test]
@@ -500,5 +609,108 @@ device = "vm"
     assert!(
         text.contains("no monitor answered"),
         "no reason given in:\n{text}"
+    );
+}
+
+/// The same RBD image exported over NBD: the NBD clients' tests.
+#[test]
+fn nbd_clients_on_an_rbd_export() {
+    const MIB: u64 = 1 << 20;
+    let f = fixture::cluster();
+    let image = f.image_name("nbd");
+    let nbd_port = common::free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = rbd_config(f, &image, "64M")
+        + &format!(
+            "\n[nbd]\nlisten = [\"127.0.0.1:{nbd_port}\"]\n\n[[nbd.export]]\nname = \"vm\"\ndevice = \"vm\"\n"
+        );
+    let path = dir.path().join("openarray.toml");
+    std::fs::write(&path, config).expect("write config");
+    let _daemon = Daemon::start_portals(Some(&path), 1);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], nbd_port));
+    nbd_clients::wait_for_listener(addr, Duration::from_secs(30));
+    let uri = format!("nbd://{addr}/vm");
+    let file = |name: &str| dir.path().join(name).display().to_string();
+
+    // Data in two RBD objects (4 MiB each) only: the rest stays holes.
+    let mut rng = Rng::new(0x0b0d_5eed);
+    let mut data = vec![0u8; 64 * MIB as usize];
+    for object in [1usize, 5] {
+        let at = object * 4 * MIB as usize;
+        rng.fill(&mut data[at..at + 4 * MIB as usize]);
+    }
+    std::fs::write(file("src.img"), &data).expect("write source");
+    // qemu-img skips the zeros of the source and flushes before it exits.
+    nbd_clients::run(
+        "qemu-img",
+        &[
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            &file("src.img"),
+            &uri,
+        ],
+    );
+    assert!(
+        f.export(&image) == data,
+        "rbd export differs from what qemu-img wrote"
+    );
+    nbd_clients::run(
+        "qemu-img",
+        &["convert", "-f", "raw", "-O", "raw", &uri, &file("back.img")],
+    );
+    assert!(
+        std::fs::read(file("back.img")).expect("read back") == data,
+        "qemu-img read back something else"
+    );
+
+    // Allocation is by object: exactly the two written ones are data.
+    let want = vec![
+        (0, 4 * MIB, false),
+        (4 * MIB, 4 * MIB, true),
+        (8 * MIB, 12 * MIB, false),
+        (20 * MIB, 4 * MIB, true),
+        (24 * MIB, 40 * MIB, false),
+    ];
+    let mut got: Vec<(u64, u64, bool)> = Vec::new();
+    for run in nbd_clients::nbdinfo_map(&uri) {
+        match got.last_mut() {
+            Some(last) if last.2 == run.2 && last.0 + last.1 == run.0 => last.1 += run.1,
+            _ => got.push(run),
+        }
+    }
+    assert_eq!(got, want, "nbdinfo --map");
+
+    // nbdcopy skips the holes and copies the rest.
+    std::fs::File::create(file("copy.img"))
+        .and_then(|c| c.set_len(64 * MIB))
+        .expect("create copy");
+    nbd_clients::run("nbdcopy", &[&uri, &file("copy.img")]);
+    assert!(
+        std::fs::read(file("copy.img")).expect("read copy") == data,
+        "nbdcopy's copy differs"
+    );
+
+    // Verified random writes through fio's nbd engine, then the image as
+    // the cluster holds it matches what NBD reads.
+    nbd_clients::fio_verified_writes(&uri, "16M");
+    nbd_clients::run(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            &uri,
+            &file("after.img"),
+        ],
+    );
+    assert!(
+        std::fs::read(file("after.img")).expect("read after") == f.export(&image),
+        "NBD and rbd export disagree after fio's writes"
     );
 }

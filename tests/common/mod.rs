@@ -9,15 +9,20 @@
 //! - `rng`: a seeded PRNG for reproducible test data.
 //! - `admin`: a daemon with an administration socket and the command line
 //!   that edits it.
+//! - `nbd_clients`: qemu-img, nbdinfo, nbdcopy and fio's nbd engine,
+//!   checked for success.
 //! - `verified_io`: write, read back and compare a LUN in the background
 //!   while a test changes the daemon.
+//! - `xcopy`: EXTENDED COPY as an initiator sends it.
 #![allow(dead_code)] // each test crate uses a different part of this
 
 pub mod admin;
 pub mod crash_model;
 pub mod iscsi;
+pub mod nbd_clients;
 pub mod rng;
 pub mod verified_io;
+pub mod xcopy;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};

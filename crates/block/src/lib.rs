@@ -37,6 +37,10 @@ pub use sys::path_on_memory_file_system as on_memory_file_system;
 pub use threshold::SpaceThreshold;
 pub use wrapper::{FastPaths, Wrapped, Wrapper};
 
+/// What an asynchronous request ([`BlockDevice::read_async`]) ends with,
+/// called once on the thread it ended on.
+pub type Done<T> = Box<dyn FnOnce(io::Result<T>) + Send>;
+
 /// What a device can do; the SCSI layer reports these to initiators.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Capabilities {
@@ -164,6 +168,29 @@ pub trait BlockDevice: Send + Sync {
     fn direct_read(&self, offset: u64, len: usize) -> Option<io::Result<DirectRead>> {
         let _ = (offset, len);
         None
+    }
+
+    /// Whether the device ends requests on threads of its own (a network
+    /// device such as an RBD image): [`BlockDevice::read_async`] and
+    /// [`BlockDevice::write_async`] then return at once, and a caller
+    /// keeps many requests in flight without a thread waiting for each.
+    fn completes_async(&self) -> bool {
+        false
+    }
+
+    /// Read `len` bytes at `offset` and call `done` with them, once, on
+    /// whichever thread the read ended on (maybe before this returns).
+    /// `done` must not block. Without [`BlockDevice::completes_async`],
+    /// this reads in place.
+    fn read_async(&self, offset: u64, len: usize, done: Done<Vec<u8>>) {
+        let mut buf = vec![0; len];
+        done(self.read_at(&mut buf, offset).map(|()| buf));
+    }
+
+    /// Write `data` at `offset` (stable first with `fua`) and call `done`
+    /// once, as [`BlockDevice::read_async`] does.
+    fn write_async(&self, data: Vec<u8>, offset: u64, fua: bool, done: Done<()>) {
+        done(self.write_at(&data, offset, fua));
     }
 
     /// Write `buf` at `offset`. With `fua`, returns only once the data is on

@@ -106,6 +106,13 @@ impl Cluster {
         if let Some(keyring) = &key.keyring {
             cluster.set_option("keyring", &keyring.display().to_string())?;
         }
+        // librbd's cache starts write-through and turns write-back only
+        // after the first flush, for guests that never flush. A LUN here
+        // reports its volatile cache (WCE = 1) and turns SYNCHRONIZE
+        // CACHE and FUA into flushes, so initiators flush what they need
+        // kept: write-back from the first write, as a disk with a write
+        // cache would be.
+        cluster.set_option("rbd_cache_writethrough_until_flush", "false")?;
         // Without these a cluster that does not answer makes connecting
         // wait 5 minutes and I/O wait for ever.
         let seconds = timeout.as_secs().max(1).to_string();

@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use block::{Allocation, BatchRead, BlockDevice, Capabilities};
+use block::{Allocation, BatchRead, BlockDevice, Capabilities, Done};
 
 use crate::aio::{self, Buffers, InFlight};
+use crate::async_io::{Start, Target};
 use crate::cluster::Cluster;
 use crate::config::RbdConfig;
 use crate::errno::{check, errno_of};
@@ -26,7 +27,7 @@ use crate::watch::{UpdateCallback, UpdateWatch, Updates};
 pub struct RbdDevice {
     // Unregistered before the image closes (fields drop in order).
     _watch: UpdateWatch,
-    image: Image,
+    image: Arc<Image>,
     config: RbdConfig,
     /// The pool's id and the image's id: the same on every gateway, for
     /// as long as the image exists.
@@ -35,7 +36,7 @@ pub struct RbdDevice {
     size: AtomicU64,
     object_size: u64,
     updates: Arc<Updates>,
-    lock: ExclusiveLock,
+    lock: Arc<ExclusiveLock>,
 }
 
 impl LockOps for Image {
@@ -90,7 +91,8 @@ impl RbdDevice {
         let identity = format!("{pool_id}.{}", image.id()?);
         let size = image.size()?;
         let object_size = image.object_size()?;
-        let lock = ExclusiveLock::take(&image);
+        let lock = Arc::new(ExclusiveLock::take(&image));
+        let image = Arc::new(image);
         let updates = Arc::new(Updates::default());
         let watch = UpdateWatch::register(&image, &updates)?;
         Ok(RbdDevice {
@@ -123,13 +125,13 @@ impl RbdDevice {
 
     /// Whether this device may write (see [`LockStatus`]).
     pub fn lock_status(&self) -> LockStatus {
-        self.lock.status(&self.image)
+        self.lock.status(&*self.image)
     }
 
     /// Takes the exclusive lock on purpose, after it was lost or while on
     /// standby.
     pub fn reacquire_lock(&self) -> io::Result<()> {
-        self.lock.reacquire(&self.image)
+        self.lock.reacquire(&*self.image)
     }
 
     /// Gives the exclusive lock up (writes then take it again).
@@ -231,7 +233,7 @@ impl RbdDevice {
             ));
         }
         self.check_range(offset, write.len() as u64)?;
-        self.lock.before_write(&self.image)?;
+        self.lock.before_write(&*self.image)?;
         let buffers = Buffers {
             data: write.to_vec(),
             compare: compare.to_vec(),
@@ -258,6 +260,15 @@ impl RbdDevice {
         }
         self.write_result(ret)?;
         Ok(None)
+    }
+
+    /// What an asynchronous request needs of this device.
+    fn target(&self) -> Target {
+        Target {
+            image: self.image.clone(),
+            lock: self.lock.clone(),
+            timeout: self.config.timeout,
+        }
     }
 
     fn deadline(&self) -> Instant {
@@ -302,7 +313,7 @@ impl RbdDevice {
         data: Vec<u8>,
         start: impl FnOnce(ffi::rbd_image_t, ffi::rbd_completion_t, aio::Raw) -> i64,
     ) -> io::Result<()> {
-        self.lock.before_write(&self.image)?;
+        self.lock.before_write(&*self.image)?;
         let handle = self.image.handle;
         let buffers = Buffers {
             data,
@@ -367,6 +378,28 @@ impl BlockDevice for RbdDevice {
             read.result = request.and_then(|r| Self::finish_read(r.wait(deadline), &mut read.buf));
             done(i, read);
         }
+    }
+
+    fn completes_async(&self) -> bool {
+        true
+    }
+
+    fn read_async(&self, offset: u64, len: usize, done: Done<Vec<u8>>) {
+        match self.check_range(offset, len as u64) {
+            Ok(()) => self.target().read(offset, len, done),
+            Err(e) => done(Err(e)),
+        }
+    }
+
+    fn write_async(&self, data: Vec<u8>, offset: u64, fua: bool, done: Done<()>) {
+        if let Err(e) = self.check_range(offset, data.len() as u64) {
+            return done(Err(e));
+        }
+        let start: Start = Box::new(move |image, c, raw| unsafe {
+            // SAFETY: the buffer lives until the completion fires.
+            ffi::rbd_aio_write(image, offset, raw.data_len, raw.data as *const _, c) as i64
+        });
+        self.target().write(data, fua, done, start);
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {

@@ -22,6 +22,10 @@ mod aio;
 #[cfg(have_librbd)]
 mod allocation;
 #[cfg(have_librbd)]
+mod answered;
+#[cfg(have_librbd)]
+mod async_io;
+#[cfg(have_librbd)]
 mod cluster;
 #[cfg(have_librbd)]
 mod device;

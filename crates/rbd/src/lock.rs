@@ -110,6 +110,12 @@ impl ExclusiveLock {
     }
 
     /// Notes a failed write: one that says the lock is gone loses it.
+    /// Whether [`ExclusiveLock::before_write`] may try to take the lock,
+    /// which can wait for another client: on standby.
+    pub(crate) fn may_wait(&self) -> bool {
+        self.state.lock().status == LockStatus::Standby
+    }
+
     pub(crate) fn after_write_error(&self, e: &io::Error) {
         let mut state = self.state.lock();
         if state.status == LockStatus::Owner && means_lock_lost(e) {

@@ -279,6 +279,10 @@ pub enum TmfResult {
     Rejected,
 }
 
+/// Answers a command started with [`ScsiTarget::start_async`]: called once,
+/// on whichever thread the device ended it on. It must not block.
+pub type Answer = Box<dyn FnOnce(ScsiResponse) + Send>;
+
 /// A READ whose device read the transport runs itself, e.g. on an
 /// io_uring of its own thread, so that no other thread is woken for it:
 /// it reads `len` bytes of `fd` at `offset` into `buf`, then turns the
@@ -392,6 +396,29 @@ pub trait ScsiTarget: Send + Sync {
     fn start_read(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ReadStart {
         let _ = (nexus, cmd);
         ReadStart::Declined
+    }
+
+    /// Whether [`ScsiTarget::start_async`] may take commands for `lun`:
+    /// its device ends requests on threads of its own.
+    fn completes_async(&self, lun: u64) -> bool {
+        let _ = lun;
+        false
+    }
+
+    /// Start a command on a device that ends requests on threads of its
+    /// own (a network device such as an RBD image), checked and accepted
+    /// as [`ScsiTarget::execute`] would: `answer` gets the response where
+    /// the device ended the command, maybe before this returns. Never
+    /// blocks. A command not taken so comes back with its `answer`
+    /// untouched, to run with `execute`. Data-Out is complete.
+    fn start_async(
+        &self,
+        nexus: &Nexus,
+        cmd: &ScsiCommand<'_>,
+        answer: Answer,
+    ) -> Result<(), Answer> {
+        let _ = (nexus, cmd);
+        Err(answer)
     }
 
     /// Start a WRITE whose Data-Out has not arrived yet, checked and

@@ -27,6 +27,7 @@ mod reserve_cmds;
 mod rw;
 mod sanitize;
 mod sense;
+mod started_async;
 mod started_read;
 mod started_write;
 mod target;

@@ -57,10 +57,11 @@ struct LuRead {
     read: DirectRead,
 }
 
-/// The shared hold on a READ's range, ended on drop.
-struct Hold {
-    lu: Arc<LogicalUnit>,
-    id: u64,
+/// The shared hold on a READ's (or an asynchronous WRITE's) range, ended
+/// on drop.
+pub(crate) struct Hold {
+    pub(crate) lu: Arc<LogicalUnit>,
+    pub(crate) id: u64,
 }
 
 impl Drop for Hold {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use scsi_api::{
-    LunHolding, Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement, TmfResult,
-    WriteStart,
+    Answer, LunHolding, Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, TaskManagement,
+    TmfResult, WriteStart,
 };
 
 use crate::cdb::{be32, put32, truncate, u8_at};
@@ -345,13 +345,35 @@ impl ScsiTarget for Target {
 
     fn start_read(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> ReadStart {
         self.with_lu(nexus, cmd, |lu, ctx| {
-            if lu.batches(cmd.cdb) {
+            // A device that answers on its own threads would be read in
+            // place, on the transport's thread: it reads in batches on
+            // the I/O pool instead.
+            if lu.batches(cmd.cdb) && !lu.device.completes_async() {
                 lu.start_read(ctx)
             } else {
                 ReadStart::Declined
             }
         })
         .unwrap_or(ReadStart::Declined)
+    }
+
+    fn completes_async(&self, lun: u64) -> bool {
+        self.lu(lun).is_some_and(|lu| lu.device.completes_async())
+    }
+
+    fn start_async(
+        &self,
+        nexus: &Nexus,
+        cmd: &ScsiCommand<'_>,
+        answer: Answer,
+    ) -> Result<(), Answer> {
+        let mut answer = Some(answer);
+        let started = self.with_lu(nexus, cmd, |lu, ctx| {
+            let taken = answer.take().expect("taken once");
+            lu.start_async(ctx, taken)
+        });
+        // No such LUN: `with_lu` did not call back and `answer` is here.
+        started.unwrap_or_else(|| answer.map_or(Ok(()), Err))
     }
 
     fn start_write(&self, nexus: &Nexus, cmd: &ScsiCommand<'_>) -> WriteStart {

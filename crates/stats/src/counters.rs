@@ -69,6 +69,11 @@ impl LunStats {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A command that [`LunStats::begin`] counted was not taken after all.
+    pub fn cancel(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
     /// A command that [`LunStats::begin`] counted ended.
     pub fn end(&self, kind: OpKind, bytes: u64, nanos: u64, ok: bool) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);

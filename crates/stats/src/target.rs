@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use scsi_api::{
-    status, Fill, LunHolding, Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget, StartedRead,
-    StartedWrite, TaskManagement, TmfResult, WriteStart,
+    status, Answer, Fill, LunHolding, Nexus, ReadStart, ScsiCommand, ScsiResponse, ScsiTarget,
+    StartedRead, StartedWrite, TaskManagement, TmfResult, WriteStart,
 };
 
 use crate::counters::{LunStats, OpKind};
@@ -235,6 +235,48 @@ impl ScsiTarget for StatsTarget {
                 cmd: counted,
                 started,
             })),
+        }
+    }
+
+    fn completes_async(&self, lun: u64) -> bool {
+        self.inner.completes_async(lun)
+    }
+
+    fn start_async(
+        &self,
+        nexus: &Nexus,
+        cmd: &ScsiCommand<'_>,
+        answer: Answer,
+    ) -> Result<(), Answer> {
+        let started = Instant::now();
+        let counted = Counted::of(cmd);
+        // Counted before it starts, since it may end at once.
+        let Some(entry) = self.begin(nexus, cmd) else {
+            return self.inner.start_async(nexus, cmd, answer);
+        };
+        // Shared with the timed answer, so that a declined command gets
+        // its own answer back, uncounted.
+        let slot = Arc::new(parking_lot::Mutex::new(Some(answer)));
+        let (ending, answering) = (entry.clone(), slot.clone());
+        let timed: Answer = Box::new(move |response| {
+            end_counted(&ending, counted, &response, nanos_since(started));
+            let answer = answering.lock().take();
+            if let Some(answer) = answer {
+                answer(response);
+            }
+        });
+        match self.inner.start_async(nexus, cmd, timed) {
+            Ok(()) => Ok(()),
+            Err(timed) => {
+                drop(timed);
+                entry.cancel();
+                let answer = slot.lock().take();
+                match answer {
+                    Some(answer) => Err(answer),
+                    // Not reached: the timed answer was never called.
+                    None => Ok(()),
+                }
+            }
         }
     }
 

@@ -33,7 +33,7 @@ pub(crate) use fields::TableContext;
 pub use file::FileSpec;
 pub use mem::MemSpec;
 pub use null::NullSpec;
-pub use rbd::{rbd_operation, RbdOp, RbdSpec};
+pub use rbd::{rbd_operation, serves_rbd_image, RbdOp, RbdSpec};
 pub use volume::VolumeSpec;
 
 /// Every kind a `[[device]]` may have.

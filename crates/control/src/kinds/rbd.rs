@@ -188,6 +188,12 @@ fn as_rbd(device: &dyn BlockDevice) -> Option<&RbdDevice> {
     device.as_any()?.downcast_ref::<RbdDevice>()
 }
 
+/// Whether `device` is an open `rbd` device serving image `image` of Ceph
+/// pool `pool`.
+pub fn serves_rbd_image(device: &dyn BlockDevice, pool: &str, image: &str) -> bool {
+    as_rbd(device).is_some_and(|rbd| rbd.config().pool == pool && rbd.config().image == image)
+}
+
 /// An administrative operation on the image an open `rbd` device serves,
 /// made through the device's own connection (which holds the image's lock).
 #[derive(Clone, Debug, PartialEq, Eq)]

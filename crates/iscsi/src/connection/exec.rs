@@ -174,6 +174,25 @@ struct Delivery {
     signals: Vec<Arc<Finished>>,
 }
 
+/// The answer for a command whose device ends it on a thread of its own
+/// ([`ScsiTarget::start_async`]): the result goes to the connection loop
+/// from that thread, as the I/O pool's would.
+pub(super) fn answer(
+    events: mpsc::UnboundedSender<Event>,
+    skeleton: Completion,
+    finished: Arc<Finished>,
+) -> scsi_api::Answer {
+    Box::new(move |response| {
+        let completion = Completion {
+            response: Some(response),
+            ..skeleton
+        };
+        // A closed loop no longer wants results; waiters still do.
+        let _ = events.send(Event::Completed(vec![completion]));
+        finished.raise();
+    })
+}
+
 /// Results a worker holds until it delivers them, by connection.
 #[derive(Default)]
 pub(super) struct Deliveries {

@@ -539,8 +539,34 @@ impl Conn {
         };
         let shape = task.response_shape(params);
         if target.scsi.command_may_block(job.lun, &job.cdb) {
-            let batchable = target.scsi.batches(job.lun, &job.cdb);
             let finished = Arc::new(Finished::default());
+            if target.scsi.completes_async(job.lun) {
+                // Put in flight from here and answered where the device
+                // ends it: no I/O thread waits for it.
+                let skeleton = exec::Completion {
+                    itt,
+                    serial: task.serial,
+                    tracked: task.tracked,
+                    attr: task.attr,
+                    shape,
+                    response: None,
+                };
+                let answer = exec::answer(self.events.clone(), skeleton, finished.clone());
+                let parts = job.parts();
+                if target
+                    .scsi
+                    .start_async(&nexus, &job.command(&parts), answer)
+                    .is_ok()
+                {
+                    task.phase = Phase::Executing {
+                        aborted: false,
+                        finished,
+                    };
+                    self.gate.started(task.attr);
+                    return Flow::Continue;
+                }
+            }
+            let batchable = target.scsi.batches(job.lun, &job.cdb);
             task.phase = Phase::Executing {
                 aborted: false,
                 finished: finished.clone(),
