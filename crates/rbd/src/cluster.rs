@@ -106,13 +106,11 @@ impl Cluster {
         if let Some(keyring) = &key.keyring {
             cluster.set_option("keyring", &keyring.display().to_string())?;
         }
-        // librbd's cache starts write-through and turns write-back only
-        // after the first flush, for guests that never flush. A LUN here
-        // reports its volatile cache (WCE = 1) and turns SYNCHRONIZE
-        // CACHE and FUA into flushes, so initiators flush what they need
-        // kept: write-back from the first write, as a disk with a write
-        // cache would be.
-        cluster.set_option("rbd_cache_writethrough_until_flush", "false")?;
+        // librbd's own cache is off: with it, a flush was seen to succeed
+        // while the OSD was stopped, so a write acknowledged from it could
+        // be lost after its SYNCHRONIZE CACHE. Without it a write completes
+        // only once the OSDs hold it.
+        cluster.set_option("rbd_cache", "false")?;
         // Without these a cluster that does not answer makes connecting
         // wait 5 minutes and I/O wait for ever.
         let seconds = timeout.as_secs().max(1).to_string();
