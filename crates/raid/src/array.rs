@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use block::{BlockDevice, Capabilities};
+use block::{Allocation, BlockDevice, Capabilities};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::bitmap::{bitmap_bytes, read_bitmap, write_image_to, Bitmap, RegionSet};
@@ -15,7 +15,7 @@ use crate::core::{array_failed, Core, RaidOptions};
 use crate::geometry::{Geometry, Level};
 use crate::locks::StripeLocks;
 use crate::log::Log;
-use crate::member::{Member, SyncState};
+use crate::member::{Member, SyncState, Zeroing};
 use crate::spread::{spread, SPREAD_MIN_BYTES};
 use crate::superblock::{data_offset, Superblock, BITMAP_OFFSET, LOG_OFFSET};
 
@@ -341,7 +341,7 @@ impl RaidArray {
         self.core.array_id
     }
 
-    fn check(&self, offset: u64, len: u64) -> io::Result<()> {
+    pub(crate) fn check(&self, offset: u64, len: u64) -> io::Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.size() => Ok(()),
             _ => Err(io::Error::new(
@@ -356,7 +356,7 @@ impl RaidArray {
 
     /// Splits `[offset, offset+len)` into the pieces one stripe holds:
     /// `(stripe, first logical byte, end)`.
-    fn pieces(&self, offset: u64, len: u64) -> Vec<(u64, u64, u64)> {
+    pub(crate) fn pieces(&self, offset: u64, len: u64) -> Vec<(u64, u64, u64)> {
         let g = &self.core.geo;
         let unit = if g.is_parity() {
             g.chunk * g.data_columns() as u64
@@ -386,7 +386,7 @@ impl RaidArray {
     }
 
     /// Member rows a write of `[offset, offset+len)` touches.
-    fn member_rows(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
+    pub(crate) fn member_rows(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
         let g = &self.core.geo;
         let (first, last) = (offset / g.chunk, (offset + len - 1) / g.chunk);
         if g.is_parity() {
@@ -516,6 +516,25 @@ impl BlockDevice for RaidArray {
         self.core.flush_all()
     }
 
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        if !self.member_provisioning().0 {
+            return Ok(()); // the content may stay as it is
+        }
+        self.zero_range(offset, len, Zeroing::Discard)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.zero_range(offset, len, Zeroing::WriteZeroes)
+    }
+
+    fn allocate_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.zero_range(offset, len, Zeroing::Allocate)
+    }
+
+    fn allocation(&self, offset: u64, len: u64) -> io::Result<(Allocation, u64)> {
+        self.allocation_at(offset, len)
+    }
+
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities {
             volatile_cache: false,
@@ -527,6 +546,10 @@ impl BlockDevice for RaidArray {
             caps.volatile_cache |= c.volatile_cache;
             caps.read_only |= c.read_only;
         }
+        let (zeroes, thin) = self.member_provisioning();
+        caps.discard = zeroes;
+        caps.discard_zeroes = zeroes;
+        caps.thin = thin;
         caps
     }
 

@@ -32,6 +32,8 @@ mod io_parity;
 mod locks;
 pub mod log;
 mod member;
+mod provision;
+mod rebuild;
 mod scrub;
 mod spread;
 mod status;
