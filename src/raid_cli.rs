@@ -1,4 +1,4 @@
-//! `openarray raid status|add|remove|replace|fail|scrub`: a running
+//! `openarray raid status|add|remove|replace|fail|scrub|speed`: a running
 //! daemon's RAID devices (`/v1/raid/{name}`).
 
 use std::process::ExitCode;
@@ -31,6 +31,16 @@ pub enum RaidCommand {
         name: String,
         member: String,
         device: String,
+    },
+    /// Change the resync and rebuild speed limits of a running array
+    /// (like md's sync_speed_min/max): at least MIN a second even under
+    /// foreground I/O, at most MAX.
+    Speed {
+        name: String,
+        #[arg(long, value_parser = speed)]
+        min: Option<u64>,
+        #[arg(long, value_parser = speed)]
+        max: Option<u64>,
     },
     /// Read every stripe and check mirrors and parity (waits for the end
     /// and prints what was found).
@@ -139,6 +149,11 @@ pub fn status_text(s: &Value, f: &Format) -> String {
     out
 }
 
+/// A speed such as `4M` (bytes a second).
+fn speed(text: &str) -> Result<u64, String> {
+    control::parse_size(text).map_err(|e| format!("`{text}`: {e}"))
+}
+
 fn request(cmd: &RaidCommand) -> (&'static str, String, Value) {
     let at = |name: &str, action: &str| format!("/v1/raid/{}/{action}", percent_encode(name));
     match cmd {
@@ -163,6 +178,9 @@ fn request(cmd: &RaidCommand) -> (&'static str, String, Value) {
             at(name, "replace"),
             json!({ "member": member, "device": device }),
         ),
+        RaidCommand::Speed { name, min, max } => {
+            ("POST", at(name, "speed"), json!({ "min": min, "max": max }))
+        }
         RaidCommand::Scrub {
             name,
             repair,

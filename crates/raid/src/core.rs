@@ -95,6 +95,9 @@ pub struct Core {
     pub foreground_ops: AtomicU64,
     pub failures: AtomicU64,
     pub progress: Mutex<Option<Progress>>,
+    /// `sync_speed_min` and `sync_speed_max` as they are now: options at
+    /// first, changeable while the array runs.
+    pub sync_speed: Mutex<(u64, u64)>,
     pub report: Mutex<SyncReport>,
     /// Wakes the worker: something changed.
     pub wake: Condvar,

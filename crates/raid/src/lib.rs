@@ -29,6 +29,7 @@ pub mod gf;
 mod io_copies;
 mod io_log;
 mod io_parity;
+mod io_stripes;
 mod locks;
 pub mod log;
 mod member;

@@ -87,6 +87,9 @@ pub struct RaidStatus {
     pub member_failures: u64,
     pub members: Vec<MemberStatus>,
     pub sync: Option<SyncProgress>,
+    /// Resync and rebuild speed limits now, bytes a second.
+    pub sync_speed_min: u64,
+    pub sync_speed_max: u64,
     pub bitmap: BitmapStatus,
     pub last_scrub: Option<ScrubReport>,
     /// RAID5/6: the partial parity log's slots, and sectors written since
@@ -190,6 +193,8 @@ impl RaidArray {
                 total_bytes: p.total_bytes,
                 bytes_per_sec: p.bytes_per_sec,
             }),
+            sync_speed_min: core.sync_speed.lock().0,
+            sync_speed_max: core.sync_speed.lock().1,
             bitmap: BitmapStatus {
                 region_bytes: rr * g.chunk,
                 regions: core.bitmap.regions,

@@ -39,12 +39,8 @@ impl Throttle {
         let fg = core.foreground_ops.load(Ordering::Relaxed);
         let busy = fg != self.foreground_seen;
         self.foreground_seen = fg;
-        let limit = if busy {
-            core.options.sync_speed_min
-        } else {
-            core.options.sync_speed_max
-        }
-        .max(1);
+        let (min, max) = *core.sync_speed.lock();
+        let limit = if busy { min } else { max }.max(1);
         let due = Duration::from_secs_f64(self.window_bytes as f64 / limit as f64);
         // In short sleeps, so that a stop is not kept waiting.
         loop {
@@ -238,7 +234,7 @@ impl Core {
         // of one batch overlapping the reads of the next.
         let step = if self.rebuilds_in_batches(slot) {
             // Small enough for the throttle to pace smoothly.
-            let bytes = STEP_BYTES.min(self.options.sync_speed_max / 8);
+            let bytes = STEP_BYTES.min(self.sync_speed.lock().1 / 8);
             (bytes / self.geo.chunk).max(1)
         } else {
             1
