@@ -95,11 +95,13 @@ pub fn status_text(s: &Value, f: &Format) -> String {
             done as f64 * 100.0 / total as f64
         };
         out.push_str(&format!(
-            "{}: {pct:.1}% ({} of {}) at {}/s\n",
+            "{}: {pct:.1}% ({} of {}) at {}/s (limits {}/s to {}/s)\n",
             text(&p["kind"]),
             f.size(done),
             f.size(total),
             f.size(p["bytes_per_sec"].as_u64().unwrap_or(0)),
+            f.size_of(&s["sync_speed_min"]),
+            f.size_of(&s["sync_speed_max"]),
         ));
     }
     out.push_str(&format!(
@@ -251,6 +253,7 @@ mod tests {
             "chunk_bytes": 65536, "events": 4, "member_failures": 1,
             "sync": {"kind": "rebuild", "slot": 2, "done_bytes": 1 << 20,
                      "total_bytes": 4 << 20, "bytes_per_sec": 1 << 20},
+            "sync_speed_min": 1 << 20, "sync_speed_max": 200 << 20,
             "members": [{"slot": 2, "name": "s0", "state": "recovering",
                          "recovered_bytes": 1 << 20, "io": null}],
             "bitmap": {"regions": 4, "region_bytes": 1 << 20, "dirty_regions": 0},
@@ -259,6 +262,7 @@ mod tests {
         let t = status_text(&s, &Format::default());
         assert!(t.starts_with("r5: RAID5 rebuilding"), "{t}");
         assert!(t.contains("rebuild: 25.0%"), "{t}");
+        assert!(t.contains("limits 1M/s to 200M/s"), "{t}");
         assert!(t.contains("s0"), "{t}");
         assert!(t.contains("recovering 1M"), "{t}");
         assert!(t.contains("weakest link: m1 is 4.0x slower"), "{t}");

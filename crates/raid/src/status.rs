@@ -177,6 +177,7 @@ impl RaidArray {
             ArrayState::Degraded
         };
         let report = core.report.lock().clone();
+        let speed = *core.sync_speed.lock();
         RaidStatus {
             array_id: format!("{:032x}", core.array_id),
             level: g.level.number(),
@@ -193,8 +194,8 @@ impl RaidArray {
                 total_bytes: p.total_bytes,
                 bytes_per_sec: p.bytes_per_sec,
             }),
-            sync_speed_min: core.sync_speed.lock().0,
-            sync_speed_max: core.sync_speed.lock().1,
+            sync_speed_min: speed.0,
+            sync_speed_max: speed.1,
             bitmap: BitmapStatus {
                 region_bytes: rr * g.chunk,
                 regions: core.bitmap.regions,
