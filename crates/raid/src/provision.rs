@@ -154,8 +154,25 @@ impl RaidArray {
         Ok(())
     }
 
+    /// Logical bytes of one member row when each member row holds
+    /// consecutive logical data (every level but RAID10 over an odd number
+    /// of members): member row `r` of every member then holds logical
+    /// bytes `[r * unit, (r + 1) * unit)`.
+    fn row_unit(&self) -> Option<u64> {
+        let g = self.core.geo;
+        let n = g.members as u64;
+        match g.level {
+            _ if g.is_parity() => Some(g.chunk * g.data_columns() as u64),
+            Level::Raid0 => Some(g.chunk * n),
+            Level::Raid1 => Some(g.chunk),
+            Level::Raid10 if n.is_multiple_of(2) => Some(g.chunk * n / 2),
+            _ => None,
+        }
+    }
+
     /// Allocation state of the extent at `offset`: deallocated only where
-    /// every member that holds current data for it is.
+    /// every member that holds current data for it is, in whole member
+    /// rows (a part of a parity row holds the parity of the rest).
     pub(crate) fn allocation_at(&self, offset: u64, len: u64) -> io::Result<(Allocation, u64)> {
         self.check(offset, len)?;
         if len == 0 {
@@ -165,39 +182,38 @@ impl RaidArray {
         let g = core.geo;
         let rr = core.region_rows();
         let members = core.members();
-        if g.is_parity() {
-            // A row is deallocated only when whole: a part of one holds
-            // the parity of the rest.
-            let unit = g.chunk * g.data_columns() as u64;
-            let row = offset / unit;
-            let rows = (offset + len).div_ceil(unit) - row;
-            let mut extents = Vec::new();
-            for m in members.iter().flatten() {
-                if !m.is_failed() && m.readable(row, rr) {
-                    extents.push(m.allocation(row * g.chunk, rows * g.chunk)?);
-                }
-            }
-            let (state, bytes) = combine(&extents);
-            let rows = match state {
-                Allocation::Mapped => bytes.div_ceil(g.chunk).max(1),
-                Allocation::Deallocated => bytes / g.chunk,
-            };
-            let (state, rows) = if rows == 0 {
-                (Allocation::Mapped, 1)
-            } else {
-                (state, rows)
-            };
-            return Ok((state, (rows * unit - offset % unit).min(len)));
-        }
-        let chunk = offset / g.chunk;
-        let within = offset % g.chunk;
-        // A mirror's copies lie at the same offsets of every member, so
-        // one look can go past the chunk.
-        let span = if g.level == Level::Raid1 {
-            len
-        } else {
-            (g.chunk - within).min(len)
+        let Some(unit) = self.row_unit() else {
+            return self.chunk_allocation(offset, len);
         };
+        let row = offset / unit;
+        let rows = (offset + len).div_ceil(unit) - row;
+        let mut extents = Vec::new();
+        for m in members.iter().flatten() {
+            if !m.is_failed() && m.readable(row, rr) {
+                extents.push(m.allocation(row * g.chunk, rows * g.chunk)?);
+            }
+        }
+        let (state, bytes) = combine(&extents);
+        let rows = match state {
+            Allocation::Mapped => bytes.div_ceil(g.chunk).max(1),
+            Allocation::Deallocated => bytes / g.chunk,
+        };
+        let (state, rows) = if rows == 0 {
+            (Allocation::Mapped, 1)
+        } else {
+            (state, rows)
+        };
+        Ok((state, (rows * unit - offset % unit).min(len)))
+    }
+
+    /// [`RaidArray::allocation_at`] a chunk at a time, from its copies.
+    fn chunk_allocation(&self, offset: u64, len: u64) -> io::Result<(Allocation, u64)> {
+        let core = &self.core;
+        let g = core.geo;
+        let rr = core.region_rows();
+        let members = core.members();
+        let (chunk, within) = (offset / g.chunk, offset % g.chunk);
+        let span = (g.chunk - within).min(len);
         let mut extents = Vec::new();
         for place in g.copies_of(chunk) {
             let Some(m) = members[place.member].as_ref() else {
@@ -208,7 +224,7 @@ impl RaidArray {
             }
         }
         let (state, bytes) = combine(&extents);
-        Ok((state, bytes.clamp(1, len)))
+        Ok((state, bytes.clamp(1, span)))
     }
 }
 
@@ -283,7 +299,16 @@ mod tests {
             let mut want = pattern(len, level.number() as u8);
             a.write_at(&want, 0, false).unwrap();
             assert_eq!(a.allocation(0, 4096).unwrap().0, Allocation::Mapped);
-            let unit = a.granularity().max(CHUNK);
+            // Written space is one extent, not a chunk at a time: GET LBA
+            // STATUS walks the device with these.
+            let whole = a.allocation(0, len as u64).unwrap();
+            assert_eq!(whole, (Allocation::Mapped, len as u64), "{level:?}");
+            // Whole member rows, where deallocation shows.
+            let unit = match level {
+                Level::Raid0 => CHUNK * n as u64,
+                Level::Raid10 => CHUNK * n as u64 / 2,
+                _ => a.granularity().max(CHUNK),
+            };
             // From the middle of one row (or chunk) to the middle of a
             // later one, and a zeroing of a sub-chunk range.
             let (from, to) = (unit / 3, 5 * unit + unit / 2);
