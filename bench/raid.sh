@@ -165,10 +165,11 @@ main() {
     local lun
     for lun in 0 1 2 3 4 5 6; do
         qbench "1M sequential write QD8" "$lun" "$SEQ_MIB" 8 1M 0 1
-        # Whole stripes: a multiple of the data width (RAID5 x4: 3 x 64K).
-        if [ "$lun" = 5 ]; then
+        # Whole stripes: a multiple of the data width (RAID5 x4 and
+        # RAID6 x5 both have 3 data chunks of 64K a row).
+        if [ "$lun" = 5 ] || [ "$lun" = 6 ]; then
             qbench "full-stripe sequential write QD8" "$lun" $((SEQ_MIB * 4 / 3)) 8 768K 0 1
-        elif [ "$lun" = 0 ] || [ "$lun" = 6 ]; then
+        elif [ "$lun" = 0 ]; then
             qbench "full-stripe sequential write QD8" "$lun" "$SEQ_MIB" 8 1M 0 1
         fi
         qbench "1M sequential read QD8" "$lun" "$SEQ_MIB" 8 1M 0 0
@@ -232,7 +233,7 @@ report() {
         done
         echo
         m=$(num "$(figure "full-stripe sequential write QD8" member)")
-        echo "Full-stripe sequential writes QD8 (RAID5 x4 in 768K requests, 4 whole stripes of 3 x 64K; RAID6 x5 in 1M, 4 of 4 x 64K):"
+        echo "Full-stripe sequential writes QD8 (768K requests, 4 whole rows of 3 data chunks of 64K on both; the member in 1M):"
         echo "RAID5 x4 $(figure "full-stripe sequential write QD8" "RAID5 x4"), $(ratio "$(num "$(figure "full-stripe sequential write QD8" "RAID5 x4")")" "$m") x the member's $(figure "full-stripe sequential write QD8" member);"
         echo "RAID6 x5 $(figure "full-stripe sequential write QD8" "RAID6 x5"), $(ratio "$(num "$(figure "full-stripe sequential write QD8" "RAID6 x5")")" "$m") x (goal for both: 0.8 x 3 data members = 2.4)."
         echo
