@@ -457,6 +457,7 @@ impl Core {
             geo,
             array_id,
             sync_speed: Mutex::new((options.sync_speed_min, options.sync_speed_max)),
+            last_scrub_at: Mutex::new(std::time::Instant::now()),
             options,
             slots: RwLock::new(slots),
             spares: Mutex::new(spares),

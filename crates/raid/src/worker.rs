@@ -148,7 +148,32 @@ impl Core {
                 }
             }
         }
-        false
+        self.scheduled_scrub()
+    }
+
+    /// Runs a check scrub when `scrub_every` has passed since the last
+    /// one, on a whole array; false if none was due.
+    fn scheduled_scrub(&self) -> bool {
+        let Some(every) = self.options.scrub_every else {
+            return false;
+        };
+        if self.last_scrub_at.lock().elapsed() < every || !self.whole() {
+            return false;
+        }
+        tracing::info!("scheduled RAID scrub");
+        match self.scrub(false) {
+            Ok(r) if r.mismatches > 0 => {
+                tracing::warn!(
+                    mismatches = r.mismatches,
+                    "scheduled RAID scrub found mismatches"
+                )
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "scheduled RAID scrub failed"),
+        }
+        // Failed or not, not again before the next period.
+        *self.last_scrub_at.lock() = std::time::Instant::now();
+        true
     }
 
     /// Stripes (lock units) with a chunk at member row `row`.
