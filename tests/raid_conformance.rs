@@ -222,7 +222,7 @@ fn raw_raid5_while_a_spare_rebuilds() {
         let poller = scope.spawn(move || {
             let mut samples = Vec::new();
             while running.load(Ordering::Relaxed) {
-                let s = raid_status(&daemon, "r5");
+                let s = raid_status(daemon, "r5");
                 samples.push((
                     started.elapsed().as_secs_f64(),
                     s["state"].as_str().unwrap_or("?").to_string(),

@@ -49,8 +49,8 @@ impl Core {
                 .map(|c| &data[i * unit + c * chunk..i * unit + (c + 1) * chunk])
                 .collect();
             let at = i * chunk..(i + 1) * chunk;
-            for s in 0..g.members {
-                let out = &mut bufs[s][at.clone()];
+            for (s, buf) in bufs.iter_mut().enumerate() {
+                let out = &mut buf[at.clone()];
                 match g.role_in_row(row, s) {
                     Role::Data(c) => out.copy_from_slice(cols[c]),
                     Role::P => gf::p_of(&cols, out),
