@@ -12,7 +12,7 @@ use crate::core::{array_failed, Core};
 use crate::geometry::Role;
 use crate::gf;
 use crate::locks::StripeGuard;
-use crate::member::{Member, SyncState};
+use crate::member::{Member, SyncState, Zeroing};
 
 /// Bytes of each member one rebuild step covers.
 pub const STEP_BYTES: u64 = 1 << 20;
@@ -132,10 +132,30 @@ impl Core {
         if target.is_failed() {
             return;
         }
-        let offset = batch.rows.start * self.geo.chunk;
-        if let Err(e) = target.write(&batch.chunks, offset, false) {
-            self.fail_member(slot, target, &e);
-            return;
+        // Runs of zero chunks are discarded (to zeros) rather than written:
+        // a rebuild keeps a thin member thin where the array holds nothing.
+        let chunk = self.geo.chunk as usize;
+        let zero: Vec<bool> = batch
+            .chunks
+            .chunks(chunk)
+            .map(|c| c.iter().all(|b| *b == 0))
+            .collect();
+        let mut at = 0;
+        while at < zero.len() {
+            let end = (at..zero.len())
+                .find(|i| zero[*i] != zero[at])
+                .unwrap_or(zero.len());
+            let offset = (batch.rows.start + at as u64) * self.geo.chunk;
+            let r = if zero[at] {
+                target.zero(Zeroing::Discard, offset, ((end - at) * chunk) as u64)
+            } else {
+                target.write(&batch.chunks[at * chunk..end * chunk], offset, false)
+            };
+            if let Err(e) = r {
+                self.fail_member(slot, target, &e);
+                return;
+            }
+            at = end;
         }
         if let SyncState::Recovering { done_rows, .. } = &mut *target.state.write() {
             *done_rows = batch.rows.end;
