@@ -118,8 +118,10 @@ qbench() {
         { tail -3 "$out" >&2; record "$workload" "${LUN_NAMES[$lun]}" failed n/a; return; }
     after=$(cpu_ticks "$OA_PID")
     s=$(sed -n 's/^Run completed in \([0-9.]*\) seconds.*/\1/p' "$out")
-    if [ "$size" = 1M ]; then
-        record "$workload" "${LUN_NAMES[$lun]}" "$(awk -v n="$count" -v s="$s" 'BEGIN { printf "%d MB/s", n * 1.048576 / s }')" "$(us_per_io $((after - before)) "$count")"
+    local bytes
+    bytes=$(numfmt --from=iec "${size^^}")
+    if [ "$bytes" -ge 65536 ]; then
+        record "$workload" "${LUN_NAMES[$lun]}" "$(awk -v n="$count" -v b="$bytes" -v s="$s" 'BEGIN { printf "%d MB/s", n * b / 1e6 / s }')" "$(us_per_io $((after - before)) "$count")"
     else
         record "$workload" "${LUN_NAMES[$lun]}" "$(awk -v n="$count" -v s="$s" 'BEGIN { printf "%d IOPS", n / s }')" "$(us_per_io $((after - before)) "$count")"
     fi
@@ -152,6 +154,7 @@ num() { echo "${1%% *}"; }
 
 main() {
     WORK=$(mktemp -d /dev/shm/openarray-raid-bench.XXXXXX)
+    LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
     if [ -z "${OA_BIN:-}" ]; then
         log "building openarray (release)"
         run_child cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" -p openarray --bin openarray
@@ -162,6 +165,13 @@ main() {
     local lun
     for lun in 0 1 2 3 4 5 6; do
         qbench "1M sequential write QD8" "$lun" "$SEQ_MIB" 8 1M 0 1
+        # Whole stripes: a multiple of the data width (RAID5 x4 and
+        # RAID6 x5 both have 3 data chunks of 64K a row).
+        if [ "$lun" = 5 ] || [ "$lun" = 6 ]; then
+            qbench "full-stripe sequential write QD8" "$lun" $((SEQ_MIB * 4 / 3)) 8 768K 0 1
+        elif [ "$lun" = 0 ]; then
+            qbench "full-stripe sequential write QD8" "$lun" "$SEQ_MIB" 8 1M 0 1
+        fi
         qbench "1M sequential read QD8" "$lun" "$SEQ_MIB" 8 1M 0 0
         perf_read "4K random read QD32" "$lun"
         qbench "4K write QD32" "$lun" 4000 32 4k 260k 1
@@ -222,6 +232,11 @@ report() {
             echo "| $w | $(ratio "$(num "$(figure "$w" "RAID0 x4")")" "$m") | $(ratio "$(num "$(figure "$w" "RAID0 x4, one at half speed")")" "$(num "$(figure "$w" "half member")")") | $(ratio "$(num "$(figure "$w" "RAID1 x2")")" "$m") | $(ratio "$(num "$(figure "$w" "RAID5 x4")")" "$m") | $(ratio "$(num "$(figure "$w" "RAID6 x5")")" "$m") |"
         done
         echo
+        m=$(num "$(figure "full-stripe sequential write QD8" member)")
+        echo "Full-stripe sequential writes QD8 (768K requests, 4 whole rows of 3 data chunks of 64K on both; the member in 1M):"
+        echo "RAID5 x4 $(figure "full-stripe sequential write QD8" "RAID5 x4"), $(ratio "$(num "$(figure "full-stripe sequential write QD8" "RAID5 x4")")" "$m") x the member's $(figure "full-stripe sequential write QD8" member);"
+        echo "RAID6 x5 $(figure "full-stripe sequential write QD8" "RAID6 x5"), $(ratio "$(num "$(figure "full-stripe sequential write QD8" "RAID6 x5")")" "$m") x (goal for both: 0.8 x 3 data members = 2.4)."
+        echo
         echo "RAID5 x4 with one member lost: 1M sequential reads $(figure "1M sequential read QD8, degraded" "RAID5 x4") (whole: $(figure "1M sequential read QD8" "RAID5 x4")),"
         echo "4K random reads $(figure "4K random read QD32, degraded" "RAID5 x4") (whole: $(figure "4K random read QD32" "RAID5 x4"))."
         echo
@@ -232,6 +247,8 @@ report() {
         echo
         echo "CPU of the daemon per I/O (µs): RAID5 4K write $(cpu "4K write QD32" "RAID5 x4"), RAID5 1M write $(cpu "1M sequential write QD8" "RAID5 x4"),"
         echo "RAID6 4K write $(cpu "4K write QD32" "RAID6 x5"), RAID6 1M write $(cpu "1M sequential write QD8" "RAID6 x5"); the member alone: 4K write $(cpu "4K write QD32" member), 1M write $(cpu "1M sequential write QD8" member)."
+        echo
+        echo "Load average at the start: $LOAD_BEFORE; at the end: $(cut -d' ' -f1-3 /proc/loadavg) (2 cores shared with other work)."
         echo
         echo "Weakest link named by \`openarray raid status\` for RAID0 with one half-speed member: $(cat "$WORK/weakest")"
     } >"$BENCH_OUT"

@@ -1,4 +1,4 @@
-//! `openarray raid status|add|remove|replace|fail|scrub`: a running
+//! `openarray raid status|add|remove|replace|fail|scrub|speed`: a running
 //! daemon's RAID devices (`/v1/raid/{name}`).
 
 use std::process::ExitCode;
@@ -31,6 +31,16 @@ pub enum RaidCommand {
         name: String,
         member: String,
         device: String,
+    },
+    /// Change the resync and rebuild speed limits of a running array
+    /// (like md's sync_speed_min/max): at least MIN a second even under
+    /// foreground I/O, at most MAX.
+    Speed {
+        name: String,
+        #[arg(long, value_parser = speed)]
+        min: Option<u64>,
+        #[arg(long, value_parser = speed)]
+        max: Option<u64>,
     },
     /// Read every stripe and check mirrors and parity (waits for the end
     /// and prints what was found).
@@ -85,11 +95,13 @@ pub fn status_text(s: &Value, f: &Format) -> String {
             done as f64 * 100.0 / total as f64
         };
         out.push_str(&format!(
-            "{}: {pct:.1}% ({} of {}) at {}/s\n",
+            "{}: {pct:.1}% ({} of {}) at {}/s (limits {}/s to {}/s)\n",
             text(&p["kind"]),
             f.size(done),
             f.size(total),
             f.size(p["bytes_per_sec"].as_u64().unwrap_or(0)),
+            f.size_of(&s["sync_speed_min"]),
+            f.size_of(&s["sync_speed_max"]),
         ));
     }
     out.push_str(&format!(
@@ -139,6 +151,11 @@ pub fn status_text(s: &Value, f: &Format) -> String {
     out
 }
 
+/// A speed such as `4M` (bytes a second).
+fn speed(text: &str) -> Result<u64, String> {
+    control::parse_size(text).map_err(|e| format!("`{text}`: {e}"))
+}
+
 fn request(cmd: &RaidCommand) -> (&'static str, String, Value) {
     let at = |name: &str, action: &str| format!("/v1/raid/{}/{action}", percent_encode(name));
     match cmd {
@@ -163,6 +180,9 @@ fn request(cmd: &RaidCommand) -> (&'static str, String, Value) {
             at(name, "replace"),
             json!({ "member": member, "device": device }),
         ),
+        RaidCommand::Speed { name, min, max } => {
+            ("POST", at(name, "speed"), json!({ "min": min, "max": max }))
+        }
         RaidCommand::Scrub {
             name,
             repair,
@@ -233,6 +253,7 @@ mod tests {
             "chunk_bytes": 65536, "events": 4, "member_failures": 1,
             "sync": {"kind": "rebuild", "slot": 2, "done_bytes": 1 << 20,
                      "total_bytes": 4 << 20, "bytes_per_sec": 1 << 20},
+            "sync_speed_min": 1 << 20, "sync_speed_max": 200 << 20,
             "members": [{"slot": 2, "name": "s0", "state": "recovering",
                          "recovered_bytes": 1 << 20, "io": null}],
             "bitmap": {"regions": 4, "region_bytes": 1 << 20, "dirty_regions": 0},
@@ -241,6 +262,7 @@ mod tests {
         let t = status_text(&s, &Format::default());
         assert!(t.starts_with("r5: RAID5 rebuilding"), "{t}");
         assert!(t.contains("rebuild: 25.0%"), "{t}");
+        assert!(t.contains("limits 1M/s to 200M/s"), "{t}");
         assert!(t.contains("s0"), "{t}");
         assert!(t.contains("recovering 1M"), "{t}");
         assert!(t.contains("weakest link: m1 is 4.0x slower"), "{t}");

@@ -9,6 +9,7 @@
 //! | `POST /v1/raid/{name}/add` | `{"device"}` | a configured device added as a hot spare |
 //! | `POST /v1/raid/{name}/replace` | `{"member", "device"}` | the device rebuilt in the member's place |
 //! | `POST /v1/raid/{name}/scrub` | `{"repair"?, "wait"?}` | with `wait`, the scrub's report |
+//! | `POST /v1/raid/{name}/speed` | `{"min"?, "max"?}` (bytes a second) | the resync and rebuild speed limits, changed live |
 //!
 //! A member is named by its configured device name or by its slot number.
 
@@ -68,7 +69,8 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Opt
             Err(e) => e,
         },
         ("POST", Some("scrub")) => scrub(&device, &request),
-        (_, None | Some("fail" | "remove" | "add" | "replace" | "scrub")) => {
+        ("POST", Some("speed")) => speed(array, &request),
+        (_, None | Some("fail" | "remove" | "add" | "replace" | "scrub" | "speed")) => {
             error(405, "method not allowed")
         }
         _ => error(404, format!("no such resource {path}")),
@@ -91,6 +93,28 @@ fn status(name: &str, array: &RaidArray) -> (u16, Value) {
             (200, v)
         }
         Err(e) => error(500, e),
+    }
+}
+
+/// Sets `request.min` and `request.max` (bytes a second; either kept as
+/// it is when absent) as the array's sync speed limits.
+fn speed(array: &RaidArray, request: &Value) -> (u16, Value) {
+    let (mut min, mut max) = array.sync_speed();
+    for (field, value) in [("min", &mut min), ("max", &mut max)] {
+        match &request[field] {
+            Value::Null => {}
+            v => match v.as_u64() {
+                Some(n) => *value = n,
+                None => return error(400, format!("`{field}` is bytes a second, not {v}")),
+            },
+        }
+    }
+    match array.set_sync_speed(min, max) {
+        Ok(()) => (
+            200,
+            json!({ "done": format!("sync speed {min} to {max} bytes/s"), "min": min, "max": max }),
+        ),
+        Err(e) => error(400, e),
     }
 }
 

@@ -116,6 +116,25 @@ impl RaidArray {
 
     /// Blocks until no resync or rebuild is pending or running (or
     /// `timeout` passes); true when idle.
+    /// Changes the resync and rebuild speed limits of the running array
+    /// (bytes a second; see [`crate::RaidOptions`]), from the next step on.
+    pub fn set_sync_speed(&self, min: u64, max: u64) -> io::Result<()> {
+        if max == 0 || min > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("sync speed minimum {min} must be at most the maximum {max}, which must not be 0"),
+            ));
+        }
+        *self.core.sync_speed.lock() = (min, max);
+        self.core.kick();
+        Ok(())
+    }
+
+    /// The resync and rebuild speed limits now: `(min, max)`.
+    pub fn sync_speed(&self) -> (u64, u64) {
+        *self.core.sync_speed.lock()
+    }
+
     pub fn wait_idle(&self, timeout: std::time::Duration) -> bool {
         let until = std::time::Instant::now() + timeout;
         while std::time::Instant::now() < until {

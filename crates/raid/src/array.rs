@@ -3,19 +3,21 @@
 //! superblock.
 
 use std::io;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use block::{BlockDevice, Capabilities};
+use block::{Allocation, BlockDevice, Capabilities};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::bitmap::{bitmap_bytes, read_bitmap, write_image_to, Bitmap, RegionSet};
 use crate::core::{array_failed, Core, RaidOptions};
 use crate::geometry::{Geometry, Level};
+use crate::io_stripes::RUN_BYTES;
 use crate::locks::StripeLocks;
 use crate::log::Log;
-use crate::member::{Member, SyncState};
+use crate::member::{Member, SyncState, Zeroing};
 use crate::spread::{spread, SPREAD_MIN_BYTES};
 use crate::superblock::{data_offset, Superblock, BITMAP_OFFSET, LOG_OFFSET};
 
@@ -341,7 +343,7 @@ impl RaidArray {
         self.core.array_id
     }
 
-    fn check(&self, offset: u64, len: u64) -> io::Result<()> {
+    pub(crate) fn check(&self, offset: u64, len: u64) -> io::Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.size() => Ok(()),
             _ => Err(io::Error::new(
@@ -356,7 +358,7 @@ impl RaidArray {
 
     /// Splits `[offset, offset+len)` into the pieces one stripe holds:
     /// `(stripe, first logical byte, end)`.
-    fn pieces(&self, offset: u64, len: u64) -> Vec<(u64, u64, u64)> {
+    pub(crate) fn pieces(&self, offset: u64, len: u64) -> Vec<(u64, u64, u64)> {
         let g = &self.core.geo;
         let unit = if g.is_parity() {
             g.chunk * g.data_columns() as u64
@@ -375,6 +377,34 @@ impl RaidArray {
         out
     }
 
+    /// [`RaidArray::pieces`] of a parity array with runs of whole rows
+    /// joined (up to [`RUN_BYTES`] of each member): `(rows, first logical
+    /// byte, end)`, a partial row on its own.
+    pub(crate) fn row_runs(&self, offset: u64, len: u64) -> Vec<(Range<u64>, u64, u64)> {
+        let g = &self.core.geo;
+        let unit = g.chunk * g.data_columns() as u64;
+        let most = (RUN_BYTES / g.chunk).max(1);
+        let mut out: Vec<(Range<u64>, u64, u64)> = Vec::new();
+        for (row, s, e) in self.pieces(offset, len) {
+            let whole = e - s == unit;
+            match out.last_mut() {
+                // Only onto a run of whole rows.
+                Some((rows, start, end))
+                    if whole
+                        && *start == rows.start * unit
+                        && *end == rows.end * unit
+                        && rows.end == row
+                        && rows.end - rows.start < most =>
+                {
+                    rows.end = row + 1;
+                    *end = e;
+                }
+                _ => out.push((row..row + 1, s, e)),
+            }
+        }
+        out
+    }
+
     /// Threads a request of `len` bytes runs on: one per member for a
     /// large one (stripe `i` on thread `i % members`).
     fn threads_for(&self, len: usize) -> usize {
@@ -386,7 +416,7 @@ impl RaidArray {
     }
 
     /// Member rows a write of `[offset, offset+len)` touches.
-    fn member_rows(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
+    pub(crate) fn member_rows(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
         let g = &self.core.geo;
         let (first, last) = (offset / g.chunk, (offset + len - 1) / g.chunk);
         if g.is_parity() {
@@ -426,6 +456,8 @@ impl Core {
         Core {
             geo,
             array_id,
+            sync_speed: Mutex::new((options.sync_speed_min, options.sync_speed_max)),
+            last_scrub_at: Mutex::new(std::time::Instant::now()),
             options,
             slots: RwLock::new(slots),
             spares: Mutex::new(spares),
@@ -492,20 +524,29 @@ impl BlockDevice for RaidArray {
         if tracked {
             core.with_bitmap_writer(|w| core.bitmap.begin_write(rows.clone(), w))?;
         }
-        let result = spread(
-            self.pieces(offset, buf.len() as u64),
-            self.threads_for(buf.len()),
-            |(stripe, s, e)| {
+        let result = if g.is_parity() {
+            let unit = g.chunk * g.data_columns() as u64;
+            let runs = self.row_runs(offset, buf.len() as u64);
+            spread(runs, self.threads_for(buf.len()), |(rows, s, e)| {
                 let data = &buf[(s - offset) as usize..(e - offset) as usize];
-                if g.is_parity() {
-                    let base = stripe * g.chunk * g.data_columns() as u64;
-                    core.write_row(stripe, s - base, e - base, data, fua)
+                if rows.end - rows.start > 1 || e - s == unit {
+                    core.write_full_rows(rows, data, fua)
                 } else {
+                    let base = rows.start * unit;
+                    core.write_row(rows.start, s - base, e - base, data, fua)
+                }
+            })
+        } else {
+            spread(
+                self.pieces(offset, buf.len() as u64),
+                self.threads_for(buf.len()),
+                |(stripe, s, e)| {
+                    let data = &buf[(s - offset) as usize..(e - offset) as usize];
                     let _guard = core.locks.lock(stripe);
                     core.write_chunk_copies(stripe, s - stripe * g.chunk, data, fua)
-                }
-            },
-        );
+                },
+            )
+        };
         if tracked {
             core.bitmap.end_write(rows);
         }
@@ -514,6 +555,25 @@ impl BlockDevice for RaidArray {
 
     fn flush(&self) -> io::Result<()> {
         self.core.flush_all()
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        if !self.member_provisioning().0 {
+            return Ok(()); // the content may stay as it is
+        }
+        self.zero_range(offset, len, Zeroing::Discard)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.zero_range(offset, len, Zeroing::WriteZeroes)
+    }
+
+    fn allocate_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.zero_range(offset, len, Zeroing::Allocate)
+    }
+
+    fn allocation(&self, offset: u64, len: u64) -> io::Result<(Allocation, u64)> {
+        self.allocation_at(offset, len)
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -527,6 +587,10 @@ impl BlockDevice for RaidArray {
             caps.volatile_cache |= c.volatile_cache;
             caps.read_only |= c.read_only;
         }
+        let (zeroes, thin) = self.member_provisioning();
+        caps.discard = zeroes;
+        caps.discard_zeroes = zeroes;
+        caps.thin = thin;
         caps
     }
 

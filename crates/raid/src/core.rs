@@ -35,6 +35,9 @@ pub struct RaidOptions {
     /// At create, RAID5/6: slots of the partial parity log that closes
     /// the write hole (0: no log, the hole stays open).
     pub log_slots: u32,
+    /// A check scrub this long after assembly or the last scrub (`None`:
+    /// only by hand).
+    pub scrub_every: Option<std::time::Duration>,
 }
 
 impl Default for RaidOptions {
@@ -47,6 +50,7 @@ impl Default for RaidOptions {
             assume_clean: false,
             log_slots: 64,
             member_timeout: None,
+            scrub_every: None,
         }
     }
 }
@@ -95,6 +99,11 @@ pub struct Core {
     pub foreground_ops: AtomicU64,
     pub failures: AtomicU64,
     pub progress: Mutex<Option<Progress>>,
+    /// `sync_speed_min` and `sync_speed_max` as they are now: options at
+    /// first, changeable while the array runs.
+    pub sync_speed: Mutex<(u64, u64)>,
+    /// When the last scrub ended (assembly, before the first).
+    pub last_scrub_at: Mutex<std::time::Instant>,
     pub report: Mutex<SyncReport>,
     /// Wakes the worker: something changed.
     pub wake: Condvar,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use block::BlockDevice;
+use block::{Allocation, BlockDevice};
 use parking_lot::RwLock;
 use stats::LatencyHistogram;
 
@@ -142,4 +142,35 @@ impl Member {
     pub fn flush(&self) -> io::Result<()> {
         self.timed(|| self.dev.flush()).0
     }
+
+    /// Makes `len` bytes at `offset` read as zeros the way `how` says. A
+    /// discard on a device whose discards do not read back as zeros
+    /// writes zeros instead: the array's parity counts on them.
+    pub fn zero(&self, how: Zeroing, offset: u64, len: u64) -> io::Result<()> {
+        let at = self.data_offset + offset;
+        let (r, nanos) = self.timed(|| match how {
+            Zeroing::Discard if self.dev.capabilities().discard_zeroes => self.dev.discard(at, len),
+            Zeroing::Discard | Zeroing::WriteZeroes => self.dev.write_zeroes(at, len),
+            Zeroing::Allocate => self.dev.allocate_zeroes(at, len),
+        });
+        self.stats.write_latency.record(nanos);
+        self.stats.write_ops.fetch_add(1, Ordering::Relaxed);
+        r
+    }
+
+    /// Allocation state of the member's data at `offset` (see
+    /// [`BlockDevice::allocation`]).
+    pub fn allocation(&self, offset: u64, len: u64) -> io::Result<(Allocation, u64)> {
+        self.dev.allocation(self.data_offset + offset, len)
+    }
+}
+
+/// How a range is made to read as zeros.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Zeroing {
+    /// Space given back where the device can (and still zeros).
+    Discard,
+    WriteZeroes,
+    /// Space set aside, never deallocated.
+    Allocate,
 }

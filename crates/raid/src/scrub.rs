@@ -51,7 +51,7 @@ impl RaidArray {
 }
 
 impl Core {
-    fn scrub(&self, repair: bool) -> io::Result<ScrubReport> {
+    pub(crate) fn scrub(&self, repair: bool) -> io::Result<ScrubReport> {
         let g = self.geo;
         let mut report = ScrubReport {
             repair,
@@ -86,6 +86,8 @@ impl Core {
             self.flush_all()?;
         }
         self.report.lock().last_scrub = Some(report.clone());
+        // A scrub by hand counts for the schedule too.
+        *self.last_scrub_at.lock() = Instant::now();
         tracing::info!(
             mismatches = report.mismatches,
             repaired = report.repaired,

@@ -87,6 +87,9 @@ pub struct RaidStatus {
     pub member_failures: u64,
     pub members: Vec<MemberStatus>,
     pub sync: Option<SyncProgress>,
+    /// Resync and rebuild speed limits now, bytes a second.
+    pub sync_speed_min: u64,
+    pub sync_speed_max: u64,
     pub bitmap: BitmapStatus,
     pub last_scrub: Option<ScrubReport>,
     /// RAID5/6: the partial parity log's slots, and sectors written since
@@ -174,6 +177,7 @@ impl RaidArray {
             ArrayState::Degraded
         };
         let report = core.report.lock().clone();
+        let speed = *core.sync_speed.lock();
         RaidStatus {
             array_id: format!("{:032x}", core.array_id),
             level: g.level.number(),
@@ -190,6 +194,8 @@ impl RaidArray {
                 total_bytes: p.total_bytes,
                 bytes_per_sec: p.bytes_per_sec,
             }),
+            sync_speed_min: speed.0,
+            sync_speed_max: speed.1,
             bitmap: BitmapStatus {
                 region_bytes: rr * g.chunk,
                 regions: core.bitmap.regions,

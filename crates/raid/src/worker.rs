@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use crate::bitmap::{write_image_to, RegionSet};
 use crate::core::{Core, Progress};
 use crate::geometry::Place;
-use crate::member::SyncState;
+use crate::member::{Member, SyncState};
+use crate::rebuild::{Batch, STEP_BYTES};
 
 /// Keeps a sync between `sync_speed_min` and `sync_speed_max`, at the
 /// minimum while foreground I/O is arriving.
@@ -38,15 +39,15 @@ impl Throttle {
         let fg = core.foreground_ops.load(Ordering::Relaxed);
         let busy = fg != self.foreground_seen;
         self.foreground_seen = fg;
-        let limit = if busy {
-            core.options.sync_speed_min
-        } else {
-            core.options.sync_speed_max
-        }
-        .max(1);
+        let (min, max) = *core.sync_speed.lock();
+        let limit = if busy { min } else { max }.max(1);
         let due = Duration::from_secs_f64(self.window_bytes as f64 / limit as f64);
-        let elapsed = self.window_start.elapsed();
-        if due > elapsed {
+        // In short sleeps, so that a stop is not kept waiting.
+        loop {
+            let elapsed = self.window_start.elapsed();
+            if due <= elapsed || core.stop.load(Ordering::SeqCst) {
+                break;
+            }
             std::thread::sleep((due - elapsed).min(Duration::from_millis(200)));
         }
         if self.window_start.elapsed() > Duration::from_secs(1) {
@@ -147,7 +148,32 @@ impl Core {
                 }
             }
         }
-        false
+        self.scheduled_scrub()
+    }
+
+    /// Runs a check scrub when `scrub_every` has passed since the last
+    /// one, on a whole array; false if none was due.
+    fn scheduled_scrub(&self) -> bool {
+        let Some(every) = self.options.scrub_every else {
+            return false;
+        };
+        if self.last_scrub_at.lock().elapsed() < every || !self.whole() {
+            return false;
+        }
+        tracing::info!("scheduled RAID scrub");
+        match self.scrub(false) {
+            Ok(r) if r.mismatches > 0 => {
+                tracing::warn!(
+                    mismatches = r.mismatches,
+                    "scheduled RAID scrub found mismatches"
+                )
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "scheduled RAID scrub failed"),
+        }
+        // Failed or not, not again before the next period.
+        *self.last_scrub_at.lock() = std::time::Instant::now();
+        true
     }
 
     /// Stripes (lock units) with a chunk at member row `row`.
@@ -229,57 +255,77 @@ impl Core {
         .min(self.geo.rows);
         let total = rows_to_do * self.geo.chunk;
         let mut throttle = Throttle::new(self);
-        for row in start..self.geo.rows {
-            if self.stop.load(Ordering::SeqCst) || target.is_failed() {
-                return;
-            }
-            if stale.as_ref().is_some_and(|s| !s.get(row / rr)) {
-                continue;
-            }
-            let stripe = if self.geo.is_parity() {
-                row
-            } else {
-                self.geo.stripe_of_place(Place { member: slot, row })
-            };
-            let mut ok = true;
-            {
-                let _g = self.locks.lock(stripe);
-                let r = if self.geo.is_parity() {
-                    self.repair_row(row, Some(slot))
-                } else {
-                    self.recover_copy(slot, row)
-                };
-                match r {
-                    // Still under the lock: no write slips in between.
-                    Ok(()) => {
-                        if let SyncState::Recovering { done_rows, .. } = &mut *target.state.write()
-                        {
-                            *done_rows = row + 1;
-                        }
-                    }
-                    Err(e) => {
-                        ok = false;
-                        if !target.is_failed() {
-                            tracing::warn!(slot, error = %e, "RAID rebuild failed");
-                        }
-                    }
+        // Parity members are rebuilt a batch of rows at a time, the write
+        // of one batch overlapping the reads of the next.
+        let step = if self.rebuilds_in_batches(slot) {
+            // Small enough for the throttle to pace smoothly.
+            let bytes = STEP_BYTES.min(self.sync_speed.lock().1 / 8);
+            (bytes / self.geo.chunk).max(1)
+        } else {
+            1
+        };
+        let kind = if stale.is_some() {
+            "catch-up"
+        } else {
+            "rebuild"
+        };
+        let needed = |row: u64| stale.as_ref().is_none_or(|s| s.get(row / rr));
+        let target = &target;
+        let complete = std::thread::scope(|scope| {
+            let (batches, written) = std::sync::mpsc::sync_channel::<Batch<'_>>(1);
+            let writer = scope.spawn(move || {
+                for batch in written {
+                    self.write_batch(slot, target, batch);
                 }
-            }
-            if !ok {
-                return;
-            }
-            throttle.done(self, self.geo.chunk);
-            *self.progress.lock() = Some(Progress {
-                kind: if stale.is_some() {
-                    "catch-up"
-                } else {
-                    "rebuild"
-                },
-                slot: Some(slot),
-                done_bytes: throttle.total,
-                total_bytes: total,
-                bytes_per_sec: throttle.rate(),
             });
+            let mut row = start;
+            let complete = loop {
+                if row >= self.geo.rows {
+                    break true;
+                }
+                if self.stop.load(Ordering::SeqCst) || target.is_failed() {
+                    break false;
+                }
+                if !needed(row) {
+                    row = (row / rr + 1) * rr;
+                    continue;
+                }
+                let mut end = row + 1;
+                while end < self.geo.rows && end - row < step && needed(end) {
+                    end += 1;
+                }
+                if step > 1 {
+                    match self.read_batch(slot, row..end) {
+                        Ok(Some(batch)) => {
+                            if batches.send(batch).is_err() {
+                                break false;
+                            }
+                        }
+                        Ok(None) => break false,
+                        Err(e) => {
+                            tracing::warn!(slot, error = %e, "RAID rebuild failed");
+                            break false;
+                        }
+                    }
+                } else if !self.recover_row(slot, target, row) {
+                    break false;
+                }
+                throttle.done(self, (end - row) * self.geo.chunk);
+                *self.progress.lock() = Some(Progress {
+                    kind,
+                    slot: Some(slot),
+                    done_bytes: throttle.total,
+                    total_bytes: total,
+                    bytes_per_sec: throttle.rate(),
+                });
+                row = end;
+            };
+            drop(batches);
+            writer.join().expect("rebuild writer");
+            complete
+        });
+        if !complete {
+            return;
         }
         // Stable before its superblock says it is in sync, and so is what
         // it was rebuilt from: the other members' caches may still hold
@@ -300,5 +346,36 @@ impl Core {
         }
         tracing::info!(member = %target.name(), slot, bytes = total, "RAID member in sync");
         self.membership_changed();
+    }
+
+    /// Brings one member row of the member in `slot` up to date and counts
+    /// it done; false if that failed.
+    fn recover_row(&self, slot: usize, target: &Member, row: u64) -> bool {
+        let stripe = if self.geo.is_parity() {
+            row
+        } else {
+            self.geo.stripe_of_place(Place { member: slot, row })
+        };
+        let _g = self.locks.lock(stripe);
+        let r = if self.geo.is_parity() {
+            self.repair_row(row, Some(slot))
+        } else {
+            self.recover_copy(slot, row)
+        };
+        match r {
+            // Still under the lock: no write slips in between.
+            Ok(()) => {
+                if let SyncState::Recovering { done_rows, .. } = &mut *target.state.write() {
+                    *done_rows = row + 1;
+                }
+                true
+            }
+            Err(e) => {
+                if !target.is_failed() {
+                    tracing::warn!(slot, error = %e, "RAID rebuild failed");
+                }
+                false
+            }
+        }
     }
 }

@@ -64,7 +64,15 @@ fn writers_rebuild_and_scrub_together() {
             std::thread::sleep(Duration::from_millis(50));
             members[1].set_fail_writes(true);
             members[1].set_fail_reads(true);
-            std::thread::sleep(Duration::from_millis(50));
+            // The writers find the member failed; then it is rebuilt.
+            let failing = std::time::Instant::now();
+            while a.status().member_failures == 0 {
+                assert!(
+                    failing.elapsed() < Duration::from_secs(10),
+                    "{level:?}: no failure seen"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
             assert!(
                 a.wait_idle(Duration::from_secs(30)),
                 "{level:?}: rebuild did not end"

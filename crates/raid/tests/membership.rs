@@ -219,3 +219,19 @@ fn manual_fail_remove_add_and_replace() {
     let json = serde_json::to_string(&st).unwrap();
     assert!(json.contains("\"state\":\"clean\""), "{json}");
 }
+
+#[test]
+fn sync_speed_limits_change_live_and_show_in_status() {
+    let (a, _, _) = array(Level::Raid5, 3, 0, 16);
+    a.set_sync_speed(2 << 20, 50 << 20).unwrap();
+    let st = a.status();
+    assert_eq!((st.sync_speed_min, st.sync_speed_max), (2 << 20, 50 << 20));
+    let e = a.set_sync_speed(8 << 20, 4 << 20).unwrap_err();
+    assert!(e.to_string().contains("at most the maximum"), "{e}");
+    assert!(a.set_sync_speed(0, 0).is_err());
+    assert_eq!(
+        a.sync_speed(),
+        (2 << 20, 50 << 20),
+        "a refused change changes nothing"
+    );
+}

@@ -38,6 +38,12 @@ enum Op {
         len: u64,
     },
     Flush,
+    /// A discard (or with `zeroes`, a zeroing) of a range: zeros after.
+    Discard {
+        at: u64,
+        len: u64,
+        zeroes: bool,
+    },
     /// The member in this slot starts failing all I/O.
     Fail(usize),
     /// A failed member is healed and re-added (bitmap catch-up).
@@ -57,6 +63,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(at, len, seed, fua)| Op::Write { at, len, seed, fua }),
         2 => (0..10_000u64, 1..5000u64).prop_map(|(at, len)| Op::Read { at, len }),
         2 => Just(Op::Flush),
+        1 => (0..10_000u64, 1..6000u64, any::<bool>())
+            .prop_map(|(at, len, zeroes)| Op::Discard { at, len, zeroes }),
         1 => (0..8usize).prop_map(Op::Fail),
         1 => (0..8usize).prop_map(Op::ReAdd),
         1 => Just(Op::Rebuild),
@@ -182,6 +190,18 @@ impl Harness {
             Op::Read { at, len } => {
                 let at = at * size / 10_000;
                 self.check(at, len.min(size - at));
+            }
+            Op::Discard { at, len, zeroes } => {
+                let at = at * size / 10_000 / 512 * 512;
+                let len = ((len * size / 10_000) / 512 * 512).min(size - at);
+                if zeroes {
+                    self.array().write_zeroes(at, len).unwrap();
+                } else {
+                    self.array().discard(at, len).unwrap();
+                }
+                let r = at as usize..(at + len) as usize;
+                self.model.value[r.clone()].fill(0);
+                self.model.stable[r].fill(false);
             }
             Op::Flush => {
                 self.array().flush().unwrap();

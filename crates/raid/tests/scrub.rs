@@ -5,7 +5,7 @@ mod common;
 
 use block::BlockDevice;
 use common::*;
-use raid::Level;
+use raid::{Level, RaidOptions};
 
 /// Corrupts `chunks` chunk rows of member `victim` (at rows 0, 2, 4, ...,
 /// where on a 3-member RAID10 member 1 holds second copies) and returns
@@ -91,4 +91,27 @@ fn raid5_scrub_repairs_parity_from_data() {
     let mut got = vec![0u8; data.len()];
     a.read_at(&mut got, 0).unwrap();
     assert!(got == data);
+}
+
+/// With `scrub_every`, the array scrubs by itself once that has passed,
+/// and a scrub by hand starts the period again.
+#[test]
+fn a_scrub_runs_on_schedule() {
+    let members: Vec<_> = (0..3).map(|_| faulty(member_size(16))).collect();
+    let opts = RaidOptions {
+        scrub_every: Some(std::time::Duration::from_millis(300)),
+        ..options()
+    };
+    let a = raid::RaidArray::create(Level::Raid5, devs(&members), vec![], opts).unwrap();
+    assert!(a.status().last_scrub.is_none(), "not before the period");
+    let started = std::time::Instant::now();
+    while a.status().last_scrub.is_none() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "no scheduled scrub"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(started.elapsed() >= std::time::Duration::from_millis(200));
+    assert_eq!(a.status().last_scrub.unwrap().mismatches, 0);
 }

@@ -27,6 +27,7 @@ pub const KIND: Kind = Kind {
         "sync_speed_max",
         "member_timeout",
         "log_slots",
+        "scrub_every",
     ],
     parse,
 };
@@ -44,6 +45,8 @@ pub struct RaidSpec {
     pub sync_speed_max: Option<u64>,
     pub member_timeout: Option<Duration>,
     pub log_slots: Option<u32>,
+    /// A check scrub this long after the array opens or its last scrub.
+    pub scrub_every: Option<Duration>,
 }
 
 fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
@@ -72,6 +75,7 @@ fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
     let sync_speed_min = f.bytes("sync_speed_min");
     let sync_speed_max = f.bytes("sync_speed_max");
     let member_timeout = f.duration("member_timeout");
+    let scrub_every = f.duration("scrub_every");
     let log_slots = f.read("log_slots", |v| match v {
         Value::Integer(n) if (0..=4096).contains(n) => Ok(*n as u32),
         other => Err(format!("expected 0 to 4096 slots, found {other}")),
@@ -113,6 +117,7 @@ fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
         sync_speed_max,
         member_timeout,
         log_slots,
+        scrub_every,
     }))
 }
 
@@ -147,6 +152,7 @@ impl RaidSpec {
             assume_clean: false,
             member_timeout: self.member_timeout,
             log_slots: self.log_slots.unwrap_or(d.log_slots),
+            scrub_every: self.scrub_every,
         }
     }
 
@@ -270,6 +276,9 @@ impl DeviceSpec for RaidSpec {
             out.push(("spares", self.spares.join(", ")));
         }
         out.push(("chunk", render::size(self.chunk)));
+        if let Some(every) = self.scrub_every {
+            out.push(("scrub_every", render::duration(every)));
+        }
         out
     }
 
@@ -391,6 +400,7 @@ mod tests {
             sync_speed_max: None,
             member_timeout: None,
             log_slots: None,
+            scrub_every: None,
         }
     }
 

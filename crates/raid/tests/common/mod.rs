@@ -29,6 +29,7 @@ pub fn options() -> RaidOptions {
         assume_clean: true,
         log_slots: 16,
         member_timeout: None,
+        scrub_every: None,
     }
 }
 
