@@ -18,14 +18,12 @@
 //! `CACHE_CRASH_SEED` replays a run; the seed is printed.
 mod common;
 
-use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
-use common::crash_model::{content, Model, PIECE};
-use common::iscsi::{rw10_cdb, LoginParams, Session};
+use common::crash_model::{content, login, openarray, seed, Model, PIECE};
+use common::iscsi::{rw10_cdb, Session};
 use common::rng::Rng;
 use common::{free_port, serve_command};
 
@@ -108,24 +106,6 @@ device = "hdd_file"
     )
 }
 
-fn openarray(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_openarray"))
-        .args(args)
-        .output()
-        .expect("run openarray");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
-fn login(addr: SocketAddr) -> Session {
-    let params = LoginParams::normal("iqn.2026-11.org.openarray.test:host", IQN);
-    Session::login(addr, &params, Duration::from_secs(10)).expect("login")
-}
-
 /// Reads every piece and checks it against the model, then takes what
 /// was read as the durable state. Returns how many pieces read an older
 /// value than the last one written.
@@ -204,21 +184,8 @@ fn workload(s: &mut Session, model: &mut Model, rng: &mut Rng, tag: &mut u64) {
     }
 }
 
-fn seed() -> u64 {
-    let seed = std::env::var("CACHE_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    eprintln!("CACHE_CRASH_SEED={seed}");
-    seed
-}
-
 fn crash_rounds(cut: Cut) {
-    let mut rng = Rng::new(seed());
+    let mut rng = Rng::new(seed("CACHE_CRASH_SEED"));
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg_path = dir.path().join("openarray.toml");
     std::fs::write(&cfg_path, config(dir.path(), "writeback")).expect("write config");
@@ -233,7 +200,7 @@ fn crash_rounds(cut: Cut) {
     let mut rounds = 0;
     while rounds < ROUNDS && start.elapsed() < BUDGET {
         let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
-        let mut s = login(daemon.addr());
+        let mut s = login(daemon.addr(), IQN);
         reverted += verify(&mut s, &mut model, rounds);
         let pid = daemon.pid() as i32;
         let delay = Duration::from_millis(rng.range(5, 250));
@@ -275,7 +242,7 @@ fn crash_rounds(cut: Cut) {
     }
     // The last restart: verify, then detach, which writes everything back.
     let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
-    let mut s = login(daemon.addr());
+    let mut s = login(daemon.addr(), IQN);
     reverted += verify(&mut s, &mut model, rounds);
     let (ok, text) = openarray(&["cache", "status", "--socket", &sock, "hybrid"]);
     assert!(ok && text.contains("mode writeback"), "{text}");
@@ -291,7 +258,7 @@ fn crash_rounds(cut: Cut) {
     // The backing alone holds every durable write.
     std::fs::write(&cfg_path, backing_config(dir.path())).expect("write config");
     let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
-    let mut s = login(daemon.addr());
+    let mut s = login(daemon.addr(), IQN);
     let behind = verify(&mut s, &mut model, rounds + 1);
     assert_eq!(behind, 0, "the backing alone is behind the cache");
     eprintln!(
@@ -352,7 +319,7 @@ fn cache_fails_under_io(mode: &str) -> usize {
     let sock = dir.path().join("admin.sock");
     let sock = sock.to_str().expect("utf-8").to_string();
     let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
-    let mut s = login(daemon.addr());
+    let mut s = login(daemon.addr(), IQN);
     // 256 pieces written and written back, then 64 of them rewritten.
     write_all(&mut s, 0, 256, 1);
     let (ok, text) = openarray(&["cache", "flush", "--socket", &sock, "hybrid"]);
@@ -451,7 +418,7 @@ fn a_lost_write_back_cache_device_is_not_replaced_by_stale_backing_data() {
     let sock = dir.path().join("admin.sock");
     let sock = sock.to_str().expect("utf-8").to_string();
     let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
-    let mut s = login(daemon.addr());
+    let mut s = login(daemon.addr(), IQN);
     write_all(&mut s, 0, 64, 1);
     let (ok, text) = openarray(&["cache", "flush", "--socket", &sock, "hybrid"]);
     assert!(ok, "cache flush: {text}");
@@ -489,7 +456,7 @@ fn a_lost_write_back_cache_device_is_not_replaced_by_stale_backing_data() {
     let text = text_with(&cfg_path, "accept_lost_writes = true");
     std::fs::write(&cfg_path, text).expect("write config");
     let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
-    let mut s = login(daemon.addr());
+    let mut s = login(daemon.addr(), IQN);
     for piece in 0..64 {
         assert!(
             read_whole(&mut s, piece) == content(1, piece),
@@ -525,7 +492,7 @@ fn a_live_change_of_the_line_size_is_refused_and_the_documented_way_works() {
     let sock = dir.path().join("admin.sock");
     let sock = sock.to_str().expect("utf-8").to_string();
     let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
-    let mut s = login(daemon.addr());
+    let mut s = login(daemon.addr(), IQN);
     write_all(&mut s, 0, 32, 1);
     let wider = dir.path().join("wider.toml");
     let wider_text = std::fs::read_to_string(&cfg_path)
@@ -566,7 +533,7 @@ fn a_live_change_of_the_line_size_is_refused_and_the_documented_way_works() {
         .replace("block = \"16K\"", "block = \"32K\"");
     std::fs::write(&cfg_path, text).expect("write config");
     let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
-    let mut s = login(daemon.addr());
+    let mut s = login(daemon.addr(), IQN);
     for piece in 0..32 {
         assert!(read_whole(&mut s, piece) == content(1, piece));
     }

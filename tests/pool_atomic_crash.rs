@@ -16,13 +16,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
-use common::crash_model::{content, PIECE};
+use common::crash_model::{content, login, openarray, seed, PIECE};
 use common::free_port;
-use common::iscsi::{LoginParams, Session};
+use common::iscsi::Session;
 use common::rng::Rng;
 
 const IQN: &str = "iqn.2026-11.org.openarray.test:atomic";
@@ -71,24 +70,6 @@ lun = 0
 device = "v"
 "#
     )
-}
-
-fn openarray(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_openarray"))
-        .args(args)
-        .output()
-        .expect("run openarray");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
-fn login(addr: std::net::SocketAddr) -> Session {
-    let params = LoginParams::normal("iqn.2026-11.org.openarray.test:host", IQN);
-    Session::login(addr, &params, Duration::from_secs(10)).expect("login")
 }
 
 /// One atomic write of a round: `pieces` pieces from `first`, all `tag`.
@@ -258,15 +239,7 @@ fn fill(s: &mut Session, durable: &mut [u64], tag: &mut u64) {
 
 #[test]
 fn power_cuts_during_atomic_writes_leave_each_whole_or_untouched() {
-    let seed = std::env::var("ATOMIC_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    eprintln!("ATOMIC_CRASH_SEED={seed}");
+    let seed = seed("ATOMIC_CRASH_SEED");
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg_path = dir.path().join("openarray.toml");
@@ -283,7 +256,7 @@ fn power_cuts_during_atomic_writes_leave_each_whole_or_untouched() {
     let mut rounds = 0;
     loop {
         let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
-        let mut s = login(daemon.addr());
+        let mut s = login(daemon.addr(), IQN);
         let (k, l, a) = verify(&mut s, &mut durable, &writes, rounds);
         (kept, lost, lost_any) = (kept + k, lost + l, lost_any + a);
         if rounds == ROUNDS || start.elapsed() >= BUDGET {

@@ -19,18 +19,16 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
-use common::crash_model::{content, Model, PIECE};
+use common::crash_model::{content, login, openarray, seed, Model, PIECE};
 use common::free_port;
-use common::iscsi::{LoginParams, Session};
+use common::iscsi::Session;
 use common::rng::Rng;
 
 const IQN: &str = "iqn.2026-11.org.openarray.test:crash";
@@ -100,29 +98,11 @@ unit_size = "64K"
     text
 }
 
-fn openarray(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_openarray"))
-        .args(args)
-        .output()
-        .expect("run openarray");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
 /// A volume operation through the running daemon.
 fn volume(socket: &str, args: &[&str]) -> (bool, String) {
     let mut all = vec!["volume", args[0], "--socket", socket, "--pool", "tank"];
     all.extend_from_slice(&args[1..]);
     openarray(&all)
-}
-
-fn login(addr: SocketAddr) -> Session {
-    let params = LoginParams::normal("iqn.2026-11.org.openarray.test:host", IQN);
-    Session::login(addr, &params, Duration::from_secs(10)).expect("login")
 }
 
 /// The snapshots and clones the API made: those it acknowledged, those it
@@ -366,15 +346,7 @@ fn check_clean(cfg: &str, round: usize) {
 /// rounds run.
 /// Returns how many writes were refused for want of space.
 fn crash_rounds(cut: Cut, device_size: &str) -> usize {
-    let seed = std::env::var("POOL_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    eprintln!("POOL_CRASH_SEED={seed}");
+    let seed = seed("POOL_CRASH_SEED");
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg_path = dir.path().join("openarray.toml");
@@ -396,7 +368,7 @@ fn crash_rounds(cut: Cut, device_size: &str) -> usize {
             let (_, shown) = openarray(&["device", "show", "--socket", &sock, "v"]);
             assert!(shown.contains("└─ f0 (faulty"), "{shown}");
         }
-        let mut s = login(daemon.addr());
+        let mut s = login(daemon.addr(), IQN);
         lost += verify(&mut s, &mut models, rounds);
         lineage
             .lock()
@@ -435,7 +407,7 @@ fn crash_rounds(cut: Cut, device_size: &str) -> usize {
         rounds += 1;
     }
     let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
-    let mut s = login(daemon.addr());
+    let mut s = login(daemon.addr(), IQN);
     lost += verify(&mut s, &mut models, rounds);
     lineage
         .lock()

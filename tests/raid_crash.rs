@@ -14,13 +14,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
-use common::crash_model::{content, Model, PIECE};
+use common::crash_model::{self, content, login, seed, Model, PIECE};
 use common::free_port;
-use common::iscsi::{LoginParams, Session};
+use common::iscsi::Session;
 use common::rng::Rng;
 use serde_json::Value;
 
@@ -62,23 +61,9 @@ fn config(dir: &Path) -> String {
 }
 
 fn openarray(socket: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_openarray"))
-        .args(args)
-        .arg("--socket")
-        .arg(socket)
-        .output()
-        .expect("run openarray");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
-fn login(addr: std::net::SocketAddr) -> Session {
-    let params = LoginParams::normal("iqn.2026-11.org.openarray.test:host", IQN);
-    Session::login(addr, &params, Duration::from_secs(10)).expect("login")
+    let socket = socket.to_str().expect("utf-8");
+    let args: Vec<&str> = args.iter().copied().chain(["--socket", socket]).collect();
+    crash_model::openarray(&args)
 }
 
 /// Reads the span with one member lost. A piece no write touched since
@@ -186,15 +171,7 @@ fn status(socket: &Path) -> Value {
 
 fn rounds(cut: Cut) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let seed = std::env::var("RAID_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    eprintln!("RAID_CRASH_SEED={seed}");
+    let seed = seed("RAID_CRASH_SEED");
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("openarray.toml");
@@ -217,7 +194,7 @@ fn rounds(cut: Cut) {
         let lost = MEMBERS[3];
         let (ok, text) = openarray(&socket, &["device", "fault", lost, "fail"]);
         assert!(ok, "{text}");
-        let mut s = login(daemon.addr());
+        let mut s = login(daemon.addr(), IQN);
         torn += verify(&daemon, &mut s, &mut model, &mut tag, round);
         let pid = daemon.pid() as i32;
         let delay = Duration::from_millis(rng.range(5, 250));
@@ -263,7 +240,7 @@ fn rounds(cut: Cut) {
     let caught_up = last["bitmap"]["last_catch_up_bytes"].as_u64().unwrap_or(0);
     let (ok, text) = openarray(&socket, &["device", "fault", MEMBERS[3], "fail"]);
     assert!(ok, "{text}");
-    let mut s = login(daemon.addr());
+    let mut s = login(daemon.addr(), IQN);
     torn += verify(&daemon, &mut s, &mut model, &mut tag, round);
     drop(s);
     daemon.terminate();

@@ -61,3 +61,38 @@ pub fn content(tag: u64, piece: usize) -> Vec<u8> {
     }
     out
 }
+
+/// Runs `openarray ARGS`: whether it succeeded, and its stdout then stderr.
+pub fn openarray(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_openarray"))
+        .args(args)
+        .output()
+        .expect("run openarray");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Logs the test host in to `target` at `addr`.
+pub fn login(addr: std::net::SocketAddr, target: &str) -> super::iscsi::Session {
+    let params = super::iscsi::LoginParams::normal("iqn.2026-11.org.openarray.test:host", target);
+    super::iscsi::Session::login(addr, &params, std::time::Duration::from_secs(10)).expect("login")
+}
+
+/// The seed of a randomised run: `$var` when set, else the clock. It is
+/// printed so that a failing run can be replayed.
+pub fn seed(var: &str) -> u64 {
+    let seed = std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    eprintln!("{var}={seed}");
+    seed
+}
