@@ -28,8 +28,10 @@ use crate::mode::Mode;
 use crate::state::{Slot, State};
 
 /// The longest atomic write, in lines: it touches one line more at most,
-/// and all of them need fresh slots in one table block.
-const MAX_LINES: u64 = 4;
+/// and all of them need fresh slots in one table block (169 slots), found
+/// by evicting clean lines if need be. 64 lines of 16 KiB take the 256
+/// blocks of 512 bytes initiators commonly try.
+const MAX_LINES: u64 = 64;
 
 /// One line of an atomic write: the slot holding it now, the fresh slot
 /// that takes its new image, and what of that image is valid and dirty.

@@ -169,7 +169,7 @@ fn atomic_writes_land_whole_and_write_through_ends_on_the_backing() {
     let rig = Rig::new();
     let dev = rig.open(Mode::WriteThrough, FormatPolicy::IfBlank);
     let limits = dev.atomic_writes().expect("the cache offers atomic writes");
-    assert_eq!(limits.max_bytes, 4 * LINE);
+    assert_eq!(limits.max_bytes, 64 * LINE);
     let data = pattern(9, LEN);
     dev.write_atomic(&data, AT, true).unwrap();
     assert_eq!(read(&dev, AT, LEN), data);
@@ -177,7 +177,7 @@ fn atomic_writes_land_whole_and_write_through_ends_on_the_backing() {
     rig.backing.read_at(&mut back, AT).unwrap();
     assert_eq!(back, data, "written through at once");
     assert_eq!(dev.status().dirty_bytes, 0);
-    let too_long = vec![0; 4 * LINE as usize + 512];
+    let too_long = vec![0; 64 * LINE as usize + 512];
     let e = dev.write_atomic(&too_long, 0, false).unwrap_err();
     assert!(e.to_string().contains("outside the device's limits"), "{e}");
 }
