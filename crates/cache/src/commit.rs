@@ -5,6 +5,7 @@
 //! storage), writes each block over its older copy, and flushes again.
 //! Only then do the slots freed before the copy become reusable.
 
+use std::collections::BTreeSet;
 use std::io;
 
 use crate::device::Inner;
@@ -26,7 +27,7 @@ impl Inner {
     /// Makes the table on the cache device say what memory says, and every
     /// completed write to the cache device stable.
     pub fn commit(&self) -> io::Result<()> {
-        let result = self.commit_locked(&mut self.meta.lock());
+        let result = self.commit_locked(&mut self.meta.lock(), &BTreeSet::new());
         if let Err(e) = &result {
             // With the metadata lock released: failing writes a superblock.
             self.fail("metadata commit", e);
@@ -34,10 +35,30 @@ impl Inner {
         result
     }
 
-    fn commit_locked(&self, meta: &mut MetaWriter) -> io::Result<()> {
+    /// Commits all but the table blocks in `held_back`, which stay
+    /// changed (and the slots freed in them quarantined) for a later
+    /// commit.
+    pub(crate) fn commit_locked(
+        &self,
+        meta: &mut MetaWriter,
+        held_back: &BTreeSet<u32>,
+    ) -> io::Result<()> {
         let (blocks, released) = {
             let mut st = self.state.lock();
-            let changed = std::mem::take(&mut st.changed);
+            let mut changed = std::mem::take(&mut st.changed);
+            let mut released = std::mem::take(&mut st.quarantine);
+            for b in held_back {
+                if changed.remove(b) {
+                    st.changed.insert(*b);
+                }
+            }
+            released.retain(|&slot| {
+                let kept = held_back.contains(&(slot / ENTRIES_PER_BLOCK as u32));
+                if kept {
+                    st.quarantine.push(slot);
+                }
+                !kept
+            });
             let blocks: Vec<(u32, Vec<Entry>)> = changed
                 .into_iter()
                 .map(|b| {
@@ -48,7 +69,7 @@ impl Inner {
                     (b, entries)
                 })
                 .collect();
-            (blocks, std::mem::take(&mut st.quarantine))
+            (blocks, released)
         };
         match self.write_table(meta, &blocks) {
             Ok(()) => {

@@ -695,6 +695,14 @@ impl BlockDevice for CacheDevice {
         self.inner.write_zeroes(offset, len)
     }
 
+    fn atomic_writes(&self) -> Option<block::AtomicWrites> {
+        self.inner.atomic_limits()
+    }
+
+    fn write_atomic(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        self.inner.write_atomic(buf, offset, fua)
+    }
+
     fn granularity(&self) -> u64 {
         self.inner.backing.granularity()
     }

@@ -67,7 +67,7 @@ impl Inner {
         })
     }
 
-    fn check(&self, offset: u64, len: u64) -> io::Result<()> {
+    pub(crate) fn check(&self, offset: u64, len: u64) -> io::Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.geo.backing_size => Ok(()),
             _ => Err(io::Error::new(
@@ -82,7 +82,7 @@ impl Inner {
 
     /// Error once the device is shut down; called with the mode held, so
     /// that no I/O slips past a shutdown.
-    fn open_check(&self) -> io::Result<()> {
+    pub(crate) fn open_check(&self) -> io::Result<()> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
@@ -92,7 +92,7 @@ impl Inner {
         Ok(())
     }
 
-    fn lock_lines(&self, offset: u64, len: u64) -> Held<'_> {
+    pub(crate) fn lock_lines(&self, offset: u64, len: u64) -> Held<'_> {
         let first = self.geo.line_of(offset);
         let last = self.geo.line_of(offset + len - 1);
         self.locks.lock(first, last)
@@ -403,7 +403,7 @@ impl Inner {
     }
 
     /// Drops the clean cached sub-blocks of a range.
-    fn invalidate_clean(&self, offset: u64, len: u64) {
+    pub(crate) fn invalidate_clean(&self, offset: u64, len: u64) {
         let mut st = self.state.lock();
         for (line, from, to) in self.segments(offset, len) {
             if let Some(slot) = st.lookup(line) {
@@ -414,7 +414,7 @@ impl Inner {
     }
 
     /// Whether any block of the range has data only the cache holds.
-    fn has_dirty(&self, offset: u64, len: u64) -> bool {
+    pub(crate) fn has_dirty(&self, offset: u64, len: u64) -> bool {
         let st = self.state.lock();
         self.segments(offset, len).any(|(line, from, to)| {
             st.lookup(line)
@@ -454,7 +454,7 @@ impl Inner {
         self.backing.read_at(buf, offset)
     }
 
-    fn write_degraded(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+    pub(crate) fn write_degraded(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
         if self.has_dirty(offset, buf.len() as u64) {
             return Err(stranded());
         }

@@ -29,6 +29,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+mod atomic;
 mod commit;
 mod device;
 mod fill;
