@@ -1,46 +1,95 @@
-//! WRITE ATOMIC(16) to a LUN over a write-back cache survives power cuts
-//! whole or not at all. The cache device and the backing are each a
-//! `faulty` device (a disk with a volatile write cache) over a `delay`
-//! device over a file, so that a cut lands in the middle of atomic writes:
-//! at a random moment the test cuts the power of both live (`device fault
-//! NAME fail`, the backing first, so that the cache cannot record its own
-//! failure there; then `drop-unflushed`), kills the daemon with SIGKILL
-//! and restarts it.
+//! WRITE ATOMIC(16) survives power cuts whole or not at all, on a thin
+//! volume and on a write-back cache. Their disks are `faulty` devices (a
+//! disk with a volatile write cache) over `delay` devices over files, so
+//! that every write reaching a disk takes a while and a cut lands in the
+//! middle of atomic writes: at a random moment the test cuts the power live
+//! (`device fault NAME fail`, then `drop-unflushed`), then kills the daemon
+//! with SIGKILL and restarts it.
 //!
 //! Within a round the atomic writes never overlap, so each one's range
 //! must read back afterwards either entirely as before the write or
 //! entirely as written, never a mix; one acknowledged with FUA, or before
-//! an acknowledged SYNCHRONIZE CACHE, entirely as written. Ranges span
-//! cache lines and start inside them, so the cache merges old bytes
-//! around them. The model is `tests/pool_atomic_crash.rs`.
+//! an acknowledged SYNCHRONIZE CACHE, entirely as written. Ranges span pool
+//! units and cache lines and start inside them, so the device merges old
+//! bytes around them. `openarray pool check` is clean after every cut.
 //!
 //! `ATOMIC_CRASH_SEED` replays a run; the seed is printed.
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
-use common::crash_model::{content, PIECE};
+use common::crash_model::{content, login, openarray, seed, PIECE};
 use common::free_port;
-use common::iscsi::{LoginParams, Session};
+use common::iscsi::Session;
 use common::rng::Rng;
 
-const IQN: &str = "iqn.2026-11.org.openarray.test:cache-atomic";
+const IQN: &str = "iqn.2026-11.org.openarray.test:atomic";
 const ROUNDS: usize = 30;
-/// The test stops starting rounds after this long.
-const BUDGET: Duration = Duration::from_secs(20);
 const BLOCK: usize = 512;
 const VOLUME_BYTES: usize = 8 << 20;
 const PIECES: usize = VOLUME_BYTES / PIECE;
-/// The longest atomic write, in pieces: up to 17 lines of 16 KiB.
+/// The longest atomic write, in pieces: up to five 64 KiB pool units, or
+/// 17 cache lines of 16 KiB.
 const MAX_PIECES: u64 = 64;
+
+/// The LUN under test and how to cut its power.
+struct Lun {
+    config: fn(&Path) -> String,
+    /// `device fault` commands of a cut, in order.
+    cut: &'static [(&'static str, &'static str)],
+    /// The test stops starting rounds after this long.
+    budget: Duration,
+    /// The pool to check after every cut.
+    pool: Option<&'static str>,
+    /// WRITE ATOMIC may be refused (ILLEGAL REQUEST) after the cut: a
+    /// cache whose device failed serves from its backing, a plain file.
+    refusal_after_cut: bool,
+}
+
+/// An 8 MiB thin volume of a pool on faulty(delay(file)).
+fn pool_config(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        r#"
+[[device]]
+name = "disk"
+kind = "file"
+path = "{d}/tank.img"
+size = "64M"
+[[device]]
+name = "slow"
+kind = "delay"
+over = "disk"
+latency = "1ms"
+[[device]]
+name = "f0"
+kind = "faulty"
+over = "slow"
+[[pool]]
+name = "tank"
+devices = ["f0"]
+metadata = "{d}/tank.meta"
+unit_size = "64K"
+[[device]]
+name = "v"
+kind = "volume"
+pool = "tank"
+size = "8M"
+[[target]]
+name = "{IQN}"
+[[target.lun]]
+lun = 0
+device = "v"
+"#
+    )
+}
 
 /// An 8 MiB LUN over a write-back cache with 16 KiB lines, both devices
 /// faulty(delay(file)); the cache holds the whole LUN, so an atomic write
 /// always finds clean lines to evict or free slots.
-fn config(dir: &Path) -> String {
+fn cache_config(dir: &Path) -> String {
     let d = dir.display();
     format!(
         r#"
@@ -88,24 +137,6 @@ device = "hybrid"
     )
 }
 
-fn openarray(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_openarray"))
-        .args(args)
-        .output()
-        .expect("run openarray");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
-fn login(addr: std::net::SocketAddr) -> Session {
-    let params = LoginParams::normal("iqn.2026-11.org.openarray.test:host", IQN);
-    Session::login(addr, &params, Duration::from_secs(10)).expect("login")
-}
-
 /// One atomic write of a round: `pieces` pieces from `first`, all `tag`.
 struct Written {
     first: usize,
@@ -130,7 +161,7 @@ fn write_atomic_16(lba: u64, blocks: u16, fua: bool) -> [u8; 16] {
 
 /// Atomic writes of ranges no other write of the round touches, and now
 /// and then a SYNCHRONIZE CACHE, until the daemon dies.
-fn workload(s: &mut Session, rng: &mut Rng, tag: &mut u64) -> Vec<Written> {
+fn workload(s: &mut Session, rng: &mut Rng, tag: &mut u64, lun: &Lun) -> Vec<Written> {
     let mut taken = vec![false; PIECES];
     let mut writes: Vec<Written> = Vec::new();
     loop {
@@ -152,11 +183,12 @@ fn workload(s: &mut Session, rng: &mut Rng, tag: &mut u64) -> Vec<Written> {
                 let r = s.command(0, &write_atomic_16(lba, blocks, fua), &data, 0);
                 let good = matches!(&r, Ok(c) if c.status == 0);
                 if let Ok(c) = &r {
-                    // GOOD, or the disk failing under the cut, or (once
-                    // the cache device failed under it) refused: the
-                    // backing alone, a file, offers no atomic writes.
+                    // GOOD, or the disk failing under the cut, or refused
+                    // where the LUN may lose its atomic writes in the cut.
                     assert!(
-                        c.status == 0 || matches!(c.sense_key(), Some(0x03 | 0x05)),
+                        c.status == 0
+                            || c.sense_key() == Some(0x03)
+                            || (lun.refusal_after_cut && c.sense_key() == Some(0x05)),
                         "WRITE ATOMIC: status {} sense {:02x?}",
                         c.status,
                         c.sense
@@ -273,21 +305,14 @@ fn fill(s: &mut Session, durable: &mut [u64], tag: &mut u64) {
         .expect("SYNCHRONIZE CACHE");
 }
 
-#[test]
-fn power_cuts_during_atomic_writes_leave_each_whole_or_untouched() {
-    let seed = std::env::var("ATOMIC_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    eprintln!("ATOMIC_CRASH_SEED={seed}");
-    let mut rng = Rng::new(seed);
+/// Rounds of atomic writes, each ended by a power cut and SIGKILL, each
+/// checked after the restart.
+fn power_cuts(lun: &Lun) {
+    let mut rng = Rng::new(seed("ATOMIC_CRASH_SEED"));
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg_path = dir.path().join("openarray.toml");
-    std::fs::write(&cfg_path, config(dir.path())).expect("write config");
+    std::fs::write(&cfg_path, (lun.config)(dir.path())).expect("write config");
+    let cfg = cfg_path.to_str().expect("utf-8").to_string();
     let sock = dir.path().join("admin.sock");
     let sock = sock.to_str().expect("utf-8").to_string();
 
@@ -299,10 +324,10 @@ fn power_cuts_during_atomic_writes_leave_each_whole_or_untouched() {
     let mut rounds = 0;
     loop {
         let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
-        let mut s = login(daemon.addr());
+        let mut s = login(daemon.addr(), IQN);
         let (k, l, a) = verify(&mut s, &mut durable, &writes, rounds);
         (kept, lost, lost_any) = (kept + k, lost + l, lost_any + a);
-        if rounds == ROUNDS || start.elapsed() >= BUDGET {
+        if rounds == ROUNDS || start.elapsed() >= lun.budget {
             break;
         }
         if rounds == 0 {
@@ -310,16 +335,12 @@ fn power_cuts_during_atomic_writes_leave_each_whole_or_untouched() {
         }
         let pid = daemon.pid() as i32;
         let delay = Duration::from_millis(rng.range(5, 200));
+        let cut = lun.cut;
         let killer = {
             let sock = sock.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(delay);
-                for (dev, fault) in [
-                    ("fb", "fail"),
-                    ("fc", "fail"),
-                    ("fb", "drop-unflushed"),
-                    ("fc", "drop-unflushed"),
-                ] {
+                for (dev, fault) in cut {
                     let (ok, text) = openarray(&["device", "fault", "--socket", &sock, dev, fault]);
                     assert!(ok, "device fault {dev} {fault}: {text}");
                 }
@@ -327,11 +348,15 @@ fn power_cuts_during_atomic_writes_leave_each_whole_or_untouched() {
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             })
         };
-        writes = workload(&mut s, &mut rng, &mut tag);
+        writes = workload(&mut s, &mut rng, &mut tag, lun);
         issued += writes.len();
         killer.join().expect("killer thread");
         drop(s);
         drop(daemon);
+        if let Some(pool) = lun.pool {
+            let (ok, text) = openarray(&["pool", "check", "-c", &cfg, pool]);
+            assert!(ok, "round {rounds}: pool check:\n{text}");
+        }
         rounds += 1;
     }
     eprintln!(
@@ -345,4 +370,33 @@ fn power_cuts_during_atomic_writes_leave_each_whole_or_untouched() {
         lost_any > 0,
         "no cut ever caught a write before it was durable"
     );
+}
+
+#[test]
+fn power_cuts_during_atomic_writes_to_a_thin_volume_leave_each_whole_or_untouched() {
+    power_cuts(&Lun {
+        config: pool_config,
+        cut: &[("f0", "fail"), ("f0", "drop-unflushed")],
+        budget: Duration::from_secs(30),
+        pool: Some("tank"),
+        refusal_after_cut: false,
+    });
+}
+
+/// The backing fails first, so that the cache cannot record its own
+/// failure there.
+#[test]
+fn power_cuts_during_atomic_writes_to_a_write_back_cache_leave_each_whole_or_untouched() {
+    power_cuts(&Lun {
+        config: cache_config,
+        cut: &[
+            ("fb", "fail"),
+            ("fc", "fail"),
+            ("fb", "drop-unflushed"),
+            ("fc", "drop-unflushed"),
+        ],
+        budget: Duration::from_secs(20),
+        pool: None,
+        refusal_after_cut: true,
+    });
 }
