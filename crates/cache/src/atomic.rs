@@ -195,17 +195,7 @@ impl Inner {
                     if room.values().any(|&r| r >= n) {
                         break;
                     }
-                    let s = st.slots[victim as usize];
-                    let Some(vline) = s.line else { continue };
-                    if s.dirty != 0 {
-                        continue;
-                    }
-                    // As in `slot_for`: nobody may be using the victim.
-                    if held.holds(vline) {
-                        st.release(victim, true);
-                    } else if let Some(_guard) = self.locks.try_lock(vline) {
-                        st.release(victim, true);
-                    } else {
+                    if !self.evict_clean(&mut st, victim, held) {
                         continue;
                     }
                     *room.entry(block_of(victim)).or_default() += 1;

@@ -14,6 +14,7 @@ use crate::device::Inner;
 use crate::geometry::runs;
 use crate::locks::Held;
 use crate::mode::Mode;
+use crate::state::State;
 
 /// Which device an error came from.
 pub(crate) enum Fault {
@@ -190,6 +191,26 @@ impl Inner {
         Ok(())
     }
 
+    /// Frees `victim` if it holds a clean line that nobody is using (its
+    /// line lock is ours already, or free now); whether it did.
+    pub(crate) fn evict_clean(&self, st: &mut State, victim: u32, held: &Held) -> bool {
+        let s = st.slots[victim as usize];
+        let Some(line) = s.line else { return false };
+        if s.dirty != 0 {
+            return false;
+        }
+        let _guard = if held.holds(line) {
+            None
+        } else {
+            match self.locks.try_lock(line) {
+                Some(guard) => Some(guard),
+                None => return false,
+            }
+        };
+        st.release(victim, true);
+        true
+    }
+
     /// The slot holding `line`, or a new one for it (evicting clean lines
     /// if need be); `None` when the cache has no room to spare.
     pub(crate) fn slot_for(&self, line: u64, held: &Held) -> Res<Option<u32>> {
@@ -207,18 +228,7 @@ impl Inner {
                 let batch = (self.geo.slots as usize / 32).clamp(1, 256);
                 let mut evicted = 0;
                 for victim in st.policy.victims(batch * 4 + 16) {
-                    let s = st.slots[victim as usize];
-                    let Some(vline) = s.line else { continue };
-                    if s.dirty != 0 {
-                        continue;
-                    }
-                    // Nobody may be using the victim: its line lock is ours
-                    // already or free now.
-                    if held.holds(vline) {
-                        st.release(victim, true);
-                    } else if let Some(_guard) = self.locks.try_lock(vline) {
-                        st.release(victim, true);
-                    } else {
+                    if !self.evict_clean(&mut st, victim, held) {
                         continue;
                     }
                     evicted += 1;
