@@ -542,3 +542,62 @@ fn a_live_change_of_the_line_size_is_refused_and_the_documented_way_works() {
     drop(s);
     assert!(daemon.terminate().success());
 }
+
+/// A cache device on tmpfs is read through its file's mapping on a hit:
+/// every block reads back as last written, through evictions, refills
+/// and overwrites.
+#[test]
+fn hits_from_a_cache_device_in_memory_read_back_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tempdir on /dev/shm");
+    let cfg_path = dir.path().join("openarray.toml");
+    let (d, m) = (dir.path().display(), shm.path().display());
+    let text = format!(
+        r#"
+[[device]]
+name = "ssd"
+kind = "file"
+path = "{m}/ssd.img"
+size = "6M"
+[[device]]
+name = "hdd"
+kind = "file"
+path = "{d}/hdd.img"
+size = "64M"
+[[device]]
+name = "hybrid"
+kind = "cache"
+cache = "ssd"
+backing = "hdd"
+mode = "writeback"
+block = "16K"
+[[target]]
+name = "{IQN}"
+[[target.lun]]
+lun = 0
+device = "hybrid"
+"#
+    );
+    std::fs::write(&cfg_path, text).expect("write config");
+    let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
+    let mut s = login(daemon.addr(), IQN);
+    write_all(&mut s, 0, PIECES, 1);
+    write_all(&mut s, PIECES / 4, PIECES / 4, 2);
+    let tag = |piece: usize| {
+        if (PIECES / 4..PIECES / 2).contains(&piece) {
+            2
+        } else {
+            1
+        }
+    };
+    for pass in 0..2 {
+        // The second pass over the last quarter reads lines the first
+        // pass filled.
+        for piece in (0..PIECES).rev() {
+            assert!(
+                read_whole(&mut s, piece) == content(tag(piece), piece),
+                "pass {pass}: piece {piece}"
+            );
+        }
+    }
+}

@@ -235,7 +235,7 @@ impl Inner {
                 let (x, y) = self.geo.sub_range(line, r0, r1);
                 if set && x < y {
                     let out = &mut image[x as usize..y as usize];
-                    on_cache(self.cache.read_at(out, self.geo.slot_offset(slot) + x))?;
+                    self.read_from_cache_device(out, self.geo.slot_offset(slot) + x)?;
                 }
             }
         }

@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use crate::device::Inner;
 use crate::geometry::runs;
-use crate::io::{on_backing, on_cache, Res};
+use crate::io::{on_backing, Res};
 use crate::locks::Held;
 
 /// One line of a read: the bytes `[from, to)` of `line` wanted, at `at`
@@ -38,7 +38,7 @@ struct BackingRead {
 impl Inner {
     pub(crate) fn read_filling(&self, buf: &mut [u8], offset: u64, held: &Held) -> Res<()> {
         if let Some(at) = self.whole_hit(offset, buf.len() as u64) {
-            on_cache(self.cache.read_at(buf, at))?;
+            self.read_from_cache_device(buf, at)?;
             self.counters.read(buf.len() as u64, 0);
             return Ok(());
         }
@@ -126,7 +126,7 @@ impl Inner {
                 let out = &mut buf[p.at + (x - p.from) as usize..p.at + (y - p.from) as usize];
                 if set {
                     let slot = p.slot.expect("valid sub-blocks have a slot");
-                    on_cache(self.cache.read_at(out, self.geo.slot_offset(slot) + x))?;
+                    self.read_from_cache_device(out, self.geo.slot_offset(slot) + x)?;
                     hit += y - x;
                 } else {
                     out.copy_from_slice(from_backing(&reads, base + x, out.len()));

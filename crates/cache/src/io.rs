@@ -183,12 +183,25 @@ impl Inner {
         for p in &pieces {
             let out = &mut buf[p.at..p.at + p.len];
             match p.cached {
-                Some(at) => on_cache(self.cache.read_at(out, at))?,
+                Some(at) => self.read_from_cache_device(out, at)?,
                 None => on_backing(self.backing.read_at(out, p.offset))?,
             }
         }
         self.counters.read(hit, miss);
         Ok(())
+    }
+
+    /// Reads `out` from the cache device at `at`: copied out of the
+    /// device's mapped file where it offers one (no system call per hit),
+    /// else read. Callers hold the line, so nothing writes there meanwhile.
+    pub(crate) fn read_from_cache_device(&self, out: &mut [u8], at: u64) -> Res<()> {
+        match self.cache.mapped_bytes(at, out.len()) {
+            Some(bytes) => {
+                out.copy_from_slice(bytes.as_ref());
+                Ok(())
+            }
+            None => on_cache(self.cache.read_at(out, at)),
+        }
     }
 
     /// Frees `victim` if it holds a clean line that nobody is using (its
@@ -396,7 +409,7 @@ impl Inner {
                 }
                 let out = &mut whole[(x - wfrom) as usize..(y - wfrom) as usize];
                 if valid >> (x / self.geo.sub) & 1 == 1 {
-                    on_cache(self.cache.read_at(out, base + x))?;
+                    self.read_from_cache_device(out, base + x)?;
                 } else {
                     let dev = self.geo.line_start(line) + x;
                     on_backing(self.backing.read_at(out, dev))?;
