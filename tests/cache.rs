@@ -22,7 +22,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
-use common::crash_model::{content, login, openarray, seed, Model, PIECE};
+use common::crash_model::{content, login, openarray, seed, write_piece, Model, PIECE};
 use common::iscsi::{rw10_cdb, Session};
 use common::rng::Rng;
 use common::{free_port, serve_command};
@@ -160,23 +160,7 @@ fn workload(s: &mut Session, model: &mut Model, rng: &mut Rng, tag: &mut u64) {
                 rng.below(PIECES as u64) as usize
             };
             let fua = rng.one_in(8);
-            model.since[piece].push(*tag);
-            let lba = (piece * PIECE) as u32 / BLOCK;
-            let mut cdb = rw10_cdb(0x2a, lba, (PIECE / BLOCK as usize) as u16);
-            if fua {
-                cdb[1] |= 0x08;
-            }
-            let r = s.command(0, &cdb, &content(*tag, piece), 0);
-            if matches!(&r, Ok(c) if c.status == 0) {
-                if fua {
-                    model.durable[piece] = *tag;
-                    model.since[piece].clear();
-                    model.good[piece] = None;
-                } else {
-                    model.good[piece] = model.since[piece].len().checked_sub(1);
-                }
-            }
-            r.map(|_| ())
+            write_piece(s, 0, model, (piece, *tag, fua), BLOCK as usize).map(|_| ())
         };
         if done.is_err() {
             return;

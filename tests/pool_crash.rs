@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
-use common::crash_model::{content, login, openarray, seed, Model, PIECE};
+use common::crash_model::{content, login, openarray, seed, write_piece, Model, PIECE};
 use common::free_port;
 use common::iscsi::Session;
 use common::rng::Rng;
@@ -303,25 +303,9 @@ fn workload(
                 *tag += 1;
                 let piece = rng.below(PIECES as u64) as usize;
                 let fua = rng.one_in(8);
-                model.since[piece].push(*tag);
-                let blocks = (PIECE / BLOCK as usize) as u16;
-                let lba = (piece * PIECE) as u32 / BLOCK;
-                let mut cdb = common::iscsi::rw10_cdb(0x2a, lba, blocks);
-                if fua {
-                    cdb[1] |= 0x08;
-                }
-                let r = s.command(lun, &cdb, &content(*tag, piece), 0);
+                let r = write_piece(s, lun, model, (piece, *tag, fua), BLOCK as usize);
                 if matches!(&r, Ok(c) if out_of_space(c)) {
                     *refused += 1;
-                }
-                if matches!(&r, Ok(c) if c.status == 0) {
-                    if fua {
-                        model.durable[piece] = *tag;
-                        model.since[piece].clear();
-                        model.good[piece] = None;
-                    } else {
-                        model.acknowledged(piece);
-                    }
                 }
                 r.map(|_| ())
             }

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
-use common::crash_model::{self, content, login, seed, Model, PIECE};
+use common::crash_model::{self, content, login, seed, write_piece, Model, PIECE};
 use common::free_port;
 use common::iscsi::Session;
 use common::rng::Rng;
@@ -139,23 +139,7 @@ fn workload(s: &mut Session, model: &mut Model, rng: &mut Rng, tag: &mut u64) {
             *tag += 1;
             let piece = rng.below(PIECES as u64) as usize;
             let fua = rng.one_in(8);
-            model.since[piece].push(*tag);
-            let lba = (piece * PIECE / BLOCK as usize) as u32;
-            let mut cdb = common::iscsi::rw10_cdb(0x2a, lba, (PIECE / BLOCK as usize) as u16);
-            if fua {
-                cdb[1] |= 0x08;
-            }
-            let r = s.command(0, &cdb, &content(*tag, piece), 0);
-            if matches!(&r, Ok(c) if c.status == 0) {
-                if fua {
-                    model.durable[piece] = *tag;
-                    model.since[piece].clear();
-                    model.good[piece] = None;
-                } else {
-                    model.good[piece] = model.since[piece].len().checked_sub(1);
-                }
-            }
-            r
+            write_piece(s, 0, model, (piece, *tag, fua), BLOCK as usize)
         };
         if r.is_err() {
             return;

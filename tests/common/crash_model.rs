@@ -96,3 +96,33 @@ pub fn seed(var: &str) -> u64 {
     eprintln!("{var}={seed}");
     seed
 }
+
+/// WRITE(10) of `piece` with `tag`'s content on `lun` (blocks of `block`
+/// bytes), with FUA if asked, recorded in `model`: a possible content at
+/// once; durable when acknowledged with FUA, else the one the next
+/// SYNCHRONIZE CACHE makes durable.
+pub fn write_piece(
+    s: &mut super::iscsi::Session,
+    lun: u64,
+    model: &mut Model,
+    (piece, tag, fua): (usize, u64, bool),
+    block: usize,
+) -> std::io::Result<super::iscsi::Completion> {
+    model.since[piece].push(tag);
+    let lba = (piece * PIECE / block) as u32;
+    let mut cdb = super::iscsi::rw10_cdb(0x2a, lba, (PIECE / block) as u16);
+    if fua {
+        cdb[1] |= 0x08;
+    }
+    let r = s.command(lun, &cdb, &content(tag, piece), 0);
+    if matches!(&r, Ok(c) if c.status == 0) {
+        if fua {
+            model.durable[piece] = tag;
+            model.since[piece].clear();
+            model.good[piece] = None;
+        } else {
+            model.acknowledged(piece);
+        }
+    }
+    r
+}
