@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::auth::NoAuthentication;
 use bytes::Bytes;

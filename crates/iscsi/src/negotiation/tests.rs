@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn kv(items: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -1,4 +1,3 @@
-
 //! Drives a LogicalUnit the way a transport would.
 
 use super::*;

@@ -1,4 +1,3 @@
-
 use super::test_support::*;
 use super::*;
 use crate::sense::key;

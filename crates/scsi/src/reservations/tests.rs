@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn nexus(name: &str, isid: u8) -> Nexus {

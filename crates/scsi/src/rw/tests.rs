@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::lu::test_support::*;
 use crate::sense::key;

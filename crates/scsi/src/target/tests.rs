@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::config::{naa_from_seed, LuConfig};
 use crate::lu::test_support::{lu_with, nexus, sense_of};
