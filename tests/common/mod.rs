@@ -86,6 +86,30 @@ pub fn retrying_taken_ports<T>(mut attempt: impl FnMut() -> Result<T, String>) -
     panic!("no free ports for the daemon in five tries");
 }
 
+/// A config of `[daemon]` settings, the portal 127.0.0.1:3260 and one RAM
+/// device `device` of `size` as LUN 0 of `target`.
+pub fn one_ram_lun_config(daemon: &str, device: &str, size: &str, target: &str) -> String {
+    format!(
+        r#"[daemon]
+{daemon}
+
+[[portal]]
+listen = "127.0.0.1:3260"
+
+[[device]]
+name = "{device}"
+kind = "mem"
+size = "{size}"
+
+[[target]]
+name = "{target}"
+[[target.lun]]
+lun = 0
+device = "{device}"
+"#
+    )
+}
+
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
     free_port_on("127.0.0.1")
