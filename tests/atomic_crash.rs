@@ -487,7 +487,7 @@ fn power_cuts_during_atomic_writes_to_a_raid5_lun_then_a_lost_member_leave_each_
             ("m2", "drop-unflushed"),
             ("m3", "drop-unflushed"),
         ],
-        budget: Duration::from_secs(25),
+        budget: Duration::from_secs(40),
         pool: None,
         refusal_after_cut: false,
         max_pieces: RAID_MAX_PIECES,

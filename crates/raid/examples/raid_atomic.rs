@@ -72,8 +72,13 @@ fn main() {
                 ..RaidOptions::default()
             };
             let a = RaidArray::create(level, members, vec![], opts).unwrap();
+            // Every page of the members touched once, outside the figures.
+            let whole = vec![1u8; 1 << 20];
+            for at in (0..a.size() / (1 << 20)).map(|m| m << 20) {
+                a.write_at(&whole, at, false).unwrap();
+            }
             for len in [4096, 64 << 10] {
-                let count = if latency.is_some() { 200 } else { 2000 };
+                let count = if latency.is_some() { 1000 } else { 10_000 };
                 let plain = per_write(&a, len, false, count);
                 let atomic = per_write(&a, len, true, count);
                 println!(

@@ -3,12 +3,15 @@
 //! replay of live records at assembly.
 
 use std::io;
+use std::sync::Arc;
 
 use block::{AtomicWrites, BlockDevice};
 
 use crate::array::RaidArray;
 use crate::core::{array_failed, Core};
 use crate::journal::{self, decode_head, slot_bytes, Head, Kind, HEAD};
+use crate::member::Member;
+use crate::spread::spread;
 
 /// What assembly found in the journal.
 pub struct Scan {
@@ -31,14 +34,23 @@ impl Core {
     /// there survives the loss of any member the level tolerates. A
     /// member that fails the write is failed.
     fn journal_write(&self, bytes: &[u8], at: u64) -> io::Result<()> {
-        for (slot, m) in self.members().iter().enumerate() {
-            let Some(m) = m.as_ref().filter(|m| !m.is_failed()) else {
-                continue;
-            };
+        let live: Vec<(usize, Arc<Member>)> = self
+            .members()
+            .into_iter()
+            .enumerate()
+            .filter_map(|(slot, m)| Some((slot, m.filter(|m| !m.is_failed())?)))
+            .collect();
+        // Members that wait on their calls are written all at once, so
+        // the record costs one FUA's wait, not one per member; members
+        // that never wait are written in turn, cheaper than threads.
+        let waits = live.iter().any(|(_, m)| m.dev.capabilities().may_block);
+        let threads = if waits { live.len() } else { 1 };
+        spread(live, threads, |(slot, m)| {
             if let Err(e) = m.dev.write_at(bytes, at, true) {
-                self.fail_member(slot, m, &e);
+                self.fail_member(slot, &m, &e);
             }
-        }
+            Ok(())
+        })?;
         if !self.survives() {
             return Err(array_failed());
         }
