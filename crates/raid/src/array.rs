@@ -321,6 +321,9 @@ impl RaidArray {
         let scan = core.scan_journal(floor);
         if let Some(j) = &mut core.journal {
             *j = Journal::new(j.slots, j.max_bytes, scan.top + 2);
+            for (seq, _, _) in &scan.replay {
+                j.hold(*seq);
+            }
         }
         let core = Arc::new(core);
         let whole = core.whole();

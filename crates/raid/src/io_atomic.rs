@@ -15,8 +15,8 @@ use crate::spread::spread;
 
 /// What assembly found in the journal.
 pub struct Scan {
-    /// Records to replay, oldest first: (offset, data).
-    pub replay: Vec<(u64, Vec<u8>)>,
+    /// Records to replay, oldest first: (sequence number, offset, data).
+    pub replay: Vec<(u64, u64, Vec<u8>)>,
     /// The highest sequence number seen, or the floor if higher.
     pub top: u64,
     /// Some member holds a record (live, void or torn): the slots are
@@ -121,7 +121,7 @@ impl Core {
         }
         live.sort_by_key(|r| r.0);
         Scan {
-            replay: live.into_iter().map(|(_, o, d)| (o, d)).collect(),
+            replay: live,
             top,
             dirty,
         }
@@ -167,7 +167,7 @@ impl RaidArray {
     /// `scan` in place again (idempotent), then retires every slot.
     pub(crate) fn replay_journal(&self, scan: Scan) -> io::Result<()> {
         let n = scan.replay.len();
-        for (offset, data) in &scan.replay {
+        for (_, offset, data) in &scan.replay {
             self.write_at(data, *offset, true)?;
         }
         if n > 0 {
@@ -181,6 +181,11 @@ impl RaidArray {
         let marker = journal::encode(core.array_id, scan.top + 1, 0, None);
         for slot in 0..slots {
             core.journal_write(&marker, core.journal_slot_at(slot))?;
+        }
+        if let Some(j) = &core.journal {
+            for (seq, _, _) in &scan.replay {
+                j.release(*seq);
+            }
         }
         Ok(())
     }

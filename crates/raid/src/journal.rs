@@ -183,6 +183,17 @@ impl Journal {
         self.freed.notify_one();
     }
 
+    /// A record found live at assembly keeps the floor at or below `seq`
+    /// until [`Journal::release`]: a superblock written meanwhile must
+    /// not void it before its replay is durable.
+    pub fn hold(&self, seq: u64) {
+        self.state.lock().inflight.insert(seq);
+    }
+
+    pub fn release(&self, seq: u64) {
+        self.state.lock().inflight.remove(&seq);
+    }
+
     /// The oldest sequence number whose record may still be live: records
     /// below it are void. Recorded in every superblock written.
     pub fn floor(&self) -> u64 {
@@ -248,6 +259,10 @@ mod tests {
         });
         assert_eq!(j.floor(), 11);
         j.give_back(b, sb);
+        assert_eq!(j.floor(), 12);
+        j.hold(5);
+        assert_eq!(j.floor(), 5, "a record being replayed");
+        j.release(5);
         assert_eq!(j.floor(), 12);
     }
 }
