@@ -9,6 +9,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::bitmap::{write_image_to, Bitmap, RegionSet};
 use crate::geometry::Geometry;
+use crate::journal::Journal;
 use crate::locks::StripeLocks;
 use crate::log::Log;
 use crate::member::{Member, SyncState};
@@ -89,6 +90,10 @@ pub struct Core {
     pub bitmap: Bitmap,
     /// The partial parity log (RAID5/6 unless disabled).
     pub log: Option<Log>,
+    /// The atomic write journal (none on arrays made before it).
+    pub journal: Option<Journal>,
+    /// Where the journal starts on each member.
+    pub journal_offset: u64,
     /// Where member data starts.
     pub data_offset: u64,
     pub log_slots: u32,
@@ -213,6 +218,9 @@ impl Core {
             events: events.0,
             keep_since: events.1,
             log_slots: self.log_slots,
+            journal_slots: self.journal.as_ref().map_or(0, |j| j.slots),
+            journal_max: self.journal.as_ref().map_or(0, |j| j.max_bytes),
+            journal_floor: self.journal.as_ref().map_or(0, |j| j.floor()),
         }
     }
 
