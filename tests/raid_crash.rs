@@ -14,6 +14,7 @@
 mod common;
 
 use std::path::Path;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
@@ -126,8 +127,17 @@ fn verify(
     torn
 }
 
-/// Writes (1 in 8 FUA) and SYNCHRONIZE CACHE until the daemon dies.
-fn workload(s: &mut Session, model: &mut Model, rng: &mut Rng, tag: &mut u64) {
+/// Writes (1 in 8 FUA) and SYNCHRONIZE CACHE until the daemon dies; says
+/// on `started` when the first command has been answered, so that the cut
+/// always falls among writes (and leaves regions dirty for the resync).
+fn workload(
+    s: &mut Session,
+    model: &mut Model,
+    rng: &mut Rng,
+    tag: &mut u64,
+    started: mpsc::Sender<()>,
+) {
+    let mut started = Some(started);
     loop {
         let r = if rng.one_in(16) {
             let r = s.command(0, &[0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[], 0);
@@ -143,6 +153,9 @@ fn workload(s: &mut Session, model: &mut Model, rng: &mut Rng, tag: &mut u64) {
         };
         if r.is_err() {
             return;
+        }
+        if let Some(tell) = started.take() {
+            let _ = tell.send(());
         }
     }
 }
@@ -182,9 +195,12 @@ fn rounds(cut: Cut) {
         torn += verify(&daemon, &mut s, &mut model, &mut tag, round);
         let pid = daemon.pid() as i32;
         let delay = Duration::from_millis(rng.range(5, 250));
+        let (started, first_answer) = mpsc::channel();
         let killer = {
             let socket = socket.clone();
             std::thread::spawn(move || {
+                // However slow the machine, the cut comes after a write.
+                let _ = first_answer.recv_timeout(Duration::from_secs(30));
                 std::thread::sleep(delay);
                 if cut == Cut::Power {
                     for fault in ["fail", "drop-unflushed"] {
@@ -198,7 +214,7 @@ fn rounds(cut: Cut) {
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             })
         };
-        workload(&mut s, &mut model, &mut rng, &mut tag);
+        workload(&mut s, &mut model, &mut rng, &mut tag, started);
         killer.join().expect("killer");
         drop(s);
         drop(daemon);
