@@ -10,6 +10,7 @@
 # and builds fio with libiscsi (bench/fio-libiscsi.sh) when missing.
 #   RUNTIME=15   seconds per run
 #   OPENARRAY=…  the openarray binary (default: target/release/openarray)
+#   TGT_CONTROL=N  tgtd's control port (default: the first free one)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,6 +41,37 @@ trap cleanup EXIT
 dpkg -s tgt-rbd >/dev/null 2>&1 || apt_install tgt tgt-rbd
 FIO_ISCSI=$(bash "$ROOT/bench/fio-libiscsi.sh") || die "cannot build fio with the libiscsi engine"
 fio --enghelp 2>/dev/null | grep -qx '[[:space:]]*rbd' || die "Debian's fio has no rbd engine here"
+
+# tgtd's control port is a number naming its management socket,
+# /var/run/tgtd/socket.N; a running tgtd holds a lock on socket.N.lock. The
+# first N that no running tgtd holds, after removing the socket and lock
+# file a killed one left behind.
+tgt_control_port() {
+    python3 - <<'PY'
+import fcntl, os, sys
+for n in range(77, 1000):
+    lock = f"/var/run/tgtd/socket.{n}.lock"
+    try:
+        fd = os.open(lock, os.O_WRONLY)
+    except FileNotFoundError:
+        print(n)
+        sys.exit(0)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1)
+    except OSError:
+        os.close(fd)
+        continue  # a running tgtd
+    os.close(fd)
+    for stale in (lock, f"/var/run/tgtd/socket.{n}"):
+        try:
+            os.unlink(stale)
+        except FileNotFoundError:
+            pass
+    print(n)
+    sys.exit(0)
+sys.exit(1)
+PY
+}
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
@@ -139,9 +171,7 @@ GATEWAY_PID=""
 
 log "tgt with its rbd backing store"
 PORT=$(free_port)
-# tgtd's control port is a small number naming its management socket.
-CONTROL=${TGT_CONTROL:-77}
-[ -e "/var/run/tgtd/socket.$CONTROL.lock" ] && die "a tgtd with control port $CONTROL runs already; set TGT_CONTROL"
+CONTROL=${TGT_CONTROL:-$(tgt_control_port)} || die "no free tgtd control port"
 tgtd -f -C "$CONTROL" --iscsi "portal=127.0.0.1:$PORT" >"$WORK/tgt.log" 2>&1 &
 GATEWAY_PID=$!
 for _ in $(seq 1 100); do
@@ -172,6 +202,38 @@ figure() { # system workload field(3 iops, 4 latency, 5 cpu)
         fi
     done
 }
+# The bar, row by row: openarray >= 0.8x fio-rbd's IOPS and >= tgt-rbd's,
+# <= 0.5x tgt-rbd's CPU per I/O, and at QD 1 a latency within 1.3x of
+# fio-rbd's.
+ratios() {
+    python3 - "$1" <<'PY'
+import sys
+r = {}
+for line in open(sys.argv[1]):
+    system, workload, iops, lat, cpu = line.split()
+    r[(system, workload)] = (float(iops), float(lat), float(cpu))
+print("| workload | IOPS / fio-rbd | IOPS / tgt-rbd | CPU per I/O / tgt-rbd | latency / fio-rbd | bar |")
+print("|---|---:|---:|---:|---:|---|")
+for workload in dict.fromkeys(w for _, w in r):
+    o, f, t = (r.get((s, workload)) for s in ("openarray", "fio-rbd", "tgt-rbd"))
+    if not (o and f and t):
+        continue
+    checks = [
+        (o[0] / f[0], o[0] / f[0] >= 0.8, "IOPS vs fio-rbd"),
+        (o[0] / t[0], o[0] >= t[0], "IOPS vs tgt-rbd"),
+        (o[2] / t[2], o[2] <= 0.5 * t[2], "CPU"),
+    ]
+    qd1 = workload.endswith("-qd1")
+    lat = o[1] / f[1]
+    if qd1:
+        checks.append((lat, lat <= 1.3, "latency"))
+    missed = [name for _, ok, name in checks if not ok]
+    bar = "met" if not missed else "not met: " + ", ".join(missed)
+    cells = [f"{v:.2f}" for v, _, _ in checks[:3]] + [f"{lat:.2f}" if qd1 else "-"]
+    print(f"| {workload} | " + " | ".join(cells) + f" | {bar} |")
+PY
+}
+
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 mkdir -p "$(dirname "$OUT")"
 {
@@ -200,5 +262,8 @@ mkdir -p "$(dirname "$OUT")"
         for SYSTEM in fio-rbd openarray tgt-rbd; do row="$row | $(figure)"; done
         echo "$row |"
     done
+    echo
+    printf '%s\n' "${RESULTS[@]}" >"$WORK/results"
+    ratios "$WORK/results"
 } >"$OUT"
 log "wrote $OUT"
