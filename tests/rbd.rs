@@ -5,8 +5,11 @@
 //!
 //! - libiscsi's conformance suite on an RBD LUN;
 //! - flushed writes survive SIGKILL, read back with `rbd export`;
+//! - with the OSD stopped no SYNCHRONIZE CACHE or FUA write completes GOOD;
 //! - two daemons on one image: the second refuses writes while the first
 //!   holds the exclusive lock, and writes once the first has stopped;
+//! - a broken lock fences the daemon that held it: nothing it makes
+//!   stable afterwards succeeds, and none of its writes reach the image;
 //! - a resize by another client raises CAPACITY DATA HAS CHANGED, and its
 //!   snapshots hold every write the daemon acknowledged;
 //! - the NBD export of an image passes the NBD clients: qemu-img convert
@@ -274,6 +277,56 @@ fn flushed_writes_survive_sigkill() {
     // 30 s, and the test cluster goes away with its directory.
 }
 
+/// librbd's write-back cache may take a plain WRITE while the OSD is
+/// stopped, but neither SYNCHRONIZE CACHE nor a WRITE with FUA completes
+/// GOOD then. Once the OSD is back, SYNCHRONIZE CACHE succeeds, and after
+/// SIGKILL every write acknowledged before it reads back via `rbd export`.
+#[test]
+fn no_flush_completes_with_the_osd_stopped() {
+    let f = fixture::cluster();
+    let image = f.image_name("osd-stopped");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("openarray.toml");
+    let config = rbd_config(f, &image, "64M").replace("timeout = \"20s\"", "timeout = \"3s\"");
+    std::fs::write(&path, config).expect("write config");
+    let daemon = Daemon::start_portals(Some(&path), 1);
+    let mut s = login(&daemon, "iqn.2026-11.org.openarray:osd-stopped");
+    let mut rng = Rng::new(0x05d0);
+    let first = rng.bytes(8 * BLOCK);
+    good(&write(&mut s, 0, &first), "WRITE(10)");
+
+    let osd = fixture::Paused::osd(f);
+    let cached = rng.bytes(8 * BLOCK);
+    let cached_ok = write(&mut s, 8, &cached).status == 0;
+    let c = synchronize_cache(&mut s);
+    assert_ne!(
+        c.status, 0,
+        "SYNCHRONIZE CACHE completed with the OSD stopped"
+    );
+    assert_eq!(c.sense_key(), Some(0x02), "NOT READY, got {:02x?}", asc(&c));
+    let mut fua = rw10_cdb(0x2a, 16, 8);
+    fua[1] = 0x08;
+    let c = command(&mut s, &fua, &rng.bytes(8 * BLOCK), 0);
+    assert_ne!(
+        c.status, 0,
+        "a WRITE with FUA completed with the OSD stopped"
+    );
+    drop(osd);
+
+    good(
+        &synchronize_cache(&mut s),
+        "SYNCHRONIZE CACHE, the OSD back",
+    );
+    // SAFETY: plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(daemon.pid() as i32, libc::SIGKILL) }, 0);
+    drop(daemon);
+    let export = f.export(&image);
+    assert_eq!(&export[..8 * BLOCK], first.as_slice());
+    if cached_ok {
+        assert_eq!(&export[8 * BLOCK..16 * BLOCK], cached.as_slice());
+    }
+}
+
 /// Two daemons configured on one image: the second starts on standby and
 /// its writes fail with DATA PROTECT / WRITE PROTECTED (reads work) while
 /// the first holds the exclusive lock; once the first stops, the second's
@@ -338,6 +391,95 @@ fn second_daemon_writes_only_after_the_first_stops() {
     assert_eq!(&export[8 * BLOCK..16 * BLOCK], from_second.as_slice());
     assert_eq!(&export[16 * BLOCK..24 * BLOCK], from_first.as_slice());
     f.rbd(&["rm", "--no-progress", &format!("{}/{image}", f.pool)]);
+}
+
+/// A failover: another client breaks the first daemon's lock (`rbd lock
+/// rm`, which blocklists it) and a second daemon takes over and writes.
+/// From then on nothing the first daemon is asked to make stable reports
+/// success (a plain write may still be taken by librbd's cache, but its
+/// SYNCHRONIZE CACHE fails), its writes never reach the image (`rbd
+/// export`), and it refuses writes as DATA PROTECT and shows the lock lost.
+#[test]
+fn a_broken_lock_fences_the_first_daemon() {
+    let f = fixture::cluster();
+    let image = f.image_name("fenced");
+    let spec = format!("{}/{image}", f.pool);
+    let first_dir = tempfile::tempdir().expect("tempdir");
+    let first = rbd_admin_daemon(f, &image, first_dir.path());
+    let mut a = login_at(first.addr(), "iqn.2026-11.org.openarray:first");
+    let before = vec![0xa1; 8 * BLOCK];
+    good(&write(&mut a, 0, &before), "first daemon's WRITE");
+    good(
+        &synchronize_cache(&mut a),
+        "first daemon's SYNCHRONIZE CACHE",
+    );
+    let second_dir = tempfile::tempdir().expect("tempdir");
+    let second = rbd_admin_daemon(f, &image, second_dir.path());
+    let mut b = login_at(second.addr(), "iqn.2026-11.org.openarray:second");
+
+    let locks: serde_json::Value =
+        serde_json::from_str(&f.rbd(&["lock", "ls", "--format", "json", &spec])).expect("json");
+    let lock = &locks[0];
+    let (id, locker) = (lock["id"].as_str(), lock["locker"].as_str());
+    f.rbd(&[
+        "lock",
+        "rm",
+        &spec,
+        id.expect("id"),
+        locker.expect("locker"),
+    ]);
+
+    // The second daemon's writes take the free lock.
+    let from_second = vec![0xb2; 8 * BLOCK];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while write(&mut b, 8, &from_second).status != 0 {
+        assert!(Instant::now() < deadline, "no takeover:\n{}", second.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    good(
+        &synchronize_cache(&mut b),
+        "second daemon's SYNCHRONIZE CACHE",
+    );
+
+    // The first one, fenced: a write over the second's, one elsewhere,
+    // one with FUA. None may be made stable.
+    let stale = vec![0xa3; 8 * BLOCK];
+    let plain = write(&mut a, 8, &stale).status == 0 && write(&mut a, 16, &stale).status == 0;
+    let flushed = synchronize_cache(&mut a);
+    assert!(
+        !plain || flushed.status != 0,
+        "the fenced daemon's writes and flush all succeeded"
+    );
+    let mut fua = rw10_cdb(0x2a, 24, 8);
+    fua[1] = 0x08;
+    let c = command(&mut a, &fua, &stale, 0);
+    assert_ne!(
+        c.status, 0,
+        "a FUA write succeeded after the lock was broken"
+    );
+    for c in [write(&mut a, 32, &stale), synchronize_cache(&mut a)] {
+        assert_eq!(
+            c.sense_key(),
+            Some(0x07),
+            "DATA PROTECT, got {:02x?}",
+            asc(&c)
+        );
+    }
+    let shown = first.ok(&["device", "show", "vm"]);
+    assert!(shown.contains("lost"), "device show:\n{shown}");
+
+    drop(b);
+    assert!(second.terminate().success());
+    let export = f.export(&image);
+    assert_eq!(&export[..8 * BLOCK], before.as_slice());
+    assert_eq!(&export[8 * BLOCK..16 * BLOCK], from_second.as_slice());
+    assert!(
+        export[16 * BLOCK..40 * BLOCK].iter().all(|&b| b == 0),
+        "a write of the fenced daemon reached the image"
+    );
+    drop(a);
+    // Fenced, it cannot flush at exit either, and says so by its status.
+    assert!(!first.terminate().success());
 }
 
 /// `rbd resize` by another client while the daemon serves the image: the

@@ -41,6 +41,7 @@ pub mod proto;
 mod reply;
 mod server;
 mod sessions;
+mod started_async;
 mod tls;
 mod transmission;
 pub mod wire;

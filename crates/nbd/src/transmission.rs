@@ -1,7 +1,8 @@
 //! The transmission phase of one connection over a device that may
 //! block: requests read in order, run concurrently on blocking threads,
-//! answered as each finishes. Devices that never block are served by
-//! [`crate::batched`] instead.
+//! answered as each finishes (plain reads and writes of a device that
+//! answers on threads of its own go through [`crate::started_async`]).
+//! Devices that never block are served by [`crate::batched`] instead.
 
 use std::io;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::exports::ExportCounters;
 use crate::handshake::Negotiated;
 use crate::ops::{self, Outcome, ReadShape};
 use crate::reply::{self, Answering};
+use crate::started_async;
 use crate::wire::{self, Command, Framing};
 use crate::Limits;
 
@@ -164,6 +166,18 @@ where
         let shape = match (framing, cmd) {
             (Framing::Simple, _) | (_, Command::Read { df: true, .. }) => ReadShape::Whole,
             _ => ReadShape::Sparse,
+        };
+        let finish = {
+            let (counters, tx) = (counters.clone(), tx.clone());
+            move |outcome: Outcome| {
+                count(&counters, cmd, &outcome);
+                let parts = reply::encode(framing, answering, outcome);
+                let _ = tx.send(Outgoing { parts, cost: taken });
+            }
+        };
+        let payload = match started_async::start(&backing, cmd, payload, shape, finish) {
+            Ok(()) => continue,
+            Err(payload) => payload,
         };
         let backing = backing.clone();
         let counters = counters.clone();

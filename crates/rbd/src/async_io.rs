@@ -96,10 +96,7 @@ impl Target {
             match written {
                 Ok(()) if fua => then.flush(done),
                 Ok(()) => done(Ok(())),
-                Err(e) => {
-                    then.lock.after_write_error(&e);
-                    done(Err(e))
-                }
+                Err(e) => done(Err(then.lock.after_write_error(e))),
             }
         });
         let buffers = Buffers {
@@ -113,9 +110,14 @@ impl Target {
 
     /// Makes every completed write stable.
     pub(crate) fn flush(&self, done: Done<()>) {
+        if let Err(e) = self.lock.before_flush() {
+            return done(Err(e));
+        }
         let handle = self.image.handle;
+        let lock = self.lock.clone();
         let answer = Box::new(move |result: io::Result<(i64, Buffers)>| {
-            done(result.and_then(|(ret, _)| check(ret).map(drop)))
+            let flushed = result.and_then(|(ret, _)| check(ret).map(drop));
+            done(flushed.map_err(|e| lock.after_write_error(e)))
         });
         answered::submit(Buffers::default(), self.timeout, answer, |c, _| unsafe {
             // SAFETY: open image; no buffers.

@@ -106,11 +106,22 @@ impl Cluster {
         if let Some(keyring) = &key.keyring {
             cluster.set_option("keyring", &keyring.display().to_string())?;
         }
-        // librbd's own cache is off: with it, a flush was seen to succeed
-        // while the OSD was stopped, so a write acknowledged from it could
-        // be lost after its SYNCHRONIZE CACHE. Without it a write completes
-        // only once the OSDs hold it.
-        cluster.set_option("rbd_cache", "false")?;
+        // librbd's write-back cache (the ObjectCacher): a write completes
+        // once cached, a flush only once the OSDs hold every cached write,
+        // and a write-back that fails leaves its data dirty, so a later
+        // flush writes it again rather than succeeding without it. Not
+        // the default policy, "writearound", which reports a failed write
+        // to one flush only and lets the next succeed without the data.
+        // Writeback from the first write: the LUN reports a volatile cache
+        // (WCE = 1), so initiators flush, and with WCE = 0 every write is
+        // followed by a flush.
+        for (option, value) in [
+            ("rbd_cache", "true"),
+            ("rbd_cache_policy", "writeback"),
+            ("rbd_cache_writethrough_until_flush", "false"),
+        ] {
+            cluster.set_option(option, value)?;
+        }
         // Without these a cluster that does not answer makes connecting
         // wait 5 minutes and I/O wait for ever.
         let seconds = timeout.as_secs().max(1).to_string();

@@ -137,6 +137,14 @@ impl Image {
         Ok(())
     }
 
+    /// Writes back and drops everything librbd's cache holds of the image.
+    pub(crate) fn invalidate_cache(&self) -> io::Result<()> {
+        // SAFETY: open image.
+        let r = unsafe { ffi::rbd_invalidate_cache(self.handle) };
+        check(r as i64)?;
+        Ok(())
+    }
+
     /// Takes the exclusive lock, and keeps it: once taken through this
     /// call librbd no longer hands it over when another client asks.
     pub(crate) fn lock_acquire(&self) -> io::Result<()> {
