@@ -36,6 +36,7 @@ mod frontend;
 mod handshake;
 mod ops;
 mod outbox;
+mod placed;
 mod placement;
 pub mod proto;
 mod reply;

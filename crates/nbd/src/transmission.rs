@@ -17,6 +17,7 @@ use crate::batched;
 use crate::exports::ExportCounters;
 use crate::handshake::Negotiated;
 use crate::ops::{self, Outcome, ReadShape};
+use crate::placed::RecvInto;
 use crate::reply::{self, Answering};
 use crate::wire::{self, Command, Framing};
 use crate::Limits;
@@ -68,7 +69,7 @@ pub(crate) async fn transmit<R, W>(
     end: Arc<Notify>,
 ) -> Result<(), Ended>
 where
-    R: AsyncRead + Unpin + Send + 'static,
+    R: AsyncRead + RecvInto + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     if !negotiated.served.export.device().capabilities().may_block {

@@ -141,3 +141,104 @@ fn a_batch_of_requests_to_a_tmpfs_file_gets_each_its_own_reply() {
     std::io::Read::read_to_end(&mut c.s, &mut rest).unwrap();
     assert!(rest.is_empty());
 }
+
+/// The file's bytes at `offset`, read past the server.
+fn file_bytes(dev: &FileDevice, offset: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0; len];
+    dev.read_at(&mut b, offset).unwrap();
+    b
+}
+
+#[test]
+fn large_writes_go_into_the_file_as_their_payload_arrives() {
+    let (_dir, dev, data) = tmpfs_device();
+    let srv = Running::start(vec![("t", export(dev.clone()))]);
+    for extended in [false, true] {
+        let mut c = Raw::connect(srv.addr).unwrap();
+        c.go("t", true, extended, false).unwrap();
+        // A 2 MiB write over data and into the hole, its header first and
+        // then its payload in two halves: the first half is in the file
+        // before the second is sent, and the reply waits for all of it.
+        let seed = if extended { 31 } else { 32 };
+        let written = random_bytes(2 * MIB as usize, seed);
+        let at = 7 * MIB + 4096;
+        let mut bytes = request(extended, CMD_WRITE, 1, at, 2 * MIB, &written);
+        let header = bytes.len() - written.len();
+        let half = header + MIB as usize;
+        c.s.write_all(&bytes[..header]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        c.s.write_all(&bytes[header..half]).unwrap();
+        common::eventually("the first half in the file", || {
+            file_bytes(&dev, at, MIB as usize) == written[..MIB as usize]
+        });
+        c.s.set_nonblocking(true).unwrap();
+        let mut early = [0; 1];
+        assert!(
+            std::io::Read::read(&mut c.s, &mut early).is_err(),
+            "no reply before the whole payload"
+        );
+        c.s.set_nonblocking(false).unwrap();
+        c.s.write_all(&bytes[half..]).unwrap();
+        let r = c.reply(0).unwrap();
+        assert_eq!((r.cookie(), r.error()), (1, 0));
+        assert_eq!(file_bytes(&dev, at, written.len()), written);
+        assert_eq!(
+            file_bytes(&dev, at - 4096, 4096),
+            data[(at - 4096) as usize..at as usize],
+            "the bytes before are untouched"
+        );
+
+        // Large writes back to back with FUA, a refused one (past the
+        // end) and a read, sent at once: each answered, in order of the
+        // bytes they leave.
+        bytes.clear();
+        let mut expected = Vec::new();
+        for i in 0..4u64 {
+            let payload = random_bytes(MIB as usize + 512, seed * 10 + i);
+            let offset = i * (MIB + 512);
+            let mut req = request(
+                extended,
+                CMD_WRITE,
+                10 + i,
+                offset,
+                payload.len() as u64,
+                &payload,
+            );
+            if i == 1 {
+                req[5] |= CMD_FLAG_FUA as u8; // the low byte of the flags
+            }
+            bytes.extend(req);
+            expected.push((offset, payload));
+        }
+        let beyond = random_bytes(128 << 10, 9);
+        bytes.extend(request(
+            extended,
+            CMD_WRITE,
+            20,
+            16 * MIB - 4096,
+            beyond.len() as u64,
+            &beyond,
+        ));
+        bytes.extend(request(extended, CMD_READ, 21, MIB + 512, 4096, &[]));
+        c.s.write_all(&bytes).unwrap();
+        for cookie in 10..14 {
+            let r = c.reply(0).unwrap();
+            assert_eq!((r.cookie(), r.error()), (cookie, 0));
+        }
+        let r = c.reply(0).unwrap();
+        assert_eq!((r.cookie(), r.error()), (20, EINVAL));
+        let mut all = c.whole_reply();
+        let Some(Reply::Chunk {
+            cookie: 21,
+            payload,
+            ..
+        }) = all.pop()
+        else {
+            panic!("the read's reply")
+        };
+        assert_eq!(payload[8..], expected[1].1[..4096]);
+        for (offset, payload) in &expected {
+            assert_eq!(&file_bytes(&dev, *offset, payload.len()), payload);
+        }
+    }
+}
