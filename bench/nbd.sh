@@ -120,10 +120,19 @@ tcp_stream() {
     iperf3 -s -B 127.0.0.1 -p "$port" >"$WORK/iperf-server.log" 2>&1 &
     pid=$!
     wait_for_port "$port" "$pid" iperf3
-    iperf3 -c 127.0.0.1 -p "$port" -t "$SECONDS_PER_RUN" -J >"$WORK/iperf.json" 2>"$WORK/iperf.err" ||
-        { stop_process "$pid"; log "iperf3 failed: $(cat "$WORK/iperf.err")"; echo n/a; return; }
+    # The server may still be busy with the readiness probe ("the server
+    # is busy running a test"): try again.
+    mibs=n/a
+    for try in 1 2 3; do
+        if iperf3 -c 127.0.0.1 -p "$port" -t "$SECONDS_PER_RUN" -J >"$WORK/iperf.json" 2>"$WORK/iperf.err" &&
+            mibs=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8 / 2**20))' "$WORK/iperf.json" 2>/dev/null); then
+            break
+        fi
+        mibs=n/a
+        log "iperf3 attempt $try failed: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("error", ""))' "$WORK/iperf.json" 2>/dev/null) $(cat "$WORK/iperf.err")"
+        sleep 1
+    done
     stop_process "$pid"
-    mibs=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8 / 2**20))' "$WORK/iperf.json")
     echo "$mibs"
 }
 
