@@ -167,7 +167,7 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 log "one loopback TCP stream (iperf3)"
 TCP_MIBS=$(tcp_stream)
 log "TCP stream: $TCP_MIBS MiB/s"
-declare -A RESULT
+declare -A RESULT STREAM
 for server in $SERVERS; do
     PORT[$server]=$(free_port)
     log "$server on port ${PORT[$server]}"
@@ -176,6 +176,12 @@ done
 for row in "${ROWS[@]}"; do
     read -r rw bs qd <<<"$row"
     for jobs in $JOBS; do
+        # The stream again just before each 1M row: the load may have
+        # changed since the first.
+        if [ "$bs" != 4k ]; then
+            STREAM["$row|$jobs"]=$(tcp_stream)
+            log "TCP stream: ${STREAM["$row|$jobs"]} MiB/s"
+        fi
         for server in $SERVERS; do
             RESULT["$server|$row|$jobs"]=$(run_fio "$server" "$rw" "$bs" "$qd" "$jobs")
             log "$server $rw $bs QD$qd ${jobs}j: ${RESULT["$server|$row|$jobs"]}"
@@ -193,8 +199,9 @@ done
     echo "All three servers run throughout; each row runs on each in turn."
     echo "IOPS (MiB/s for the 1M rows), the server's CPU time per I/O in µs"
     echo "(all its threads) and fio's CPU use (usr+sys % per job, \"fio %\")."
-    echo "One loopback TCP stream (iperf3, same run, ${SECONDS_PER_RUN} s): $TCP_MIBS MiB/s;"
-    echo "the last column holds the 1M rows against it."
+    echo "One loopback TCP stream (iperf3, same run, ${SECONDS_PER_RUN} s): $TCP_MIBS MiB/s"
+    echo "at the start; the last column holds each 1M row against a stream"
+    echo "measured just before that row (its MiB/s in brackets)."
     echo "One job is one connection and one libnbd thread,"
     echo "which caps near a core's worth of client work; two jobs, two of each."
     echo "qemu-nbd runs \`--cache=writeback --aio=io_uring --shared=16\` (tmpfs"
@@ -227,7 +234,10 @@ done
             IFS='|' read -r iops _ bw _ <<<"${RESULT["openarray|$row|$jobs"]:-n/a|n/a|n/a|n/a}"
             mine=$iops
             stream=-
-            [ "$bs" = 4k ] || { mine=$bw; stream=$(ratio "$bw" "$TCP_MIBS"); }
+            [ "$bs" = 4k ] || {
+                mine=$bw
+                stream="$(ratio "$bw" "${STREAM["$row|$jobs"]}") (${STREAM["$row|$jobs"]})"
+            }
             echo " $(ratio "$mine" "$best") | $stream |"
         done
     done
