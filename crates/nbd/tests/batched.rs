@@ -242,3 +242,45 @@ fn large_writes_go_into_the_file_as_their_payload_arrives() {
         }
     }
 }
+
+#[test]
+fn large_writes_over_a_unix_socket_land_in_the_file() {
+    let (_dir, dev, data) = tmpfs_device();
+    let srv = Running::start(vec![("t", export(dev.clone()))]);
+    let sockets = tempfile::tempdir().unwrap();
+    let path = sockets.path().join("nbd.sock");
+    let addr: nbd::ListenAddr = format!("unix:{}", path.display()).parse().unwrap();
+    let _serving = srv.runtime().block_on(srv.server.listen(&addr)).unwrap();
+    let uri = format!("nbd+unix:///t?socket={}", path.display());
+    // 4 MiB writes cross many socket reads: received into the pages.
+    let out = common::run(
+        "qemu-io",
+        &[
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0x5a 1M 4M",
+            "-c",
+            "write -P 0xa5 10M 4M",
+            "-c",
+            "read -P 0x5a 1M 4M",
+            "-c",
+            "read -P 0xa5 10M 4M",
+            &uri,
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("fail"), "qemu-io: {text}");
+    assert_eq!(text.matches("read 4194304/4194304").count(), 2, "{text}");
+    assert!(file_bytes(&dev, MIB, 4 * MIB as usize)
+        .iter()
+        .all(|&b| b == 0x5a));
+    assert!(file_bytes(&dev, 10 * MIB, 4 * MIB as usize)
+        .iter()
+        .all(|&b| b == 0xa5));
+    assert_eq!(file_bytes(&dev, 0, MIB as usize), data[..MIB as usize]);
+    assert_eq!(
+        file_bytes(&dev, 5 * MIB, 3 * MIB as usize),
+        data[5 * MIB as usize..]
+    );
+}
