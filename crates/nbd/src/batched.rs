@@ -215,7 +215,8 @@ where
         }
         let mut read = match &mut placing {
             _ if closing.is_some() => Read::Nothing,
-            Some(p) if p.direct => Read::Placed(p),
+            // (A payload all in is answered above before anything is read.)
+            Some(p) if p.direct && p.remaining() > 0 => Read::Placed(p),
             _ if !input.has_space() => Read::Nothing,
             // Up to the end of the next header.
             _ if header_only && input.pending().len() < header_len => {

@@ -284,3 +284,36 @@ fn large_writes_over_a_unix_socket_land_in_the_file() {
         data[5 * MIB as usize..]
     );
 }
+
+#[test]
+fn a_large_write_behind_replies_that_back_up_is_answered_after_them() {
+    let (_dir, dev, data) = tmpfs_device();
+    let srv = Running::start(vec![("t", export(dev.clone()))]);
+    let mut c = Raw::connect(srv.addr).unwrap();
+    c.go("t", true, false, false).unwrap();
+    // 24 MiB of reads whose replies the client does not take yet, then a
+    // large write: taken once the replies drain, received in place, and
+    // answered after them.
+    let mut bytes = Vec::new();
+    for i in 0..24u64 {
+        bytes.extend(request(false, CMD_READ, i, (i % 8) * MIB, MIB, &[]));
+    }
+    let written = random_bytes(2 * MIB as usize, 41);
+    bytes.extend(request(false, CMD_WRITE, 100, 12 * MIB, 2 * MIB, &written));
+    c.s.write_all(&bytes).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for i in 0..24u64 {
+        let Reply::Chunk {
+            cookie, payload, ..
+        } = c.reply(0).unwrap()
+        else {
+            panic!("a structured reply")
+        };
+        assert_eq!(cookie, i);
+        let at = ((i % 8) * MIB) as usize;
+        assert!(payload[8..] == data[at..at + MIB as usize], "read {i}");
+    }
+    let r = c.reply(0).unwrap();
+    assert_eq!((r.cookie(), r.error()), (100, 0));
+    assert_eq!(file_bytes(&dev, 12 * MIB, written.len()), written);
+}
