@@ -15,6 +15,10 @@
 # near 80K IOPS on this kind of machine: one-job rows measure the client as
 # much as the server; the two-job rows show more of the server.
 #
+# All servers run from the start and each row runs on each server in turn,
+# so that the figures of one row are taken minutes apart at most, not a
+# whole server's rows apart: on a shared machine the load changes faster.
+#
 # Usage: bench/nbd.sh
 # Environment (all optional):
 #   SECONDS_PER_RUN=5    length of each fio run
@@ -36,12 +40,12 @@ CLK_TCK=$(getconf CLK_TCK)
 . "$ROOT/bench/common.sh"
 
 WORK=""
-SERVER_PID=""
+declare -A SERVER_PID PORT
 cleanup() {
     local status=$?
     set +e
     kill_children
-    [ -z "$SERVER_PID" ] || stop_process "$SERVER_PID"
+    for pid in "${SERVER_PID[@]}"; do stop_process "$pid"; done
     [ -z "$WORK" ] || rm -rf "$WORK"
     exit "$status"
 }
@@ -68,7 +72,7 @@ head -c "$((SIZE_MIB << 20))" /dev/urandom >"$DISK"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # Starts server $1 on 127.0.0.1:$2 serving $DISK as export `d`; its PID
-# goes in SERVER_PID.
+# goes in SERVER_PID[$1].
 start_server() {
     local name=$1 port=$2
     case "$name" in
@@ -103,8 +107,8 @@ EOF
             file "$DISK" >"$WORK/nbdkit.log" 2>&1 &
         ;;
     esac
-    SERVER_PID=$!
-    wait_for_port "$port" "$SERVER_PID" "$name"
+    SERVER_PID[$name]=$!
+    wait_for_port "$port" "${SERVER_PID[$name]}" "$name"
     nbdinfo --size "nbd://127.0.0.1:$port/d" >/dev/null || die "$name does not serve export d"
 }
 
@@ -116,22 +120,32 @@ tcp_stream() {
     iperf3 -s -B 127.0.0.1 -p "$port" >"$WORK/iperf-server.log" 2>&1 &
     pid=$!
     wait_for_port "$port" "$pid" iperf3
-    iperf3 -c 127.0.0.1 -p "$port" -t "$SECONDS_PER_RUN" -J >"$WORK/iperf.json" 2>"$WORK/iperf.err" ||
-        { stop_process "$pid"; log "iperf3 failed: $(cat "$WORK/iperf.err")"; echo n/a; return; }
+    # The server may still be busy with the readiness probe ("the server
+    # is busy running a test"): try again.
+    mibs=n/a
+    for try in 1 2 3; do
+        if iperf3 -c 127.0.0.1 -p "$port" -t "$SECONDS_PER_RUN" -J >"$WORK/iperf.json" 2>"$WORK/iperf.err" &&
+            mibs=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8 / 2**20))' "$WORK/iperf.json" 2>/dev/null); then
+            break
+        fi
+        mibs=n/a
+        log "iperf3 attempt $try failed: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("error", ""))' "$WORK/iperf.json" 2>/dev/null) $(cat "$WORK/iperf.err")"
+        sleep 1
+    done
     stop_process "$pid"
-    mibs=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8 / 2**20))' "$WORK/iperf.json")
     echo "$mibs"
 }
 
-# One fio run: prints "iops|us_per_io|MiB/s|client CPU %".
+# One fio run against server $1: prints "iops|us_per_io|MiB/s|client CPU %".
 run_fio() {
-    local port=$1 rw=$2 bs=$3 qd=$4 jobs=$5 out before after iops bw client
-    before=$(cpu_ticks "$SERVER_PID")
+    local server=$1 rw=$2 bs=$3 qd=$4 jobs=$5 port out before after iops bw client
+    port=${PORT[$server]}
+    before=$(cpu_ticks "${SERVER_PID[$server]}")
     out=$(fio --name=nbd --ioengine=nbd --uri="nbd://127.0.0.1:$port/d" --rw="$rw" \
         --bs="$bs" --iodepth="$qd" --numjobs="$jobs" --size="${SIZE_MIB}M" \
         --time_based --runtime="$SECONDS_PER_RUN" --ramp_time=1 --group_reporting \
         --output-format=terse 2>"$WORK/fio.err") || { log "fio failed: $(cat "$WORK/fio.err")"; echo "n/a|n/a|n/a|n/a"; return; }
-    after=$(cpu_ticks "$SERVER_PID")
+    after=$(cpu_ticks "${SERVER_PID[$server]}")
     # Terse v3 (the one line with its 130 fields; fio may print notes
     # before it): field 8 read IOPS, 7 read KiB/s; 49 write IOPS, 48 write
     # KiB/s.
@@ -153,20 +167,26 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 log "one loopback TCP stream (iperf3)"
 TCP_MIBS=$(tcp_stream)
 log "TCP stream: $TCP_MIBS MiB/s"
-declare -A RESULT
+declare -A RESULT STREAM
 for server in $SERVERS; do
-    port=$(free_port)
-    log "$server on port $port"
-    start_server "$server" "$port"
-    for row in "${ROWS[@]}"; do
-        read -r rw bs qd <<<"$row"
-        for jobs in $JOBS; do
-            RESULT["$server|$row|$jobs"]=$(run_fio "$port" "$rw" "$bs" "$qd" "$jobs")
+    PORT[$server]=$(free_port)
+    log "$server on port ${PORT[$server]}"
+    start_server "$server" "${PORT[$server]}"
+done
+for row in "${ROWS[@]}"; do
+    read -r rw bs qd <<<"$row"
+    for jobs in $JOBS; do
+        # The stream again just before each 1M row: the load may have
+        # changed since the first.
+        if [ "$bs" != 4k ]; then
+            STREAM["$row|$jobs"]=$(tcp_stream)
+            log "TCP stream: ${STREAM["$row|$jobs"]} MiB/s"
+        fi
+        for server in $SERVERS; do
+            RESULT["$server|$row|$jobs"]=$(run_fio "$server" "$rw" "$bs" "$qd" "$jobs")
             log "$server $rw $bs QD$qd ${jobs}j: ${RESULT["$server|$row|$jobs"]}"
         done
     done
-    stop_process "$SERVER_PID"
-    SERVER_PID=""
 done
 
 {
@@ -176,10 +196,12 @@ done
     echo "($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), ${SECONDS_PER_RUN} s per row"
     echo "after a 1 s ramp; fio $(fio --version | sed 's/fio-//') with its nbd engine (libnbd),"
     echo "$(qemu-nbd --version | head -1), $(nbdkit --version | head -1)."
+    echo "All three servers run throughout; each row runs on each in turn."
     echo "IOPS (MiB/s for the 1M rows), the server's CPU time per I/O in µs"
     echo "(all its threads) and fio's CPU use (usr+sys % per job, \"fio %\")."
-    echo "One loopback TCP stream (iperf3, same run, ${SECONDS_PER_RUN} s): $TCP_MIBS MiB/s;"
-    echo "the last column holds the 1M rows against it."
+    echo "One loopback TCP stream (iperf3, same run, ${SECONDS_PER_RUN} s): $TCP_MIBS MiB/s"
+    echo "at the start; the last column holds each 1M row against a stream"
+    echo "measured just before that row (its MiB/s in brackets)."
     echo "One job is one connection and one libnbd thread,"
     echo "which caps near a core's worth of client work; two jobs, two of each."
     echo "qemu-nbd runs \`--cache=writeback --aio=io_uring --shared=16\` (tmpfs"
@@ -212,7 +234,10 @@ done
             IFS='|' read -r iops _ bw _ <<<"${RESULT["openarray|$row|$jobs"]:-n/a|n/a|n/a|n/a}"
             mine=$iops
             stream=-
-            [ "$bs" = 4k ] || { mine=$bw; stream=$(ratio "$bw" "$TCP_MIBS"); }
+            [ "$bs" = 4k ] || {
+                mine=$bw
+                stream="$(ratio "$bw" "${STREAM["$row|$jobs"]}") (${STREAM["$row|$jobs"]})"
+            }
             echo " $(ratio "$mine" "$best") | $stream |"
         done
     done

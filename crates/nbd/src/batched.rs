@@ -4,7 +4,8 @@
 //! one `writev`. With many requests in flight that is a few system calls
 //! per batch instead of several per request, and no task, channel or
 //! thread hop per request. A read of a device that offers its file's
-//! pages is sent from them, without copying it into a buffer first.
+//! pages is sent from them, without copying it into a buffer first, and a
+//! large write is received straight into them ([`crate::placed`]).
 //!
 //! Memory stays bounded: the input buffer holds at most [`INPUT_KEPT`]
 //! bytes, or one largest request, and requests are taken only while less
@@ -25,6 +26,7 @@ use crate::exports::ExportCounters;
 use crate::handshake::Negotiated;
 use crate::ops::{self, Outcome, ReadShape};
 use crate::outbox::Outbox;
+use crate::placed::{PlacedWrite, Received, RecvInto, PLACED_WRITE_MIN};
 use crate::proto::*;
 use crate::reply::{self, Answering};
 use crate::transmission::{count, gone, run_guarded, Ended};
@@ -129,7 +131,7 @@ pub(crate) async fn transmit<R, W>(
     end: &Notify,
 ) -> Result<(), Ended>
 where
-    R: AsyncRead + Unpin,
+    R: AsyncRead + RecvInto + Unpin,
     W: AsyncWrite + Unpin,
 {
     let Negotiated { served, agreed } = negotiated;
@@ -149,8 +151,29 @@ where
     let mut ending = pin!(end.notified());
     // Set once no more requests are taken: how the connection ends.
     let mut closing: Option<Result<(), Ended>> = None;
+    // The write whose payload is arriving into the file's pages.
+    let mut placing: Option<PlacedWrite> = None;
+    // After a placed write, the next header is read alone, so that the
+    // payload of a next large write is not pulled into the buffer with it.
+    let mut header_only = false;
     loop {
         while closing.is_none() && out.queued() < OUT_HIGH {
+            if let Some(p) = &mut placing {
+                let pending = input.pending();
+                let n = pending.len().min(p.remaining());
+                if n > 0 {
+                    p.write_buffered(answerer.backing, &pending[..n]);
+                    input.consume(n);
+                }
+                if p.remaining() > 0 {
+                    break;
+                }
+                if let Some(p) = placing.take() {
+                    answerer.finish_placed(p, &mut out);
+                }
+                header_only = true;
+                continue;
+            }
             let pending = input.pending();
             if pending.len() < header_len {
                 input.make_room(header_len);
@@ -172,9 +195,15 @@ where
             };
             let whole = header_len + h.payload_len(agreed.extended) as usize;
             if pending.len() < whole {
+                if let Some(p) = answerer.place(&h, whole - header_len) {
+                    input.consume(header_len);
+                    placing = Some(p);
+                    continue;
+                }
                 input.make_room(whole);
                 break;
             }
+            header_only = false;
             let disconnect = answerer.answer(&h, &pending[header_len..whole], &mut out);
             input.consume(whole);
             if disconnect {
@@ -184,9 +213,20 @@ where
         if closing.is_some() && out.queued() == 0 && !out.unflushed() {
             break;
         }
-        let want_read = closing.is_none() && input.has_space();
+        let mut read = match &mut placing {
+            _ if closing.is_some() => Read::Nothing,
+            // (A payload all in is answered above before anything is read.)
+            Some(p) if p.direct && p.remaining() > 0 => Read::Placed(p),
+            _ if !input.has_space() => Read::Nothing,
+            // Up to the end of the next header.
+            _ if header_only && input.pending().len() < header_len => {
+                Read::Upto(input.end + header_len - input.pending().len())
+            }
+            _ => Read::Upto(input.buf.len()),
+        };
         let writing = out.queued() > 0;
         let stalled_at = Instant::now() + write_deadline;
+        let backing = answerer.backing;
         let io = poll_fn(|cx| {
             poll_io(
                 cx,
@@ -194,7 +234,8 @@ where
                 &mut writer,
                 &mut out,
                 &mut input,
-                want_read,
+                &mut read,
+                backing,
             )
         });
         let event = tokio::select! {
@@ -225,8 +266,17 @@ where
     closing.unwrap_or(Ok(()))
 }
 
+/// What one wait for the socket reads.
+enum Read<'a> {
+    Nothing,
+    /// Into the input buffer, up to this index of it.
+    Upto(usize),
+    /// The rest of a write's payload, into the file's pages.
+    Placed(&'a mut PlacedWrite),
+}
+
 /// Writes what it can of `out`, flushes the stream once all of it is
-/// written, and reads what it can into `input`: ready once any of that
+/// written, and reads what it can as `read` says: ready once any of that
 /// made progress.
 fn poll_io<R, W>(
     cx: &mut Context<'_>,
@@ -234,10 +284,11 @@ fn poll_io<R, W>(
     writer: &mut W,
     out: &mut Outbox,
     input: &mut Input,
-    want_read: bool,
+    read: &mut Read<'_>,
+    backing: &Backing,
 ) -> Poll<Event>
 where
-    R: AsyncRead + Unpin,
+    R: AsyncRead + RecvInto + Unpin,
     W: AsyncWrite + Unpin,
 {
     let mut progress = false;
@@ -266,19 +317,28 @@ where
             Poll::Pending => {}
         }
     }
-    if want_read {
-        let mut space = ReadBuf::new(&mut input.buf[input.end..]);
-        match Pin::new(&mut *reader).poll_read(cx, &mut space) {
-            Poll::Ready(Ok(())) => {
-                let n = space.filled().len();
-                if n == 0 {
-                    return Poll::Ready(Event::Eof);
-                }
-                input.end += n;
-                progress = true;
-            }
-            Poll::Ready(Err(e)) => return Poll::Ready(Event::ReadFailed(e)),
+    match read {
+        Read::Nothing => {}
+        Read::Placed(p) => match p.poll_receive(cx, &*reader, backing) {
+            Poll::Ready(Received::Bytes(0)) => return Poll::Ready(Event::Eof),
+            Poll::Ready(Received::Bytes(_) | Received::Declined) => progress = true,
+            Poll::Ready(Received::Failed(e)) => return Poll::Ready(Event::ReadFailed(e)),
             Poll::Pending => {}
+        },
+        Read::Upto(upto) => {
+            let mut space = ReadBuf::new(&mut input.buf[input.end..*upto]);
+            match Pin::new(&mut *reader).poll_read(cx, &mut space) {
+                Poll::Ready(Ok(())) => {
+                    let n = space.filled().len();
+                    if n == 0 {
+                        return Poll::Ready(Event::Eof);
+                    }
+                    input.end += n;
+                    progress = true;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Event::ReadFailed(e)),
+                Poll::Pending => {}
+            }
         }
     }
     if progress {
@@ -328,6 +388,33 @@ impl Answerer<'_> {
         count(self.counters, cmd, &outcome);
         self.queue(req, outcome, out);
         false
+    }
+
+    /// A write of `payload_len` bytes, not all of them in the buffer yet,
+    /// to receive straight into the file's pages; `None` where it is
+    /// refused (answered once its payload is in), too short to gain from
+    /// it, or the device or the stream cannot.
+    fn place(&self, h: &RequestHeader, payload_len: usize) -> Option<PlacedWrite> {
+        if !self.zero_copy || payload_len < PLACED_WRITE_MIN {
+            return None;
+        }
+        let Ok(Command::Write { offset, len, fua }) = wire::check_request(h, self.agreed) else {
+            return None;
+        };
+        self.backing.device().memory_map()?;
+        Some(PlacedWrite::new(h.cookie, offset, len as usize, fua))
+    }
+
+    /// Answers a placed write whose payload is all in.
+    fn finish_placed(&self, p: PlacedWrite, out: &mut Outbox) {
+        let req = Answering {
+            cookie: p.cookie,
+            offset: p.offset,
+        };
+        let cmd = p.command();
+        let outcome = p.finish(self.backing);
+        count(self.counters, cmd, &outcome);
+        self.queue(req, outcome, out);
     }
 
     /// Queues the reply of `outcome`; `Done` straight into the scratch

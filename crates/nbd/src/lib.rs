@@ -14,6 +14,7 @@
 //! - `batched` (with `outbox`): where the device never blocks, every
 //!   complete request of a socket read run on the spot and all their
 //!   replies sent with one `writev`, reads from the file's pages;
+//! - `placed`: large writes received straight into the file's pages;
 //! - `placement`: connections spread over one-worker runtimes;
 //! - `ops`: the device work of each command: holes found through
 //!   `allocation()` become hole chunks and block status extents; a flush
@@ -36,6 +37,7 @@ mod frontend;
 mod handshake;
 mod ops;
 mod outbox;
+mod placed;
 mod placement;
 pub mod proto;
 mod reply;

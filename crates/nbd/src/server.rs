@@ -18,6 +18,7 @@ use crate::access::Peer;
 use crate::config::ListenAddr;
 use crate::exports::{Export, ExportCounters, ExportStats, ExportTable};
 use crate::handshake::{self, HandshakeError, Negotiated, Offer, Step};
+use crate::placed::RecvInto;
 use crate::placement::Placement;
 use crate::sessions::{Session, Sessions};
 use crate::tls::Tls;
@@ -323,7 +324,7 @@ impl Server {
         split: impl FnOnce(S) -> (R, W),
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        R: AsyncRead + Unpin + Send + 'static,
+        R: AsyncRead + RecvInto + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let i = &self.inner;

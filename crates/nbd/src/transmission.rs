@@ -18,6 +18,7 @@ use crate::batched;
 use crate::exports::ExportCounters;
 use crate::handshake::Negotiated;
 use crate::ops::{self, Outcome, ReadShape};
+use crate::placed::RecvInto;
 use crate::reply::{self, Answering};
 use crate::started_async;
 use crate::wire::{self, Command, Framing};
@@ -70,7 +71,7 @@ pub(crate) async fn transmit<R, W>(
     end: Arc<Notify>,
 ) -> Result<(), Ended>
 where
-    R: AsyncRead + Unpin + Send + 'static,
+    R: AsyncRead + RecvInto + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     if !negotiated.served.export.device().capabilities().may_block {

@@ -141,3 +141,179 @@ fn a_batch_of_requests_to_a_tmpfs_file_gets_each_its_own_reply() {
     std::io::Read::read_to_end(&mut c.s, &mut rest).unwrap();
     assert!(rest.is_empty());
 }
+
+/// The file's bytes at `offset`, read past the server.
+fn file_bytes(dev: &FileDevice, offset: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0; len];
+    dev.read_at(&mut b, offset).unwrap();
+    b
+}
+
+#[test]
+fn large_writes_go_into_the_file_as_their_payload_arrives() {
+    let (_dir, dev, data) = tmpfs_device();
+    let srv = Running::start(vec![("t", export(dev.clone()))]);
+    for extended in [false, true] {
+        let mut c = Raw::connect(srv.addr).unwrap();
+        c.go("t", true, extended, false).unwrap();
+        // A 2 MiB write over data and into the hole, its header first and
+        // then its payload in two halves: the first half is in the file
+        // before the second is sent, and the reply waits for all of it.
+        let seed = if extended { 31 } else { 32 };
+        let written = random_bytes(2 * MIB as usize, seed);
+        let at = 7 * MIB + 4096;
+        let mut bytes = request(extended, CMD_WRITE, 1, at, 2 * MIB, &written);
+        let header = bytes.len() - written.len();
+        let half = header + MIB as usize;
+        c.s.write_all(&bytes[..header]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        c.s.write_all(&bytes[header..half]).unwrap();
+        common::eventually("the first half in the file", || {
+            file_bytes(&dev, at, MIB as usize) == written[..MIB as usize]
+        });
+        c.s.set_nonblocking(true).unwrap();
+        let mut early = [0; 1];
+        assert!(
+            std::io::Read::read(&mut c.s, &mut early).is_err(),
+            "no reply before the whole payload"
+        );
+        c.s.set_nonblocking(false).unwrap();
+        c.s.write_all(&bytes[half..]).unwrap();
+        let r = c.reply(0).unwrap();
+        assert_eq!((r.cookie(), r.error()), (1, 0));
+        assert_eq!(file_bytes(&dev, at, written.len()), written);
+        assert_eq!(
+            file_bytes(&dev, at - 4096, 4096),
+            data[(at - 4096) as usize..at as usize],
+            "the bytes before are untouched"
+        );
+
+        // Large writes back to back with FUA, a refused one (past the
+        // end) and a read, sent at once: each answered, in order of the
+        // bytes they leave.
+        bytes.clear();
+        let mut expected = Vec::new();
+        for i in 0..4u64 {
+            let payload = random_bytes(MIB as usize + 512, seed * 10 + i);
+            let offset = i * (MIB + 512);
+            let mut req = request(
+                extended,
+                CMD_WRITE,
+                10 + i,
+                offset,
+                payload.len() as u64,
+                &payload,
+            );
+            if i == 1 {
+                req[5] |= CMD_FLAG_FUA as u8; // the low byte of the flags
+            }
+            bytes.extend(req);
+            expected.push((offset, payload));
+        }
+        let beyond = random_bytes(128 << 10, 9);
+        bytes.extend(request(
+            extended,
+            CMD_WRITE,
+            20,
+            16 * MIB - 4096,
+            beyond.len() as u64,
+            &beyond,
+        ));
+        bytes.extend(request(extended, CMD_READ, 21, MIB + 512, 4096, &[]));
+        c.s.write_all(&bytes).unwrap();
+        for cookie in 10..14 {
+            let r = c.reply(0).unwrap();
+            assert_eq!((r.cookie(), r.error()), (cookie, 0));
+        }
+        let r = c.reply(0).unwrap();
+        assert_eq!((r.cookie(), r.error()), (20, EINVAL));
+        let mut all = c.whole_reply();
+        let Some(Reply::Chunk {
+            cookie: 21,
+            payload,
+            ..
+        }) = all.pop()
+        else {
+            panic!("the read's reply")
+        };
+        assert_eq!(payload[8..], expected[1].1[..4096]);
+        for (offset, payload) in &expected {
+            assert_eq!(&file_bytes(&dev, *offset, payload.len()), payload);
+        }
+    }
+}
+
+#[test]
+fn large_writes_over_a_unix_socket_land_in_the_file() {
+    let (_dir, dev, data) = tmpfs_device();
+    let srv = Running::start(vec![("t", export(dev.clone()))]);
+    let sockets = tempfile::tempdir().unwrap();
+    let path = sockets.path().join("nbd.sock");
+    let addr: nbd::ListenAddr = format!("unix:{}", path.display()).parse().unwrap();
+    let _serving = srv.runtime().block_on(srv.server.listen(&addr)).unwrap();
+    let uri = format!("nbd+unix:///t?socket={}", path.display());
+    // 4 MiB writes cross many socket reads: received into the pages.
+    let out = common::run(
+        "qemu-io",
+        &[
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0x5a 1M 4M",
+            "-c",
+            "write -P 0xa5 10M 4M",
+            "-c",
+            "read -P 0x5a 1M 4M",
+            "-c",
+            "read -P 0xa5 10M 4M",
+            &uri,
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("fail"), "qemu-io: {text}");
+    assert_eq!(text.matches("read 4194304/4194304").count(), 2, "{text}");
+    assert!(file_bytes(&dev, MIB, 4 * MIB as usize)
+        .iter()
+        .all(|&b| b == 0x5a));
+    assert!(file_bytes(&dev, 10 * MIB, 4 * MIB as usize)
+        .iter()
+        .all(|&b| b == 0xa5));
+    assert_eq!(file_bytes(&dev, 0, MIB as usize), data[..MIB as usize]);
+    assert_eq!(
+        file_bytes(&dev, 5 * MIB, 3 * MIB as usize),
+        data[5 * MIB as usize..]
+    );
+}
+
+#[test]
+fn a_large_write_behind_replies_that_back_up_is_answered_after_them() {
+    let (_dir, dev, data) = tmpfs_device();
+    let srv = Running::start(vec![("t", export(dev.clone()))]);
+    let mut c = Raw::connect(srv.addr).unwrap();
+    c.go("t", true, false, false).unwrap();
+    // 24 MiB of reads whose replies the client does not take yet, then a
+    // large write: taken once the replies drain, received in place, and
+    // answered after them.
+    let mut bytes = Vec::new();
+    for i in 0..24u64 {
+        bytes.extend(request(false, CMD_READ, i, (i % 8) * MIB, MIB, &[]));
+    }
+    let written = random_bytes(2 * MIB as usize, 41);
+    bytes.extend(request(false, CMD_WRITE, 100, 12 * MIB, 2 * MIB, &written));
+    c.s.write_all(&bytes).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for i in 0..24u64 {
+        let Reply::Chunk {
+            cookie, payload, ..
+        } = c.reply(0).unwrap()
+        else {
+            panic!("a structured reply")
+        };
+        assert_eq!(cookie, i);
+        let at = ((i % 8) * MIB) as usize;
+        assert!(payload[8..] == data[at..at + MIB as usize], "read {i}");
+    }
+    let r = c.reply(0).unwrap();
+    assert_eq!((r.cookie(), r.error()), (100, 0));
+    assert_eq!(file_bytes(&dev, 12 * MIB, written.len()), written);
+}
