@@ -38,6 +38,8 @@ pub enum AssembleError {
     Geometry(String),
     #[error("too few members to serve the data: slots {0:?} are missing")]
     TooFew(Vec<usize>),
+    #[error("{0} was replaced and released from the array")]
+    Released(String),
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -62,6 +64,48 @@ fn region_rows_for(chunk: u64, rows: u64, region: u64) -> u64 {
         rr *= 2;
     }
     rr
+}
+
+/// Puts each replacement found at assembly back beside the in-sync
+/// member of its slot (its copy starts over: what it holds is not
+/// trusted), or into the slot when that member is gone, as a rebuild.
+/// Returns the replacements to attach, by slot.
+fn place_replacements(
+    slots: &mut [Option<Arc<Member>>],
+    found: Vec<(usize, Arc<dyn BlockDevice>, String)>,
+    data_offset: u64,
+) -> Result<Vec<(usize, Arc<Member>)>, AssembleError> {
+    let mut attach: Vec<(usize, Arc<Member>)> = Vec::new();
+    for (slot, dev, name) in found {
+        if let Some((_, other)) = attach.iter().find(|(s, _)| *s == slot) {
+            return Err(AssembleError::DuplicateSlot(
+                name,
+                slot as u32,
+                other.name(),
+            ));
+        }
+        let member = Arc::new(Member::new(
+            dev,
+            name,
+            SyncState::Recovering {
+                done_rows: 0,
+                stale: None,
+            },
+            data_offset,
+        ));
+        match &slots[slot] {
+            Some(m) if m.is_in_sync() => attach.push((slot, member)),
+            Some(m) => {
+                return Err(AssembleError::DuplicateSlot(
+                    member.name(),
+                    slot as u32,
+                    m.name(),
+                ))
+            }
+            None => slots[slot] = Some(member),
+        }
+    }
+    Ok(attach)
 }
 
 impl RaidArray {
@@ -208,6 +252,7 @@ impl RaidArray {
         let data_offset = reference.data_offset();
         let mut slots: Vec<Option<Arc<Member>>> = vec![None; geo.members];
         let mut spares = Vec::new();
+        let mut replacements = Vec::new();
         for (dev, name, sb) in &found {
             if sb.array_id != reference.array_id {
                 return Err(AssembleError::Foreign(
@@ -231,6 +276,9 @@ impl RaidArray {
                 )));
                 continue;
             }
+            if sb.released {
+                return Err(AssembleError::Released(name.clone()));
+            }
             if sb.events < events {
                 return Err(AssembleError::Stale(name.clone(), sb.events, events));
             }
@@ -240,6 +288,10 @@ impl RaidArray {
                     "{name} has slot {slot} of {}",
                     geo.members
                 )));
+            }
+            if sb.replacement {
+                replacements.push((slot, dev.clone(), name.clone()));
+                continue;
             }
             if let Some(other) = &slots[slot] {
                 return Err(AssembleError::DuplicateSlot(
@@ -263,6 +315,7 @@ impl RaidArray {
                 data_offset,
             )));
         }
+        let replacements = place_replacements(&mut slots, replacements, data_offset)?;
         let lost: Vec<bool> = slots
             .iter()
             .map(|s| s.as_ref().is_none_or(|m| !m.is_in_sync()))
@@ -304,6 +357,13 @@ impl RaidArray {
             core.log = Some(log);
         }
         let core = Arc::new(core);
+        for (slot, new) in replacements {
+            tracing::info!(replacement = %new.name(), slot, "RAID member replacement starts over");
+            let old = core.slots.read()[slot]
+                .clone()
+                .expect("placed beside a member");
+            *old.replacement.write() = Some(new);
+        }
         let whole = core.whole();
         core.bitmap.set_keep(!whole);
         if !whole {
@@ -316,6 +376,9 @@ impl RaidArray {
     fn start(core: Arc<Core>) -> RaidArray {
         for m in core.members().iter().flatten() {
             core.adopt(m);
+            if let Some(r) = m.replacement() {
+                core.adopt(&r);
+            }
         }
         for m in core.spares.lock().iter() {
             core.adopt(m);

@@ -156,6 +156,13 @@ impl Core {
     /// for a spare. A member that has left the slot meanwhile (a spare
     /// took it) changes nothing but itself.
     pub fn fail_member(&self, slot: usize, who: &Member, err: &io::Error) {
+        if who.released.load(Ordering::SeqCst) {
+            // The I/O of a released member that failed was its
+            // replacement's, which holds the slot now.
+            if let Some(r) = who.replacement() {
+                return self.fail_member(slot, &r, err);
+            }
+        }
         {
             let mut st = who.state.write();
             if matches!(*st, SyncState::Failed) {
@@ -169,6 +176,7 @@ impl Core {
         }
         self.failures.fetch_add(1, Ordering::Relaxed);
         tracing::error!(member = %who.name(), slot, error = %err, "RAID member failed");
+        self.promote_replacement(slot, who);
         self.membership_changed();
     }
 
@@ -210,6 +218,8 @@ impl Core {
             region_rows: self.region_rows(),
             slot,
             recovering,
+            replacement: false,
+            released: false,
             events: events.0,
             keep_since: events.1,
             log_slots: self.log_slots,
@@ -235,6 +245,17 @@ impl Core {
                     let sb = self.superblock_for(slot as u32, recovering, events);
                     if let Err(e) = sb.write_to(&*m.dev) {
                         newly_failed.push((slot, e));
+                    }
+                    if let Some(r) = m.replacement().filter(|r| !r.is_failed()) {
+                        let sb = Superblock {
+                            recovering: true,
+                            replacement: true,
+                            ..self.superblock_for(slot as u32, true, events)
+                        };
+                        if let Err(e) = sb.write_to(&*r.dev) {
+                            tracing::error!(replacement = %r.name(), error = %e, "RAID replacement failed");
+                            *r.state.write() = SyncState::Failed;
+                        }
                     }
                 }
                 for s in self.spares.lock().iter() {
@@ -279,6 +300,13 @@ impl Core {
             match write_image_to(std::slice::from_ref(&m.dev), image, fua) {
                 Ok(()) => written += 1,
                 Err(e) => failed.lock().push((slot, m.clone(), e)),
+            }
+            // A replacement carries the bits too, ready for its swap.
+            if let Some(r) = m.replacement().filter(|r| !r.is_failed()) {
+                if let Err(e) = write_image_to(std::slice::from_ref(&r.dev), image, fua) {
+                    tracing::error!(replacement = %r.name(), error = %e, "RAID replacement failed");
+                    *r.state.write() = SyncState::Failed;
+                }
             }
         }
         if written == 0 {

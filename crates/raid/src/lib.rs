@@ -35,6 +35,7 @@ pub mod log;
 mod member;
 mod provision;
 mod rebuild;
+mod replace;
 mod scrub;
 mod spread;
 mod status;

@@ -132,8 +132,20 @@ impl Core {
         if target.is_failed() {
             return;
         }
-        // Runs of zero chunks are discarded (to zeros) rather than written:
-        // a rebuild keeps a thin member thin where the array holds nothing.
+        if let Err(e) = self.write_chunks(target, &batch) {
+            self.fail_member(slot, target, &e);
+            return;
+        }
+        if let SyncState::Recovering { done_rows, .. } = &mut *target.state.write() {
+            *done_rows = batch.rows.end;
+        }
+        drop(batch.guards);
+    }
+
+    /// Writes a batch's chunks to `target`'s own device. Runs of zero
+    /// chunks are discarded (to zeros) rather than written: a rebuild
+    /// keeps a thin member thin where the array holds nothing.
+    pub fn write_chunks(&self, target: &Member, batch: &Batch<'_>) -> io::Result<()> {
         let chunk = self.geo.chunk as usize;
         let zero: Vec<bool> = batch
             .chunks
@@ -146,20 +158,13 @@ impl Core {
                 .find(|i| zero[*i] != zero[at])
                 .unwrap_or(zero.len());
             let offset = (batch.rows.start + at as u64) * self.geo.chunk;
-            let r = if zero[at] {
-                target.zero(Zeroing::Discard, offset, ((end - at) * chunk) as u64)
+            if zero[at] {
+                target.zero_own(Zeroing::Discard, offset, ((end - at) * chunk) as u64)?;
             } else {
-                target.write(&batch.chunks[at * chunk..end * chunk], offset, false)
-            };
-            if let Err(e) = r {
-                self.fail_member(slot, target, &e);
-                return;
+                target.write_own(&batch.chunks[at * chunk..end * chunk], offset, false)?;
             }
             at = end;
         }
-        if let SyncState::Recovering { done_rows, .. } = &mut *target.state.write() {
-            *done_rows = batch.rows.end;
-        }
-        drop(batch.guards);
+        Ok(())
     }
 }

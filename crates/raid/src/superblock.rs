@@ -38,6 +38,10 @@ pub fn data_offset(chunk: u64, log_slots: u32) -> u64 {
 const MAGIC: &[u8; 8] = b"OARAID01";
 const VERSION: u32 = 1;
 
+/// Bits of the flags word after `recovering` (bit 0).
+const FLAG_REPLACEMENT: u32 = 1;
+const FLAG_RELEASED: u32 = 2;
+
 /// The slot of a hot spare.
 pub const SPARE_SLOT: u32 = u32::MAX;
 
@@ -54,6 +58,12 @@ pub struct Superblock {
     pub slot: u32,
     /// Set while the member is being rebuilt: its data is not yet whole.
     pub recovering: bool,
+    /// A member being copied beside the in-sync member of `slot`, to take
+    /// its place when complete (`raid replace`); recovering too.
+    pub replacement: bool,
+    /// A member that a completed replacement took the place of: never
+    /// assembled again.
+    pub released: bool,
     pub events: u64,
     /// The events value when the bitmap last began keeping its bits for
     /// an absent member: a member last in sync at or after it can catch
@@ -92,7 +102,10 @@ impl Superblock {
         b.extend_from_slice(&self.rows.to_le_bytes());
         b.extend_from_slice(&self.region_rows.to_le_bytes());
         b.extend_from_slice(&self.slot.to_le_bytes());
-        b.extend_from_slice(&(self.recovering as u32).to_le_bytes());
+        let flags = self.recovering as u32
+            | (self.replacement as u32) << FLAG_REPLACEMENT
+            | (self.released as u32) << FLAG_RELEASED;
+        b.extend_from_slice(&flags.to_le_bytes());
         b.extend_from_slice(&self.events.to_le_bytes());
         b.extend_from_slice(&self.keep_since.to_le_bytes());
         b.extend_from_slice(&self.log_slots.to_le_bytes());
@@ -123,7 +136,7 @@ impl Superblock {
         let rows = u64_of(take(8));
         let region_rows = u64_of(take(8));
         let slot = u32_of(take(4));
-        let recovering = u32_of(take(4)) != 0;
+        let flags = u32_of(take(4));
         let events = u64_of(take(8));
         let keep_since = u64_of(take(8));
         let log_slots = u32_of(take(4));
@@ -147,7 +160,9 @@ impl Superblock {
             rows,
             region_rows,
             slot,
-            recovering,
+            recovering: flags & 1 != 0,
+            replacement: flags & (1 << FLAG_REPLACEMENT) != 0,
+            released: flags & (1 << FLAG_RELEASED) != 0,
             events,
             keep_since,
             log_slots,
@@ -185,13 +200,22 @@ mod tests {
             region_rows: 16,
             slot: 3,
             recovering: true,
+            replacement: true,
+            released: false,
             events: 42,
             keep_since: 40,
             log_slots: 64,
         };
         let mut b = sb.encode();
         assert_eq!(b.len(), SUPERBLOCK_SIZE);
-        assert_eq!(Superblock::decode(&b), Ok(Some(sb)));
+        assert_eq!(Superblock::decode(&b), Ok(Some(sb.clone())));
+        let released = Superblock {
+            recovering: false,
+            replacement: false,
+            released: true,
+            ..sb
+        };
+        assert_eq!(Superblock::decode(&released.encode()), Ok(Some(released)));
         b[20] ^= 1;
         assert!(Superblock::decode(&b).is_err());
         assert_eq!(Superblock::decode(&[0u8; 4096]), Ok(None));

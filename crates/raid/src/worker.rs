@@ -10,11 +10,11 @@ use crate::bitmap::{write_image_to, RegionSet};
 use crate::core::{Core, Progress};
 use crate::geometry::Place;
 use crate::member::{Member, SyncState};
-use crate::rebuild::{Batch, STEP_BYTES};
+use crate::rebuild::Batch;
 
 /// Keeps a sync between `sync_speed_min` and `sync_speed_max`, at the
 /// minimum while foreground I/O is arriving.
-struct Throttle {
+pub(crate) struct Throttle {
     window_start: Instant,
     window_bytes: u64,
     foreground_seen: u64,
@@ -23,7 +23,7 @@ struct Throttle {
 }
 
 impl Throttle {
-    fn new(core: &Core) -> Throttle {
+    pub(crate) fn new(core: &Core) -> Throttle {
         Throttle {
             window_start: Instant::now(),
             window_bytes: 0,
@@ -33,7 +33,7 @@ impl Throttle {
         }
     }
 
-    fn done(&mut self, core: &Core, bytes: u64) {
+    pub(crate) fn done(&mut self, core: &Core, bytes: u64) {
         self.window_bytes += bytes;
         self.total += bytes;
         let fg = core.foreground_ops.load(Ordering::Relaxed);
@@ -56,7 +56,7 @@ impl Throttle {
         }
     }
 
-    fn rate(&self) -> u64 {
+    pub(crate) fn rate(&self) -> u64 {
         (self.total as f64 / self.started.elapsed().as_secs_f64().max(1e-6)) as u64
     }
 }
@@ -90,7 +90,8 @@ impl Core {
             && members
                 .iter()
                 .any(|m| m.as_ref().is_none_or(|m| m.is_failed()));
-        !resync_pending && !recovering && !promotable
+        let replacing = self.replacement_under_way().is_some();
+        !resync_pending && !recovering && !promotable && !replacing
     }
 
     /// Mirrors resync among the copies left; parity needs every member
@@ -147,6 +148,9 @@ impl Core {
                     return true;
                 }
             }
+        }
+        if self.replace_step() {
+            return true;
         }
         self.scheduled_scrub()
     }
@@ -258,9 +262,7 @@ impl Core {
         // Parity members are rebuilt a batch of rows at a time, the write
         // of one batch overlapping the reads of the next.
         let step = if self.rebuilds_in_batches(slot) {
-            // Small enough for the throttle to pace smoothly.
-            let bytes = STEP_BYTES.min(self.sync_speed.lock().1 / 8);
-            (bytes / self.geo.chunk).max(1)
+            self.step_rows()
         } else {
             1
         };
