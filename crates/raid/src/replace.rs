@@ -153,7 +153,8 @@ impl Core {
         let rows = self.geo.rows;
         let step = self.step_rows();
         let mut throttle = crate::worker::Throttle::new(self);
-        let total = rows * self.geo.chunk;
+        let total = (rows - start) * self.geo.chunk;
+        self.show_copy(slot, 0, total, &throttle);
         let carry_on = || {
             !self.stop.load(Ordering::SeqCst)
                 && !old.is_failed()
@@ -182,21 +183,25 @@ impl Core {
                 if batches.send(batch).is_err() {
                     break false;
                 }
-                throttle.done(self, (end - row) * self.geo.chunk);
-                *self.progress.lock() = Some(crate::core::Progress {
-                    kind: "replace",
-                    slot: Some(slot),
-                    done_bytes: row.saturating_sub(start) * self.geo.chunk
-                        + (end - row) * self.geo.chunk,
-                    total_bytes: total - start * self.geo.chunk,
-                    bytes_per_sec: throttle.rate(),
-                });
+                let bytes = (end - row) * self.geo.chunk;
+                self.show_copy(slot, (end - start) * self.geo.chunk, total, &throttle);
+                throttle.done(self, bytes);
                 row = end;
             };
             drop(batches);
             writer.join().expect("replacement writer");
             complete && carry_on()
         })
+    }
+
+    fn show_copy(&self, slot: usize, done: u64, total: u64, throttle: &crate::worker::Throttle) {
+        *self.progress.lock() = Some(crate::core::Progress {
+            kind: "replace",
+            slot: Some(slot),
+            done_bytes: done,
+            total_bytes: total,
+            bytes_per_sec: throttle.rate(),
+        });
     }
 
     /// Locks the stripes with a chunk on `slot`'s rows `rows` and reads
