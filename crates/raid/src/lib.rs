@@ -33,6 +33,7 @@ mod io_stripes;
 mod locks;
 pub mod log;
 mod member;
+mod pipeline;
 mod provision;
 mod rebuild;
 mod replace;

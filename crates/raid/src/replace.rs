@@ -22,6 +22,7 @@ use crate::array::RaidArray;
 use crate::bitmap::write_image_to;
 use crate::core::Core;
 use crate::member::{Member, SyncState};
+use crate::pipeline::Plan;
 use crate::rebuild::Batch;
 use crate::superblock::Superblock;
 
@@ -142,66 +143,40 @@ impl Core {
         true
     }
 
-    /// Copies `old`'s rows to `new` a batch at a time, from where it
-    /// stands, the write of a batch overlapping the read of the next;
-    /// true when every row is copied.
+    /// Copies `old`'s rows to `new` in batches, from where it stands,
+    /// several batches in flight; true when every row is copied.
     fn copy_replacement(&self, slot: usize, old: &Arc<Member>, new: &Arc<Member>) -> bool {
         let start = match &*new.state.read() {
             SyncState::Recovering { done_rows, .. } => *done_rows,
             _ => return false,
         };
-        let rows = self.geo.rows;
-        let step = self.step_rows();
-        let mut throttle = crate::worker::Throttle::new(self);
-        let total = (rows - start) * self.geo.chunk;
-        self.show_copy(slot, 0, total, &throttle);
         let carry_on = || {
-            !self.stop.load(Ordering::SeqCst)
-                && !old.is_failed()
+            !old.is_failed()
                 && !new.is_failed()
                 && old.replacement().is_some_and(|r| Arc::ptr_eq(&r, new))
         };
-        std::thread::scope(|scope| {
-            let (batches, written) = std::sync::mpsc::sync_channel::<Batch<'_>>(1);
-            let writer = scope.spawn(move || {
-                for batch in written {
-                    self.write_copied(old, new, batch);
-                }
-            });
-            let mut row = start;
-            let complete = loop {
-                if row >= rows {
-                    break true;
-                }
-                if !carry_on() {
-                    break false;
-                }
-                let end = (row + step).min(rows);
-                let Some(batch) = self.read_own_rows(slot, old, row..end) else {
-                    break false;
-                };
-                if batches.send(batch).is_err() {
-                    break false;
-                }
-                let bytes = (end - row) * self.geo.chunk;
-                self.show_copy(slot, (end - start) * self.geo.chunk, total, &throttle);
-                throttle.done(self, bytes);
-                row = end;
-            };
-            drop(batches);
-            writer.join().expect("replacement writer");
-            complete && carry_on()
-        })
-    }
-
-    fn show_copy(&self, slot: usize, done: u64, total: u64, throttle: &crate::worker::Throttle) {
-        *self.progress.lock() = Some(crate::core::Progress {
+        let plan = Plan {
             kind: "replace",
-            slot: Some(slot),
-            done_bytes: done,
-            total_bytes: total,
-            bytes_per_sec: throttle.rate(),
-        });
+            slot,
+            rows: start..self.geo.rows,
+            step: self.step_rows(),
+            total: (self.geo.rows - start) * self.geo.chunk,
+            needed: &|_| true,
+            go_on: &carry_on,
+        };
+        let read = |rows: Range<u64>| self.read_own_rows(slot, old, rows);
+        let write = |batch: Batch<'_>| self.write_copied(new, batch);
+        // Not once `old` failed: `new` was promoted, and a rebuild of
+        // what it has not got counts from then on.
+        let advance = |to: u64| {
+            let mut st = new.state.write();
+            if !old.is_failed() {
+                if let SyncState::Recovering { done_rows, .. } = &mut *st {
+                    *done_rows = (*done_rows).max(to);
+                }
+            }
+        };
+        self.run_copy(&plan, &read, &write, &advance) && carry_on()
     }
 
     /// Locks the stripes with a chunk on `slot`'s rows `rows` and reads
@@ -227,26 +202,19 @@ impl Core {
         })
     }
 
-    /// Writes a copied batch to the replacement and counts it, unless the
-    /// replacement was promoted meanwhile (then what it holds is counted
-    /// by the rebuild that follows).
-    fn write_copied(&self, old: &Member, new: &Member, batch: Batch<'_>) {
+    /// Writes a copied batch to the replacement, then unlocks it; false
+    /// if the replacement failed.
+    fn write_copied(&self, new: &Member, batch: Batch<'_>) -> bool {
         if new.is_failed() {
-            return;
+            return false;
         }
         if let Err(e) = self.write_chunks(new, &batch) {
             tracing::error!(replacement = %new.name(), error = %e, "RAID replacement failed");
             *new.state.write() = SyncState::Failed;
-            return;
+            return false;
         }
-        let mut st = new.state.write();
-        if !old.is_failed() {
-            if let SyncState::Recovering { done_rows, .. } = &mut *st {
-                *done_rows = batch.rows.end;
-            }
-        }
-        drop(st);
         drop(batch.guards);
+        true
     }
 
     /// The copy is complete: made stable (a flush of `old` flushes its

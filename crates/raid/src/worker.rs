@@ -10,7 +10,9 @@ use crate::bitmap::{write_image_to, RegionSet};
 use crate::core::{Core, Progress};
 use crate::geometry::Place;
 use crate::member::{Member, SyncState};
+use crate::pipeline::Plan;
 use crate::rebuild::Batch;
+use std::ops::Range;
 
 /// Keeps a sync between `sync_speed_min` and `sync_speed_max`, at the
 /// minimum while foreground I/O is arriving.
@@ -19,7 +21,7 @@ pub(crate) struct Throttle {
     window_bytes: u64,
     foreground_seen: u64,
     started: Instant,
-    total: u64,
+    pub(crate) total: u64,
 }
 
 impl Throttle {
@@ -258,74 +260,42 @@ impl Core {
         }
         .min(self.geo.rows);
         let total = rows_to_do * self.geo.chunk;
-        let mut throttle = Throttle::new(self);
-        // Parity members are rebuilt a batch of rows at a time, the write
-        // of one batch overlapping the reads of the next.
-        let step = if self.rebuilds_in_batches(slot) {
-            self.step_rows()
-        } else {
-            1
-        };
+        let needed = |row: u64| stale.as_ref().is_none_or(|s| s.get(row / rr));
         let kind = if stale.is_some() {
             "catch-up"
         } else {
             "rebuild"
         };
-        let needed = |row: u64| stale.as_ref().is_none_or(|s| s.get(row / rr));
         let target = &target;
-        let complete = std::thread::scope(|scope| {
-            let (batches, written) = std::sync::mpsc::sync_channel::<Batch<'_>>(1);
-            let writer = scope.spawn(move || {
-                for batch in written {
-                    self.write_batch(slot, target, batch);
+        let go_on = || !target.is_failed();
+        let plan = Plan {
+            kind,
+            slot,
+            rows: start..self.geo.rows,
+            step: self.step_rows(),
+            total,
+            needed: &needed,
+            go_on: &go_on,
+        };
+        let complete = if self.rebuilds_in_batches(slot) {
+            // Batches of rows, several in flight.
+            let read = |rows: Range<u64>| match self.read_batch(slot, rows) {
+                Ok(batch) => batch,
+                Err(e) => {
+                    tracing::warn!(slot, error = %e, "RAID rebuild failed");
+                    None
                 }
-            });
-            let mut row = start;
-            let complete = loop {
-                if row >= self.geo.rows {
-                    break true;
-                }
-                if self.stop.load(Ordering::SeqCst) || target.is_failed() {
-                    break false;
-                }
-                if !needed(row) {
-                    row = (row / rr + 1) * rr;
-                    continue;
-                }
-                let mut end = row + 1;
-                while end < self.geo.rows && end - row < step && needed(end) {
-                    end += 1;
-                }
-                if step > 1 {
-                    match self.read_batch(slot, row..end) {
-                        Ok(Some(batch)) => {
-                            if batches.send(batch).is_err() {
-                                break false;
-                            }
-                        }
-                        Ok(None) => break false,
-                        Err(e) => {
-                            tracing::warn!(slot, error = %e, "RAID rebuild failed");
-                            break false;
-                        }
-                    }
-                } else if !self.recover_row(slot, target, row) {
-                    break false;
-                }
-                throttle.done(self, (end - row) * self.geo.chunk);
-                *self.progress.lock() = Some(Progress {
-                    kind,
-                    slot: Some(slot),
-                    done_bytes: throttle.total,
-                    total_bytes: total,
-                    bytes_per_sec: throttle.rate(),
-                });
-                row = end;
             };
-            drop(batches);
-            writer.join().expect("rebuild writer");
-            complete
-        });
+            let write = |batch: Batch<'_>| self.write_batch(slot, target, batch);
+            let advance = |to: u64| {
+                if let SyncState::Recovering { done_rows, .. } = &mut *target.state.write() {
+                    *done_rows = (*done_rows).max(to);
+                }
+            };
+            self.run_copy(&plan, &read, &write, &advance)
+        } else {
+            self.recover_rows(&plan, target)
+        };
         if !complete {
             return;
         }
@@ -348,6 +318,35 @@ impl Core {
         }
         tracing::info!(member = %target.name(), slot, bytes = total, "RAID member in sync");
         self.membership_changed();
+    }
+
+    /// A row at a time, while another member is being brought up to date
+    /// too (its rows are readable or not one by one); true when done.
+    fn recover_rows(&self, plan: &Plan<'_>, target: &Member) -> bool {
+        let mut throttle = Throttle::new(self);
+        let mut row = plan.rows.start;
+        while row < plan.rows.end {
+            if self.stop.load(Ordering::SeqCst) || !(plan.go_on)() {
+                return false;
+            }
+            if !(plan.needed)(row) {
+                row = (row / self.region_rows() + 1) * self.region_rows();
+                continue;
+            }
+            if !self.recover_row(plan.slot, target, row) {
+                return false;
+            }
+            throttle.done(self, self.geo.chunk);
+            *self.progress.lock() = Some(Progress {
+                kind: plan.kind,
+                slot: Some(plan.slot),
+                done_bytes: throttle.total,
+                total_bytes: plan.total,
+                bytes_per_sec: throttle.rate(),
+            });
+            row += 1;
+        }
+        true
     }
 
     /// Brings one member row of the member in `slot` up to date and counts
