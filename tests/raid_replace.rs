@@ -174,6 +174,13 @@ fn replace_copies_beside_the_member_survives_a_loss_and_restarts() {
     assert_eq!(names, ["m0", "n0", "n1", "m3"], "{done:#}");
     check(&mut s, &tags, "after the replace");
     drop(s);
+    // A scrub: clean, and its time is kept across the restart (the
+    // `scrub_every` schedule counts from it).
+    let scrub: Value =
+        serde_json::from_str(&daemon.ok(&["raid", "scrub", "r5", "--json"])).unwrap();
+    assert_eq!(scrub["report"]["mismatches"], 0, "{scrub:#}");
+    let scrubbed = status(&daemon)["last_scrub_at_ms"].clone();
+    assert!(scrubbed.as_u64() > Some(0), "{scrubbed}");
 
     // A restart after the swap: m1 is released and stays out, n0 holds
     // its slot; m2, healthy again but stale, is left out too (n1 holds
@@ -183,6 +190,7 @@ fn replace_copies_beside_the_member_survives_a_loss_and_restarts() {
     let again = wait_for(&daemon, "assembly after the swap", |s| s["sync"].is_null());
     assert_eq!(again["members"][1]["name"], "n0", "{again:#}");
     assert_eq!(again["state"], "clean", "{again:#}");
+    assert_eq!(again["last_scrub_at_ms"], scrubbed, "{again:#}");
     assert!(
         daemon
             .log()

@@ -348,6 +348,16 @@ impl RaidArray {
             (events, reference.log_slots),
         );
         core.events.lock().1 = keep_since;
+        // The scrub schedule goes on from the last scrub any member saw.
+        if let Some(last) = found
+            .iter()
+            .map(|f| f.2.last_scrub)
+            .max()
+            .filter(|t| *t > 0)
+        {
+            *core.last_scrub_at.lock() =
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(last);
+        }
         if reference.log_slots > 0 {
             // Before any I/O: rows a cut left half-written are made whole.
             let (log, sectors) = core.replay_log(reference.log_slots)?;
@@ -520,7 +530,7 @@ impl Core {
             geo,
             array_id,
             sync_speed: Mutex::new((options.sync_speed_min, options.sync_speed_max)),
-            last_scrub_at: Mutex::new(std::time::Instant::now()),
+            last_scrub_at: Mutex::new(std::time::SystemTime::now()),
             options,
             slots: RwLock::new(slots),
             spares: Mutex::new(spares),

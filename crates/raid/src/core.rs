@@ -102,8 +102,9 @@ pub struct Core {
     /// `sync_speed_min` and `sync_speed_max` as they are now: options at
     /// first, changeable while the array runs.
     pub sync_speed: Mutex<(u64, u64)>,
-    /// When the last scrub ended (assembly, before the first).
-    pub last_scrub_at: Mutex<std::time::Instant>,
+    /// When the last scrub ended, as the superblocks record it (at
+    /// creation, or assembly of an array with none recorded, the start).
+    pub last_scrub_at: Mutex<std::time::SystemTime>,
     pub report: Mutex<SyncReport>,
     /// Wakes the worker: something changed.
     pub wake: Condvar,
@@ -223,6 +224,7 @@ impl Core {
             events: events.0,
             keep_since: events.1,
             log_slots: self.log_slots,
+            last_scrub: unix_millis(*self.last_scrub_at.lock()),
         }
     }
 
@@ -331,6 +333,12 @@ impl Core {
         }
         r
     }
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub fn unix_millis(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The error of I/O the array can no longer serve.

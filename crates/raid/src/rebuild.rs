@@ -9,10 +9,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::core::{array_failed, Core};
+use crate::geometry::Place;
 use crate::geometry::Role;
 use crate::gf;
 use crate::locks::StripeGuard;
-use crate::geometry::Place;
 use crate::member::{Member, SyncState, Zeroing};
 
 /// Bytes of each member one rebuild step covers.
@@ -188,7 +188,9 @@ impl Core {
             let src = g
                 .copies_of(k)
                 .into_iter()
-                .find(|p| p.member != slot && members[p.member].as_ref().is_some_and(|m| m.is_in_sync()))
+                .find(|p| {
+                    p.member != slot && members[p.member].as_ref().is_some_and(|m| m.is_in_sync())
+                })
                 .ok_or_else(array_failed)?;
             match runs.last_mut() {
                 Some(r) if r.0 == src.member && r.1 + r.3 as u64 == src.row && r.2 + r.3 == i => {
@@ -200,7 +202,8 @@ impl Core {
         let chunk = g.chunk as usize;
         let mut chunks = vec![0u8; (rows.end - rows.start) as usize * chunk];
         // Each run's part of the buffer, grouped by source member.
-        let mut by_member: Vec<Vec<(u64, &mut [u8])>> = (0..g.members).map(|_| Vec::new()).collect();
+        let mut by_member: Vec<Vec<(u64, &mut [u8])>> =
+            (0..g.members).map(|_| Vec::new()).collect();
         let mut rest: &mut [u8] = &mut chunks;
         let mut at = 0;
         for &(member, src_row, first, n) in &runs {

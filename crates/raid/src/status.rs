@@ -101,6 +101,9 @@ pub struct RaidStatus {
     pub sync_speed_max: u64,
     pub bitmap: BitmapStatus,
     pub last_scrub: Option<ScrubReport>,
+    /// When the last scrub ended (milliseconds since the Unix epoch), or
+    /// the array was created; `scrub_every` counts from it.
+    pub last_scrub_at_ms: u64,
     /// RAID5/6: the partial parity log's slots, and sectors written since
     /// the last flush (each covered by an entry or a full-row write).
     pub log_slots: u32,
@@ -238,6 +241,7 @@ impl RaidArray {
                 last_catch_up_bytes: report.last_catch_up_bytes,
             },
             last_scrub: report.last_scrub,
+            last_scrub_at_ms: crate::core::unix_millis(*core.last_scrub_at.lock()),
             log_slots: core.log_slots,
             log_live_sectors: core.log.as_ref().map_or(0, |l| l.live_sectors()),
             weakest_link: self.weakest_link(),

@@ -36,7 +36,8 @@ pub fn data_offset(chunk: u64, log_slots: u32) -> u64 {
     (LOG_OFFSET + 4096 + log_slots as u64 * log_slot_bytes(chunk)).next_multiple_of(1 << 20)
 }
 const MAGIC: &[u8; 8] = b"OARAID01";
-const VERSION: u32 = 1;
+/// Version 2 added `last_scrub`; version 1 superblocks are still read.
+const VERSION: u32 = 2;
 
 /// Bits of the flags word after `recovering` (bit 0).
 const FLAG_REPLACEMENT: u32 = 1;
@@ -71,6 +72,9 @@ pub struct Superblock {
     pub keep_since: u64,
     /// Slots of the partial parity log (0: none).
     pub log_slots: u32,
+    /// When the last scrub ended, milliseconds since the Unix epoch (0:
+    /// none recorded), so that `scrub_every` counts across restarts.
+    pub last_scrub: u64,
 }
 
 impl Superblock {
@@ -109,6 +113,7 @@ impl Superblock {
         b.extend_from_slice(&self.events.to_le_bytes());
         b.extend_from_slice(&self.keep_since.to_le_bytes());
         b.extend_from_slice(&self.log_slots.to_le_bytes());
+        b.extend_from_slice(&self.last_scrub.to_le_bytes());
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b.resize(SUPERBLOCK_SIZE, 0);
@@ -140,12 +145,13 @@ impl Superblock {
         let events = u64_of(take(8));
         let keep_since = u64_of(take(8));
         let log_slots = u32_of(take(4));
+        let last_scrub = if version >= 2 { u64_of(take(8)) } else { 0 };
         let end = at;
         let crc = u32_of(&b[end..end + 4]);
         if crc != crc32c::crc32c(&b[..end]) {
             return Err("superblock checksum mismatch".into());
         }
-        if version != VERSION {
+        if version == 0 || version > VERSION {
             return Err(format!("superblock version {version} is not supported"));
         }
         let level = Level::from_number(level).ok_or(format!("unknown RAID level {level}"))?;
@@ -166,6 +172,7 @@ impl Superblock {
             events,
             keep_since,
             log_slots,
+            last_scrub,
         }))
     }
 
@@ -205,6 +212,7 @@ mod tests {
             events: 42,
             keep_since: 40,
             log_slots: 64,
+            last_scrub: 1_795_000_000_000,
         };
         let mut b = sb.encode();
         assert_eq!(b.len(), SUPERBLOCK_SIZE);
@@ -215,7 +223,22 @@ mod tests {
             released: true,
             ..sb
         };
-        assert_eq!(Superblock::decode(&released.encode()), Ok(Some(released)));
+        assert_eq!(
+            Superblock::decode(&released.encode()),
+            Ok(Some(released.clone()))
+        );
+        // A version 1 superblock, as written before the last scrub time
+        // was added: the same fields up to the log slots, then the CRC.
+        let mut v1 = released.encode()[..88].to_vec();
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        v1.resize(SUPERBLOCK_SIZE, 0);
+        let old = Superblock {
+            last_scrub: 0,
+            ..released
+        };
+        assert_eq!(Superblock::decode(&v1), Ok(Some(old)));
         b[20] ^= 1;
         assert!(Superblock::decode(&b).is_err());
         assert_eq!(Superblock::decode(&[0u8; 4096]), Ok(None));

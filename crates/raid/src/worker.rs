@@ -163,7 +163,9 @@ impl Core {
         let Some(every) = self.options.scrub_every else {
             return false;
         };
-        if self.last_scrub_at.lock().elapsed() < every || !self.whole() {
+        // A clock set back counts as no time passed.
+        let since = self.last_scrub_at.lock().elapsed().unwrap_or_default();
+        if since < every || !self.whole() {
             return false;
         }
         tracing::info!("scheduled RAID scrub");
@@ -178,7 +180,7 @@ impl Core {
             Err(e) => tracing::error!(error = %e, "scheduled RAID scrub failed"),
         }
         // Failed or not, not again before the next period.
-        *self.last_scrub_at.lock() = std::time::Instant::now();
+        *self.last_scrub_at.lock() = std::time::SystemTime::now();
         true
     }
 
