@@ -61,13 +61,29 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Opt
             Err(e) => e,
         },
         ("POST", Some("replace")) => match replacement_device(admin, array, &request) {
-            Ok((dev, dev_name)) => with_slot(array, &request, |slot| {
-                array.replace(slot, dev.clone())?;
-                array.name_members(&[(dev.clone(), dev_name.clone())]);
-                Ok(format!(
-                    "{dev_name} is copied beside slot {slot}'s member and takes its place when complete"
-                ))
-            }),
+            Ok((dev, dev_name)) => {
+                let listed = admin
+                    .lock()
+                    .config
+                    .device(name)
+                    .is_some_and(|d| d.spec.children().contains(&dev_name.as_str()));
+                with_slot(array, &request, |slot| {
+                    array.replace(slot, dev.clone())?;
+                    array.name_members(&[(dev.clone(), dev_name.clone())]);
+                    let mut done = format!(
+                        "{dev_name} is copied beside slot {slot}'s member and takes its place when complete"
+                    );
+                    if !listed {
+                        // Assembly at the next start sees only the
+                        // configured members and spares.
+                        done += &format!(
+                            "; add {dev_name} to {name}'s spares in the configuration, or the next \
+                             start will not find it"
+                        );
+                    }
+                    Ok(done)
+                })
+            }
             Err(e) => e,
         },
         ("POST", Some("scrub")) => scrub(&device, &request),
