@@ -130,6 +130,10 @@ fn replace_copies_beside_the_member_survives_a_loss_and_restarts() {
     // n0, a hot spare, is copied beside m1, which stays in sync.
     let out = daemon.ok(&["raid", "replace", "r5", "m1", "n0"]);
     assert!(out.contains("takes its place when complete"), "{out}");
+    assert!(
+        !out.contains("will not find it"),
+        "n0 is a configured spare: {out}"
+    );
     let under_way = wait_for(&daemon, "copy progress", |s| {
         replacement(s).is_some_and(|r| r["recovered_bytes"].as_u64() > Some(0))
     });

@@ -154,8 +154,13 @@ fn a_restart_in_the_middle_starts_the_copy_over_and_the_released_member_stays_ou
 
     let mut all = devs(&members);
     all.push(new.clone());
-    let a = RaidArray::assemble(all.clone(), options()).unwrap();
-    a.set_sync_speed(64 << 10, 256 << 10).unwrap();
+    // Slow from the start, so that the copy is seen under way.
+    let slow = raid::RaidOptions {
+        sync_speed_min: 64 << 10,
+        sync_speed_max: 256 << 10,
+        ..options()
+    };
+    let a = RaidArray::assemble(all.clone(), slow).unwrap();
     let st = a.status();
     assert_eq!(st.state, ArrayState::Clean);
     let r = st.members.iter().find(|m| m.replacing == Some(3));
