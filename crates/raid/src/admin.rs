@@ -38,6 +38,12 @@ impl RaidArray {
     /// (a full rebuild), or waits for one.
     pub fn add(&self, dev: Arc<dyn BlockDevice>) -> io::Result<()> {
         let g = self.core.geo;
+        if let Some(name) = self.core.holder_of(&dev) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name} is already in this array"),
+            ));
+        }
         if dev.size() < self.core.data_offset + g.rows * g.chunk {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,

@@ -61,6 +61,12 @@ impl RaidArray {
         };
         let new = match spare {
             Some(s) => s,
+            None if core.holder_of(&dev).is_some() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} is already in this array", dev.describe()),
+                ))
+            }
             None => {
                 self.add(dev.clone())?;
                 let mut spares = core.spares.lock();
@@ -177,6 +183,21 @@ impl Core {
             }
         };
         self.run_copy(&plan, &read, &write, &advance) && carry_on()
+    }
+
+    /// The name of the member, replacement or spare that is `dev`, if one
+    /// is: a device is never put into the array twice.
+    pub fn holder_of(&self, dev: &Arc<dyn BlockDevice>) -> Option<String> {
+        let members: Vec<Arc<Member>> = self.members().into_iter().flatten().collect();
+        let replacements = members.iter().filter_map(|m| m.replacement());
+        let spares = self.spares.lock().clone();
+        members
+            .iter()
+            .cloned()
+            .chain(replacements)
+            .chain(spares)
+            .find(|m| Arc::ptr_eq(&m.dev, dev))
+            .map(|m| m.name())
     }
 
     /// Locks the stripes with a chunk on `slot`'s rows `rows` and reads

@@ -186,7 +186,7 @@ fn a_restart_in_the_middle_starts_the_copy_over_and_the_released_member_stays_ou
 /// whole, and a replace can start again.
 #[test]
 fn a_failing_replacement_is_dropped() {
-    let (a, _members, _) = array(Level::Raid5, 3, 1, ROWS);
+    let (a, members, _) = array(Level::Raid5, 3, 1, ROWS);
     let data = pattern(a.size() as usize, 1);
     a.write_at(&data, 0, false).unwrap();
     a.set_sync_speed(64 << 10, 256 << 10).unwrap();
@@ -194,6 +194,11 @@ fn a_failing_replacement_is_dropped() {
     a.replace(2, bad.clone()).unwrap();
     let e = a.replace(2, faulty(member_size(ROWS))).unwrap_err();
     assert!(e.to_string().contains("already being replaced"), "{e}");
+    // Nor is a device of the array taken for another's place.
+    let e = a.replace(0, bad.clone()).unwrap_err();
+    assert!(e.to_string().contains("already in this array"), "{e}");
+    let e = a.replace(0, members[1].clone()).unwrap_err();
+    assert!(e.to_string().contains("already in this array"), "{e}");
     copied_at_least(&a, 8 * CHUNK);
     bad.set_fail_writes(true);
     a.write_at(&data[..4096], 0, false).unwrap();
