@@ -15,14 +15,14 @@
 # Usage: bench/raid_rebuild.sh
 # Environment (all optional):
 #   MEMBER_BW=80M  MEMBER_IOPS=4000  MEMBER_SIZE=320M
-#   OA_PORT=3262   OA_BIN=path/to/openarray
+#   OA_PORT=3281   OA_BIN=path/to/openarray
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MEMBER_IOPS=${MEMBER_IOPS:-4000}
 MEMBER_BW=${MEMBER_BW:-80M}
 MEMBER_SIZE=${MEMBER_SIZE:-320M}
-OA_PORT=${OA_PORT:-3262}
+OA_PORT=${OA_PORT:-3281}
 IQN=iqn.2026-11.org.openarray:raid-rebuild-bench
 
 # shellcheck source=bench/common.sh
