@@ -272,6 +272,9 @@ impl Core {
         if let Err(e) = sb.write_to(&*old.dev) {
             tracing::warn!(member = %old.name(), error = %e, "released member's superblock write failed");
         }
+        // Partial parity log entries written between the flush above and
+        // the swap are on `old`'s log area only: a flush retires them.
+        let _ = self.flush_all();
     }
 
     /// `old`, the member in `slot`, failed: its live replacement takes the
