@@ -196,3 +196,15 @@ serve_build() {
     PID=$!
     wait_for_port "$3" "$PID" openarray
 }
+
+# The EXIT trap of a script that runs one openarray (OA_PID) with its files
+# in WORK: end the children and the daemon, remove WORK, and keep the
+# script's exit status. Usage: trap cleanup_openarray EXIT
+cleanup_openarray() {
+    local status=$?
+    set +e
+    kill_children
+    [ -z "${OA_PID:-}" ] || stop_process "$OA_PID"
+    [ -z "${WORK:-}" ] || rm -rf "$WORK"
+    exit "$status"
+}

@@ -39,15 +39,7 @@ CLK_TCK=$(getconf CLK_TCK)
 
 WORK=""
 OA_PID=""
-cleanup() {
-    local status=$?
-    set +e
-    kill_children
-    if [ -n "$OA_PID" ]; then stop_process "$OA_PID"; fi
-    if [ -n "$WORK" ]; then rm -rf "$WORK"; fi
-    exit "$status"
-}
-trap cleanup EXIT
+trap cleanup_openarray EXIT
 trap 'exit 130' INT TERM
 
 half_bw() { numfmt --from=iec "$MEMBER_BW" | awk '{ printf "%d", $1 / 2 }'; }

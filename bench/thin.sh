@@ -53,15 +53,7 @@ CLK_TCK=$(getconf CLK_TCK)
 WORK=""
 OA_PID=""
 
-cleanup() {
-    local status=$?
-    set +e
-    kill_children
-    if [ -n "$OA_PID" ]; then stop_process "$OA_PID"; fi
-    if [ -n "$WORK" ]; then rm -rf "$WORK"; fi
-    exit "$status"
-}
-trap cleanup EXIT
+trap cleanup_openarray EXIT
 trap 'exit 130' INT TERM
 
 start_openarray() {

@@ -19,25 +19,7 @@ const HOST: &str = "iqn.2026-11.org.test:host";
 const TOKEN: &str = "k3y-0f-the-test-api-0123456789";
 
 fn base_config(daemon: &str) -> String {
-    format!(
-        r#"[daemon]
-{daemon}
-
-[[portal]]
-listen = "127.0.0.1:3260"
-
-[[device]]
-name = "ram"
-kind = "mem"
-size = "4M"
-
-[[target]]
-name = "{TARGET}"
-[[target.lun]]
-lun = 0
-device = "ram"
-"#
-    )
+    common::one_ram_lun_config(daemon, "ram", "4M", TARGET)
 }
 
 fn write_private(path: &Path, text: &str, mode: u32) {

@@ -1,10 +1,13 @@
 //! WRITE ATOMIC(16) survives power cuts whole or not at all, on a thin
-//! volume and on a write-back cache. Their disks are `faulty` devices (a
-//! disk with a volatile write cache) over `delay` devices over files, so
-//! that every write reaching a disk takes a while and a cut lands in the
-//! middle of atomic writes: at a random moment the test cuts the power live
-//! (`device fault NAME fail`, then `drop-unflushed`), then kills the daemon
-//! with SIGKILL and restarts it.
+//! volume, on a write-back cache and on a raw RAID5 array. Their disks are
+//! `faulty` devices (a disk with a volatile write cache) over `delay`
+//! devices over files, so that every write reaching a disk takes a while
+//! and a cut lands in the middle of atomic writes: at a random moment the
+//! test cuts the power live (`device fault NAME fail`, then
+//! `drop-unflushed`), then kills the daemon with SIGKILL and restarts it.
+//! On RAID5 one member is then lost too (failed once the restart has
+//! replayed the journal and caught up), and the check reads from the
+//! members left.
 //!
 //! Within a round the atomic writes never overlap, so each one's range
 //! must read back afterwards either entirely as before the write or
@@ -33,6 +36,8 @@ const PIECES: usize = VOLUME_BYTES / PIECE;
 /// The longest atomic write, in pieces: up to five 64 KiB pool units, or
 /// 17 cache lines of 16 KiB.
 const MAX_PIECES: u64 = 64;
+/// RAID's journal takes atomic writes of up to 128 KiB.
+const RAID_MAX_PIECES: u64 = 32;
 
 /// The LUN under test and how to cut its power.
 struct Lun {
@@ -46,6 +51,22 @@ struct Lun {
     /// WRITE ATOMIC may be refused (ILLEGAL REQUEST) after the cut: a
     /// cache whose device failed serves from its backing, a plain file.
     refusal_after_cut: bool,
+    /// The longest atomic write, in pieces.
+    max_pieces: u64,
+    raid: Option<RaidLoss>,
+}
+
+/// A RAID LUN, and its members: one is lost after each restart, in
+/// turn, before the check. It stays failed while the round's writes run,
+/// so that the cut, failing the members one by one, fails the array at
+/// the first (failed members keep the superblocks of the last state that
+/// served, as in `raid_crash.rs`); it comes back stale at the next
+/// restart and catches up before the next member is lost, which held
+/// its share of the data at the cut.
+#[derive(Clone, Copy)]
+struct RaidLoss {
+    array: &'static str,
+    members: &'static [&'static str],
 }
 
 /// An 8 MiB thin volume of a pool on faulty(delay(file)).
@@ -166,7 +187,7 @@ fn workload(s: &mut Session, rng: &mut Rng, tag: &mut u64, lun: &Lun) -> Vec<Wri
     let mut writes: Vec<Written> = Vec::new();
     loop {
         let free_range = (0..20).find_map(|_| {
-            let pieces = rng.range(1, MAX_PIECES + 1) as usize;
+            let pieces = rng.range(1, lun.max_pieces) as usize;
             let first = rng.below((PIECES - pieces) as u64) as usize;
             (!taken[first..first + pieces].iter().any(|&t| t)).then_some((first, pieces))
         });
@@ -189,7 +210,7 @@ fn workload(s: &mut Session, rng: &mut Rng, tag: &mut u64, lun: &Lun) -> Vec<Wri
                         c.status == 0
                             || c.sense_key() == Some(0x03)
                             || (lun.refusal_after_cut && c.sense_key() == Some(0x05)),
-                        "WRITE ATOMIC: status {} sense {:02x?}",
+                        "WRITE ATOMIC of {blocks} blocks at {lba}: status {} sense {:02x?}",
                         c.status,
                         c.sense
                     );
@@ -324,6 +345,11 @@ fn power_cuts(lun: &Lun) {
     let mut rounds = 0;
     loop {
         let daemon = AdminDaemon::start_listening(&cfg_path, dir.path(), free_port());
+        if let Some(raid) = lun.raid {
+            wait_clean(&daemon, raid.array);
+            let lost = raid.members[rounds % raid.members.len()];
+            daemon.ok(&["device", "fault", lost, "fail"]);
+        }
         let mut s = login(daemon.addr(), IQN);
         let (k, l, a) = verify(&mut s, &mut durable, &writes, rounds);
         (kept, lost, lost_any) = (kept + k, lost + l, lost_any + a);
@@ -372,6 +398,45 @@ fn power_cuts(lun: &Lun) {
     );
 }
 
+/// Waits until RAID `array` has nothing to resync or catch up.
+fn wait_clean(daemon: &AdminDaemon, array: &str) {
+    let start = Instant::now();
+    loop {
+        let text = daemon.ok(&["raid", "status", array, "--json"]);
+        let st: serde_json::Value = serde_json::from_str(&text).expect("raid status --json");
+        if st["sync"].is_null() && st["state"] == "clean" {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{array} not clean: {st:#}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A raw RAID5 LUN over four faulty(delay(file)) members, 8 MiB of it
+/// written.
+fn raid_config(dir: &Path) -> String {
+    let d = dir.display();
+    let mut text = String::new();
+    for m in RAID_MEMBERS {
+        text += &format!(
+            "[[device]]\nname = \"{m}-file\"\nkind = \"file\"\npath = \"{d}/{m}.img\"\nsize = \"16M\"\n\
+             [[device]]\nname = \"{m}-slow\"\nkind = \"delay\"\nover = \"{m}-file\"\nlatency = \"1ms\"\n\
+             [[device]]\nname = \"{m}\"\nkind = \"faulty\"\nover = \"{m}-slow\"\n"
+        );
+    }
+    text += &format!(
+        "[[device]]\nname = \"r5\"\nkind = \"raid\"\nlevel = 5\n\
+         members = [\"m0\", \"m1\", \"m2\", \"m3\"]\nchunk = \"64K\"\nbitmap_region = \"256K\"\nlog_slots = 16\n\
+         [[target]]\nname = \"{IQN}\"\n[[target.lun]]\nlun = 0\ndevice = \"r5\"\n"
+    );
+    text
+}
+
+const RAID_MEMBERS: [&str; 4] = ["m0", "m1", "m2", "m3"];
+
 #[test]
 fn power_cuts_during_atomic_writes_to_a_thin_volume_leave_each_whole_or_untouched() {
     power_cuts(&Lun {
@@ -380,6 +445,8 @@ fn power_cuts_during_atomic_writes_to_a_thin_volume_leave_each_whole_or_untouche
         budget: Duration::from_secs(30),
         pool: Some("tank"),
         refusal_after_cut: false,
+        max_pieces: MAX_PIECES,
+        raid: None,
     });
 }
 
@@ -398,5 +465,35 @@ fn power_cuts_during_atomic_writes_to_a_write_back_cache_leave_each_whole_or_unt
         budget: Duration::from_secs(20),
         pool: None,
         refusal_after_cut: true,
+        max_pieces: MAX_PIECES,
+        raid: None,
+    });
+}
+
+/// Every member fails first, then each drops what it had not flushed; the
+/// restart replays the journal, then a member is lost.
+#[test]
+fn power_cuts_during_atomic_writes_to_a_raid5_lun_then_a_lost_member_leave_each_whole_or_untouched()
+{
+    power_cuts(&Lun {
+        config: raid_config,
+        cut: &[
+            ("m0", "fail"),
+            ("m1", "fail"),
+            ("m2", "fail"),
+            ("m3", "fail"),
+            ("m0", "drop-unflushed"),
+            ("m1", "drop-unflushed"),
+            ("m2", "drop-unflushed"),
+            ("m3", "drop-unflushed"),
+        ],
+        budget: Duration::from_secs(40),
+        pool: None,
+        refusal_after_cut: false,
+        max_pieces: RAID_MAX_PIECES,
+        raid: Some(RaidLoss {
+            array: "r5",
+            members: &RAID_MEMBERS,
+        }),
     });
 }

@@ -29,25 +29,7 @@ const OTHER: &str = "iqn.2026-11.org.test:other";
 
 /// `[daemon]` settings, then one 64 MiB RAM LUN.
 fn config(daemon: &str) -> String {
-    format!(
-        r#"[daemon]
-{daemon}
-
-[[portal]]
-listen = "127.0.0.1:3260"
-
-[[device]]
-name = "m"
-kind = "mem"
-size = "64M"
-
-[[target]]
-name = "{IQN}"
-[[target.lun]]
-lun = 0
-device = "m"
-"#
-    )
+    common::one_ram_lun_config(daemon, "m", "64M", IQN)
 }
 
 const NOP_INTERVAL: Duration = Duration::from_secs(2);

@@ -16,7 +16,6 @@ mod raw;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
-use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +23,7 @@ use std::time::{Duration, Instant};
 use common::admin::{http_exchange, AdminDaemon};
 use common::free_port;
 use common::iscsi::{LoginParams, Session};
+use common::nbd_clients::{self, run};
 use nbd::proto::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -85,21 +85,6 @@ impl Served {
     fn metrics(&self) -> String {
         self.get("/metrics")
     }
-}
-
-/// Runs a client tool given two minutes; its failure fails the test with
-/// its output.
-fn run(tool: &str, args: &[&str]) -> Output {
-    let mut cmd = Command::new(tool);
-    cmd.args(args);
-    let out = common::run_with_timeout(cmd, Duration::from_secs(120));
-    assert!(
-        out.status.success(),
-        "{tool} {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 fn random_file(path: &str, len: u64) -> Vec<u8> {
@@ -223,37 +208,10 @@ device = "thin0"
     c.request(CMD_DISC, 0, 10, 0, 0, &[]);
     let want = expected_runs(&data, size);
 
-    let out = run("nbdinfo", &["--map", &uri]);
-    let text = String::from_utf8(out.stdout).unwrap();
-    let got: Vec<(u64, u64, bool)> = text
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let kind: u32 = f[2].parse().unwrap();
-            (f[0].parse().unwrap(), f[1].parse().unwrap(), kind == 0)
-        })
-        .collect();
+    let (got, text) = nbd_clients::nbdinfo_map(&uri);
     assert_eq!(got, want, "nbdinfo --map:\n{text}");
     assert!(text.contains("hole,zero"), "{text}");
-
-    let out = run("qemu-img", &["map", "--output=json", "-f", "raw", &uri]);
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut got: Vec<(u64, u64, bool)> = Vec::new();
-    for entry in text.split('{').skip(1) {
-        let field = |name: &str| -> &str {
-            let at = entry.find(&format!("\"{name}\":")).unwrap() + name.len() + 3;
-            entry[at..].split([',', '}']).next().unwrap().trim()
-        };
-        let run = (
-            field("start").parse().unwrap(),
-            field("length").parse().unwrap(),
-            field("data") == "true",
-        );
-        match got.last_mut() {
-            Some(last) if last.2 == run.2 && last.0 + last.1 == run.0 => last.1 += run.1,
-            _ => got.push(run),
-        }
-    }
+    let (got, text) = nbd_clients::qemu_img_map(&uri);
     assert_eq!(got, want, "qemu-img map:\n{text}");
 
     // nbdcopy skips the holes: the copy is the volume and as sparse.
@@ -338,29 +296,10 @@ device = "f"
         vec![0x21; MIB as usize]
     );
 
-    let out = run(
-        "fio",
-        &[
-            "--name=verify",
-            "--ioengine=nbd",
-            &format!("--uri={}", s.uri("fio")),
-            "--rw=randwrite",
-            "--bs=4k",
-            "--size=32M",
-            "--iodepth=32",
-            "--verify=crc32c",
-            "--do_verify=1",
-            "--verify_fatal=1",
-            "--verify_state_save=0",
-            "--output-format=terse",
-        ],
+    assert_eq!(
+        nbd_clients::fio_verified_writes(&s.uri("fio"), "32M", 32),
+        32 * 1024
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    // Terse field 6 is the read kB (the verify pass), 47 the write kB.
-    let fields: Vec<&str> = text.trim().split(';').collect();
-    let read_kb: u64 = fields[5].parse().unwrap();
-    let write_kb: u64 = fields[46].parse().unwrap();
-    assert_eq!((read_kb, write_kb), (32 * 1024, 32 * 1024), "{text}");
     let metrics = s.metrics();
     assert!(
         metrics

@@ -86,6 +86,30 @@ pub fn retrying_taken_ports<T>(mut attempt: impl FnMut() -> Result<T, String>) -
     panic!("no free ports for the daemon in five tries");
 }
 
+/// A config of `[daemon]` settings, the portal 127.0.0.1:3260 and one RAM
+/// device `device` of `size` as LUN 0 of `target`.
+pub fn one_ram_lun_config(daemon: &str, device: &str, size: &str, target: &str) -> String {
+    format!(
+        r#"[daemon]
+{daemon}
+
+[[portal]]
+listen = "127.0.0.1:3260"
+
+[[device]]
+name = "{device}"
+kind = "mem"
+size = "{size}"
+
+[[target]]
+name = "{target}"
+[[target.lun]]
+lun = 0
+device = "{device}"
+"#
+    )
+}
+
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
     free_port_on("127.0.0.1")
@@ -296,35 +320,8 @@ pub fn require_tool(tool: &str) {
     );
 }
 
-/// Run a client command, killing it if it outlives `limit` (its output so
-/// far is still returned, so a hang shows where it hung).
-pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
-    let dir = tempfile::tempdir().expect("tempdir for client output");
-    let out_path = dir.path().join("stdout");
-    let err_path = dir.path().join("stderr");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).expect("stdout file"))
-        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for client") {
-            break status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            break child.wait().expect("reap client");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    Output {
-        status,
-        stdout: std::fs::read(&out_path).unwrap_or_default(),
-        stderr: std::fs::read(&err_path).unwrap_or_default(),
-    }
-}
+#[allow(unused_imports)] // each test crate uses a different part of this
+pub use client_tools::run_with_timeout;
 
 /// `run_with_timeout`, echoing the command, its exit status and what it
 /// printed to the test's output, so a failure shows the client's own words.

@@ -105,39 +105,10 @@ fn nbdinfo_and_qemu_img_map_show_exactly_the_allocated_extents() {
     let uri = srv.uri("thin");
     let want = expected_runs(&data);
 
-    // nbdinfo --map: "offset length type description" per line.
-    let out = run("nbdinfo", &["--map", &uri]);
-    let text = String::from_utf8(out.stdout).unwrap();
-    let got: Vec<(u64, u64, bool)> = text
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let kind: u32 = f[2].parse().unwrap();
-            (f[0].parse().unwrap(), f[1].parse().unwrap(), kind == 0)
-        })
-        .collect();
+    let (got, text) = client_tools::nbdinfo_map(&uri);
     assert_eq!(got, want, "nbdinfo --map:\n{text}");
     assert!(text.contains("hole,zero"), "{text}");
-
-    // qemu-img map: runs with "data": true/false.
-    let out = run("qemu-img", &["map", "--output=json", "-f", "raw", &uri]);
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut got: Vec<(u64, u64, bool)> = Vec::new();
-    for entry in text.split('{').skip(1) {
-        let field = |name: &str| -> &str {
-            let at = entry.find(&format!("\"{name}\":")).unwrap() + name.len() + 3;
-            entry[at..].split([',', '}']).next().unwrap().trim()
-        };
-        let run = (
-            field("start").parse().unwrap(),
-            field("length").parse().unwrap(),
-            field("data") == "true",
-        );
-        match got.last_mut() {
-            Some(last) if last.2 == run.2 && last.0 + last.1 == run.0 => last.1 += run.1,
-            _ => got.push(run),
-        }
-    }
+    let (got, text) = client_tools::qemu_img_map(&uri);
     assert_eq!(got, want, "qemu-img map:\n{text}");
 }
 
@@ -215,28 +186,9 @@ fn fio_nbd_engine_verified_random_writes() {
     let dev = Arc::new(MemDevice::new(64 * MIB));
     let srv = Running::start(vec![("vm", export(dev))]);
     let uri = srv.uri("vm");
-    let out = run(
-        "fio",
-        &[
-            "--name=verify",
-            "--ioengine=nbd",
-            &format!("--uri={uri}"),
-            "--rw=randwrite",
-            "--bs=4k",
-            "--size=32M",
-            "--iodepth=32",
-            "--verify=crc32c",
-            "--do_verify=1",
-            "--verify_fatal=1",
-            "--verify_state_save=0",
-            "--output-format=terse",
-        ],
+    assert_eq!(
+        client_tools::fio_verified_writes(&uri, "32M", 32),
+        32 * 1024
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    // Terse field 6 is the read kB (the verify pass), 47 the write kB.
-    let fields: Vec<&str> = text.trim().split(';').collect();
-    let read_kb: u64 = fields[5].parse().unwrap();
-    let write_kb: u64 = fields[46].parse().unwrap();
-    assert_eq!((read_kb, write_kb), (32 * 1024, 32 * 1024), "{text}");
     assert_eq!(srv.server.stats().exports[0].errors, 0);
 }

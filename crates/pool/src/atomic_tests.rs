@@ -1,11 +1,11 @@
 //! Atomic writes of a volume (atomic.rs) on RAM devices, with power cuts
 //! rehearsed by faulty devices under the data and the metadata.
 
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 
 use block::{BlockDevice, FaultyDevice, MemDevice};
 
-use crate::tests::PausingReads;
+use crate::tests::{assert_both_writes_kept, pausing_pool};
 use crate::{MetadataLocation, Pool, MAX_ATOMIC_BYTES};
 
 const UNIT: u64 = 4096;
@@ -112,23 +112,11 @@ fn a_write_beyond_the_limit_or_the_pool_changes_nothing() {
 
 #[test]
 fn a_write_beside_the_range_while_its_units_are_copied_is_kept() {
-    let data = Arc::new(block::Wrapped::over(
-        Arc::new(MemDevice::new(17 * UNIT)),
-        PausingReads {
-            pause: std::sync::Mutex::new(None),
-        },
-    ));
-    let meta = MetadataLocation::Device(Arc::new(MemDevice::new(8 << 20)));
-    let pool = Pool::create("p", vec![data.clone() as Arc<dyn BlockDevice>], &meta, UNIT).unwrap();
-    pool.create_volume("v", 4 * UNIT).unwrap();
-    let v = Arc::new(pool.volume("v").unwrap());
-    v.write_at(&vec![0x11; UNIT as usize], 0, false).unwrap();
+    let (data, pool, v) = pausing_pool();
     pool.flush().unwrap();
 
     // The atomic write copies unit 0 around its range and stops there.
-    let (paused_tx, paused) = mpsc::channel();
-    let (resume, resume_rx) = mpsc::channel();
-    *data.pause.lock().unwrap() = Some((paused_tx, resume_rx));
+    let (paused, resume) = data.arm();
     let atomic = {
         let v = v.clone();
         std::thread::spawn(move || v.write_atomic(&[0xA0; 512], 0, false))
@@ -140,13 +128,7 @@ fn a_write_beside_the_range_while_its_units_are_copied_is_kept() {
     resume.send(()).unwrap();
     atomic.join().unwrap().unwrap();
 
-    let unit = read(v.as_ref(), 0, UNIT as usize);
-    assert_eq!(&unit[..512], &[0xA0; 512][..]);
-    assert_eq!(&unit[512..1024], &[0xB0; 512][..]);
-    assert!(unit[1024..].iter().all(|&b| b == 0x11));
-    pool.flush().unwrap();
-    assert_eq!(pool.space().used_units, 1);
-    assert!(pool.check().unwrap().is_clean());
+    assert_both_writes_kept(&pool, &v);
 }
 
 /// A pool whose data and metadata devices are faulty RAM disks.

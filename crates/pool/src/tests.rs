@@ -465,6 +465,49 @@ pub(crate) struct PausingReads {
     pub pause: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
 }
 
+impl PausingReads {
+    /// Arms the pause: (told when the next read has paused, lets it go).
+    pub fn arm(&self) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let (paused_tx, paused) = mpsc::channel();
+        let (resume, resume_rx) = mpsc::channel();
+        *self.pause.lock().unwrap() = Some((paused_tx, resume_rx));
+        (paused, resume)
+    }
+}
+
+/// A pool on a pausing RAM device with a volume "v" of four units, the
+/// first of them written with 0x11.
+pub(crate) fn pausing_pool() -> (
+    Arc<block::Wrapped<PausingReads>>,
+    Arc<Pool>,
+    Arc<crate::VolumeDevice>,
+) {
+    let data = Arc::new(block::Wrapped::over(
+        Arc::new(MemDevice::new(17 * UNIT)),
+        PausingReads {
+            pause: std::sync::Mutex::new(None),
+        },
+    ));
+    let meta = MetadataLocation::Device(Arc::new(MemDevice::new(8 << 20)));
+    let pool = Pool::create("p", vec![data.clone() as Arc<dyn BlockDevice>], &meta, UNIT).unwrap();
+    pool.create_volume("v", 4 * UNIT).unwrap();
+    let v = Arc::new(pool.volume("v").unwrap());
+    v.write_at(&vec![0x11; UNIT as usize], 0, false).unwrap();
+    (data, pool, v)
+}
+
+/// Unit 0 of `v` holds 0xA0 then 0xB0 (512 bytes each) over the 0x11 of
+/// `pausing_pool`, in the one unit the pool uses, and the pool is clean.
+pub(crate) fn assert_both_writes_kept(pool: &Pool, v: &crate::VolumeDevice) {
+    let unit = read(v, 0, UNIT as usize);
+    assert_eq!(&unit[..512], &[0xA0; 512][..]);
+    assert_eq!(&unit[512..1024], &[0xB0; 512][..]);
+    assert!(unit[1024..].iter().all(|&b| b == 0x11));
+    pool.flush().unwrap();
+    assert_eq!(pool.space().used_units, 1);
+    assert!(pool.check().unwrap().is_clean());
+}
+
 impl block::Wrapper for PausingReads {
     fn read_at(&self, child: &dyn BlockDevice, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         child.read_at(buf, offset)?;
@@ -482,23 +525,11 @@ impl block::Wrapper for PausingReads {
 
 #[test]
 fn a_unit_being_copied_takes_no_write_in_place_even_once_exclusive() {
-    let data = Arc::new(block::Wrapped::over(
-        Arc::new(MemDevice::new(17 * UNIT)),
-        PausingReads {
-            pause: std::sync::Mutex::new(None),
-        },
-    ));
-    let meta = MetadataLocation::Device(Arc::new(MemDevice::new(8 << 20)));
-    let pool = Pool::create("p", vec![data.clone() as Arc<dyn BlockDevice>], &meta, UNIT).unwrap();
-    pool.create_volume("v", 4 * UNIT).unwrap();
-    let v = Arc::new(pool.volume("v").unwrap());
-    v.write_at(&vec![0x11; UNIT as usize], 0, false).unwrap();
+    let (data, pool, v) = pausing_pool();
     pool.snapshot("v", "s").unwrap();
 
     // A write to the shared unit copies it, and stops once it has read it.
-    let (paused_tx, paused) = mpsc::channel();
-    let (resume, resume_rx) = mpsc::channel();
-    *data.pause.lock().unwrap() = Some((paused_tx, resume_rx));
+    let (paused, resume) = data.arm();
     let first = {
         let v = v.clone();
         std::thread::spawn(move || v.write_at(&[0xA0; 512], 0, false))
@@ -513,13 +544,7 @@ fn a_unit_being_copied_takes_no_write_in_place_even_once_exclusive() {
     resume.send(()).unwrap();
     first.join().unwrap().unwrap();
 
-    let unit = read(v.as_ref(), 0, UNIT as usize);
-    assert_eq!(&unit[..512], &[0xA0; 512][..]);
-    assert_eq!(&unit[512..1024], &[0xB0; 512][..]);
-    assert!(unit[1024..].iter().all(|&b| b == 0x11));
-    pool.flush().unwrap();
-    assert_eq!(pool.space().used_units, 1);
-    assert!(pool.check().unwrap().is_clean());
+    assert_both_writes_kept(&pool, &v);
 }
 
 #[test]

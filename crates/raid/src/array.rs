@@ -15,11 +15,12 @@ use crate::bitmap::{bitmap_bytes, read_bitmap, write_image_to, Bitmap, RegionSet
 use crate::core::{array_failed, Core, RaidOptions};
 use crate::geometry::{Geometry, Level};
 use crate::io_stripes::RUN_BYTES;
+use crate::journal::{Journal, JOURNAL_SLOTS, MAX_ATOMIC_BYTES};
 use crate::locks::StripeLocks;
 use crate::log::Log;
 use crate::member::{Member, SyncState, Zeroing};
 use crate::spread::{spread, SPREAD_MIN_BYTES};
-use crate::superblock::{data_offset, Superblock, BITMAP_OFFSET, LOG_OFFSET};
+use crate::superblock::{data_offset, layout, Superblock, BITMAP_OFFSET, LOG_OFFSET};
 
 /// Why members do not make an array.
 #[derive(Debug, thiserror::Error)]
@@ -203,7 +204,7 @@ impl RaidArray {
             (slots, spares),
             bitmap,
             resync,
-            (0, log_slots),
+            (0, log_slots, JOURNAL_SLOTS, MAX_ATOMIC_BYTES),
         );
         core.log = (log_slots > 0).then(|| Log::new(log_slots, 0, 0));
         let core = Arc::new(core);
@@ -264,6 +265,8 @@ impl RaidArray {
             if sb.geometry() != geo
                 || sb.region_rows != reference.region_rows
                 || sb.log_slots != reference.log_slots
+                || sb.journal_slots != reference.journal_slots
+                || sb.journal_max != reference.journal_max
             {
                 return Err(AssembleError::Geometry(name.clone()));
             }
@@ -345,7 +348,12 @@ impl RaidArray {
             (slots, spares),
             bitmap,
             resync,
-            (events, reference.log_slots),
+            (
+                events,
+                reference.log_slots,
+                reference.journal_slots,
+                reference.journal_max,
+            ),
         );
         core.events.lock().1 = keep_since;
         // The scrub schedule goes on from the last scrub any member saw.
@@ -357,6 +365,7 @@ impl RaidArray {
         {
             *core.last_scrub_at.lock() =
                 std::time::UNIX_EPOCH + std::time::Duration::from_millis(last);
+            core.last_scrub_ms.store(last, Ordering::Relaxed);
         }
         if reference.log_slots > 0 {
             // Before any I/O: rows a cut left half-written are made whole.
@@ -365,6 +374,20 @@ impl RaidArray {
                 tracing::info!(sectors, "RAID partial parity log replayed");
             }
             core.log = Some(log);
+        }
+        // Records below the floor of the newest superblocks are void.
+        let floor = found
+            .iter()
+            .filter(|f| !f.2.is_spare() && f.2.events == events)
+            .map(|f| f.2.journal_floor)
+            .max()
+            .unwrap_or(0);
+        let scan = core.scan_journal(floor);
+        if let Some(j) = &mut core.journal {
+            *j = Journal::new(j.slots, j.max_bytes, scan.top + 2);
+            for (seq, _, _) in &scan.replay {
+                j.hold(*seq);
+            }
         }
         let core = Arc::new(core);
         for (slot, new) in replacements {
@@ -380,7 +403,9 @@ impl RaidArray {
             // Whoever is missing now must come back as stale.
             core.write_superblocks();
         }
-        Ok(RaidArray::start(core))
+        let array = RaidArray::start(core);
+        array.replay_journal(scan)?;
+        Ok(array)
     }
 
     fn start(core: Arc<Core>) -> RaidArray {
@@ -513,7 +538,8 @@ impl Drop for RaidArray {
 }
 
 impl Core {
-    /// `members`: by slot, and spares; `counts`: events and log slots.
+    /// `members`: by slot, and spares; `counts`: events, log slots,
+    /// journal slots and the journal's longest write.
     fn new(
         geo: Geometry,
         array_id: u128,
@@ -521,16 +547,18 @@ impl Core {
         members: (Vec<Option<Arc<Member>>>, Vec<Arc<Member>>),
         bitmap: Bitmap,
         resync: RegionSet,
-        counts: (u64, u32),
+        counts: (u64, u32, u32, u64),
     ) -> Core {
         let (slots, spares) = members;
-        let (events, log_slots) = counts;
-        let data_offset = data_offset(geo.chunk, log_slots);
+        let (events, log_slots, journal_slots, journal_max) = counts;
+        let (journal_offset, data_offset) =
+            layout(geo.chunk, log_slots, journal_slots, journal_max);
         Core {
             geo,
             array_id,
             sync_speed: Mutex::new((options.sync_speed_min, options.sync_speed_max)),
             last_scrub_at: Mutex::new(std::time::SystemTime::now()),
+            last_scrub_ms: AtomicU64::new(0),
             options,
             slots: RwLock::new(slots),
             spares: Mutex::new(spares),
@@ -548,6 +576,8 @@ impl Core {
             stop: AtomicBool::new(false),
             log: None,
             log_slots,
+            journal: (journal_slots > 0).then(|| Journal::new(journal_slots, journal_max, 1)),
+            journal_offset,
             data_offset,
         }
     }
@@ -628,6 +658,14 @@ impl BlockDevice for RaidArray {
 
     fn flush(&self) -> io::Result<()> {
         self.core.flush_all()
+    }
+
+    fn atomic_writes(&self) -> Option<block::AtomicWrites> {
+        self.atomic_limits()
+    }
+
+    fn write_atomic(&self, buf: &[u8], offset: u64, _fua: bool) -> io::Result<()> {
+        self.write_atomic_journaled(buf, offset)
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {

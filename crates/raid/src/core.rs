@@ -9,6 +9,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::bitmap::{write_image_to, Bitmap, RegionSet};
 use crate::geometry::Geometry;
+use crate::journal::Journal;
 use crate::locks::StripeLocks;
 use crate::log::Log;
 use crate::member::{Member, SyncState};
@@ -89,6 +90,10 @@ pub struct Core {
     pub bitmap: Bitmap,
     /// The partial parity log (RAID5/6 unless disabled).
     pub log: Option<Log>,
+    /// The atomic write journal (none on arrays made before it).
+    pub journal: Option<Journal>,
+    /// Where the journal starts on each member.
+    pub journal_offset: u64,
     /// Where member data starts.
     pub data_offset: u64,
     pub log_slots: u32,
@@ -105,6 +110,9 @@ pub struct Core {
     /// When the last scrub ended, as the superblocks record it (at
     /// creation, or assembly of an array with none recorded, the start).
     pub last_scrub_at: Mutex<std::time::SystemTime>,
+    /// When the last scrub ended, for the superblocks (milliseconds since
+    /// the epoch; 0 before any, which keeps an older superblock version).
+    pub last_scrub_ms: AtomicU64,
     pub report: Mutex<SyncReport>,
     /// Wakes the worker: something changed.
     pub wake: Condvar,
@@ -224,7 +232,10 @@ impl Core {
             events: events.0,
             keep_since: events.1,
             log_slots: self.log_slots,
-            last_scrub: unix_millis(*self.last_scrub_at.lock()),
+            journal_slots: self.journal.as_ref().map_or(0, |j| j.slots),
+            journal_max: self.journal.as_ref().map_or(0, |j| j.max_bytes),
+            journal_floor: self.journal.as_ref().map_or(0, |j| j.floor()),
+            last_scrub: self.last_scrub_ms.load(Ordering::Relaxed),
         }
     }
 

@@ -19,6 +19,8 @@
 //! - On RAID5/6 a partial parity [`log`] closes the write hole: a power
 //!   cut between a partial write's data and parity, followed by the loss
 //!   of a member, does not corrupt the columns nobody was writing.
+//! - On every level an atomic write [`journal`] makes writes of up to
+//!   [`journal::MAX_ATOMIC_BYTES`] all or nothing across a crash.
 
 mod admin;
 mod array;
@@ -26,10 +28,12 @@ pub mod bitmap;
 mod core;
 pub mod geometry;
 pub mod gf;
+mod io_atomic;
 mod io_copies;
 mod io_log;
 mod io_parity;
 mod io_stripes;
+pub mod journal;
 mod locks;
 pub mod log;
 mod member;

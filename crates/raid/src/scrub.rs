@@ -88,7 +88,12 @@ impl Core {
         self.report.lock().last_scrub = Some(report.clone());
         // A scrub by hand counts for the schedule too; the superblocks
         // keep the time, so that a restart does not reset the schedule.
-        *self.last_scrub_at.lock() = std::time::SystemTime::now();
+        let now = std::time::SystemTime::now();
+        *self.last_scrub_at.lock() = now;
+        self.last_scrub_ms.store(
+            crate::core::unix_millis(now),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         self.write_superblocks();
         tracing::info!(
             mismatches = report.mismatches,

@@ -7,14 +7,22 @@
 //! events (it was failed or absent while the others went on).
 //!
 //! Member layout: superblock at 0, write-intent bitmap from 4 KiB, the
-//! partial parity log (parity levels) from [`LOG_OFFSET`], data from
-//! [`data_offset`].
+//! partial parity log (parity levels) from [`LOG_OFFSET`], the atomic
+//! write journal after it, data from [`data_offset`].
+//!
+//! Version 2 added the journal (its slots, their size, and the floor of
+//! live sequence numbers). A version 1 superblock reads as an array with
+//! no journal (same layout as before, no atomic writes), and an array
+//! without one keeps writing version 1, so older builds still assemble it.
+//! Version 3 added the time the last scrub ended; an array never scrubbed
+//! does not need it.
 
 use std::io;
 
 use block::BlockDevice;
 
 use crate::geometry::{Geometry, Level};
+use crate::journal::{slot_bytes, JOURNAL_SLOTS, MAX_ATOMIC_BYTES};
 
 pub const SUPERBLOCK_SIZE: usize = 4096;
 pub const BITMAP_OFFSET: u64 = 4096;
@@ -27,17 +35,32 @@ pub fn log_slot_bytes(chunk: u64) -> u64 {
     crate::log::header_bytes((chunk / crate::log::SECTOR) as usize) as u64 + 2 * chunk
 }
 
-/// Where member data starts: after the log's header block and slots,
-/// rounded up to a MiB.
+/// Where member data starts on a new array (it has the journal).
 pub fn data_offset(chunk: u64, log_slots: u32) -> u64 {
-    if log_slots == 0 {
-        return LOG_OFFSET;
-    }
-    (LOG_OFFSET + 4096 + log_slots as u64 * log_slot_bytes(chunk)).next_multiple_of(1 << 20)
+    layout(chunk, log_slots, JOURNAL_SLOTS, MAX_ATOMIC_BYTES).1
+}
+
+/// Where the atomic write journal starts and where member data starts:
+/// after the log's header block and slots, then the journal's slots,
+/// rounded up to a MiB.
+pub fn layout(chunk: u64, log_slots: u32, journal_slots: u32, journal_max: u64) -> (u64, u64) {
+    let journal = if log_slots == 0 {
+        LOG_OFFSET
+    } else {
+        LOG_OFFSET + 4096 + log_slots as u64 * log_slot_bytes(chunk)
+    };
+    let end = journal + journal_slots as u64 * slot_bytes(journal_max);
+    let data = if end == LOG_OFFSET {
+        LOG_OFFSET
+    } else {
+        end.next_multiple_of(1 << 20)
+    };
+    (journal, data)
 }
 const MAGIC: &[u8; 8] = b"OARAID01";
-/// Version 2 added `last_scrub`; version 1 superblocks are still read.
-const VERSION: u32 = 2;
+/// Version 2 added the journal; version 3 the last scrub's time. An
+/// array with neither (no journal, never scrubbed) writes version 1.
+const VERSION: u32 = 3;
 
 /// Bits of the flags word after `recovering` (bit 0).
 const FLAG_REPLACEMENT: u32 = 1;
@@ -72,6 +95,12 @@ pub struct Superblock {
     pub keep_since: u64,
     /// Slots of the partial parity log (0: none).
     pub log_slots: u32,
+    /// Slots of the atomic write journal (0: none, a version 1 array).
+    pub journal_slots: u32,
+    /// Bytes of the longest atomic write a journal slot holds.
+    pub journal_max: u64,
+    /// Journal records with a lower sequence number are void.
+    pub journal_floor: u64,
     /// When the last scrub ended, milliseconds since the Unix epoch (0:
     /// none recorded), so that `scrub_every` counts across restarts.
     pub last_scrub: u64,
@@ -88,7 +117,17 @@ impl Superblock {
     }
 
     pub fn data_offset(&self) -> u64 {
-        data_offset(self.chunk, self.log_slots)
+        self.layout().1
+    }
+
+    /// Where the journal and the data start on this array's members.
+    pub fn layout(&self) -> (u64, u64) {
+        layout(
+            self.chunk,
+            self.log_slots,
+            self.journal_slots,
+            self.journal_max,
+        )
     }
 
     pub fn is_spare(&self) -> bool {
@@ -97,8 +136,15 @@ impl Superblock {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(SUPERBLOCK_SIZE);
+        let version: u32 = if self.last_scrub > 0 {
+            VERSION
+        } else if self.journal_slots > 0 {
+            2
+        } else {
+            1
+        };
         b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&version.to_le_bytes());
         b.extend_from_slice(&self.array_id.to_le_bytes());
         b.extend_from_slice(&self.level.number().to_le_bytes());
         b.extend_from_slice(&self.members.to_le_bytes());
@@ -113,7 +159,14 @@ impl Superblock {
         b.extend_from_slice(&self.events.to_le_bytes());
         b.extend_from_slice(&self.keep_since.to_le_bytes());
         b.extend_from_slice(&self.log_slots.to_le_bytes());
-        b.extend_from_slice(&self.last_scrub.to_le_bytes());
+        if version >= 2 {
+            b.extend_from_slice(&self.journal_slots.to_le_bytes());
+            b.extend_from_slice(&self.journal_max.to_le_bytes());
+            b.extend_from_slice(&self.journal_floor.to_le_bytes());
+        }
+        if version >= 3 {
+            b.extend_from_slice(&self.last_scrub.to_le_bytes());
+        }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b.resize(SUPERBLOCK_SIZE, 0);
@@ -145,14 +198,26 @@ impl Superblock {
         let events = u64_of(take(8));
         let keep_since = u64_of(take(8));
         let log_slots = u32_of(take(4));
-        let last_scrub = if version >= 2 { u64_of(take(8)) } else { 0 };
+        if version == 0 || version > VERSION {
+            return Err(format!(
+                "superblock version {version} is not supported (this build reads 1 to {VERSION})"
+            ));
+        }
+        let (journal_slots, journal_max, journal_floor) = if version >= 2 {
+            (u32_of(take(4)), u64_of(take(8)), u64_of(take(8)))
+        } else {
+            (0, 0, 0)
+        };
+        let last_scrub = if version >= 3 { u64_of(take(8)) } else { 0 };
         let end = at;
         let crc = u32_of(&b[end..end + 4]);
         if crc != crc32c::crc32c(&b[..end]) {
             return Err("superblock checksum mismatch".into());
         }
-        if version == 0 || version > VERSION {
-            return Err(format!("superblock version {version} is not supported"));
+        if journal_slots > 0 && (journal_max == 0 || journal_max > 1 << 30) {
+            return Err(format!(
+                "superblock names an atomic journal of {journal_max}-byte slots"
+            ));
         }
         let level = Level::from_number(level).ok_or(format!("unknown RAID level {level}"))?;
         if chunk == 0 || region_rows == 0 || members == 0 {
@@ -172,6 +237,9 @@ impl Superblock {
             events,
             keep_since,
             log_slots,
+            journal_slots,
+            journal_max,
+            journal_floor,
             last_scrub,
         }))
     }
@@ -212,6 +280,9 @@ mod tests {
             events: 42,
             keep_since: 40,
             log_slots: 64,
+            journal_slots: 4,
+            journal_max: 128 << 10,
+            journal_floor: 17,
             last_scrub: 1_795_000_000_000,
         };
         let mut b = sb.encode();
@@ -227,8 +298,8 @@ mod tests {
             Superblock::decode(&released.encode()),
             Ok(Some(released.clone()))
         );
-        // A version 1 superblock, as written before the last scrub time
-        // was added: the same fields up to the log slots, then the CRC.
+        // A version 1 superblock, as written before the journal and the
+        // last scrub time: the same fields up to the log slots, the CRC.
         let mut v1 = released.encode()[..88].to_vec();
         v1[8..12].copy_from_slice(&1u32.to_le_bytes());
         let crc = crc32c::crc32c(&v1);
@@ -236,11 +307,70 @@ mod tests {
         v1.resize(SUPERBLOCK_SIZE, 0);
         let old = Superblock {
             last_scrub: 0,
+            journal_slots: 0,
+            journal_max: 0,
+            journal_floor: 0,
             ..released
         };
         assert_eq!(Superblock::decode(&v1), Ok(Some(old)));
+        // Never scrubbed and no journal: still version 1.
+        let plain = Superblock {
+            last_scrub: 0,
+            journal_slots: 0,
+            ..sb.clone()
+        };
+        assert_eq!(
+            u32::from_le_bytes(plain.encode()[8..12].try_into().unwrap()),
+            1
+        );
         b[20] ^= 1;
         assert!(Superblock::decode(&b).is_err());
         assert_eq!(Superblock::decode(&[0u8; 4096]), Ok(None));
+    }
+
+    #[test]
+    fn a_version_1_superblock_reads_as_an_array_without_a_journal() {
+        let old = Superblock {
+            array_id: 7,
+            level: Level::Raid1,
+            members: 2,
+            chunk: 65536,
+            rows: 100,
+            region_rows: 4,
+            slot: 1,
+            recovering: false,
+            replacement: false,
+            released: false,
+            events: 3,
+            keep_since: 0,
+            log_slots: 0,
+            journal_slots: 0,
+            journal_max: 0,
+            journal_floor: 0,
+            last_scrub: 0,
+        };
+        let b = old.encode();
+        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 1);
+        let back = Superblock::decode(&b).unwrap().unwrap();
+        assert_eq!(back, old);
+        assert_eq!(back.data_offset(), LOG_OFFSET, "the layout of before");
+        let mut future = b.clone();
+        future[8] = 9;
+        let e = Superblock::decode(&future).unwrap_err();
+        assert!(e.contains("version 9 is not supported"), "{e}");
+    }
+
+    #[test]
+    fn the_journal_lies_between_the_log_and_the_data() {
+        let (j, d) = layout(4096, 0, 4, 128 << 10);
+        assert_eq!(j, LOG_OFFSET);
+        assert_eq!(d, 2 << 20);
+        let (j, d) = layout(65536, 64, 4, 128 << 10);
+        assert_eq!(j, LOG_OFFSET + 4096 + 64 * log_slot_bytes(65536));
+        assert!(d >= j + 4 * slot_bytes(128 << 10) && d.is_multiple_of(1 << 20));
+        assert_eq!(
+            layout(65536, 64, 0, 0).1,
+            (LOG_OFFSET + 4096 + 64 * log_slot_bytes(65536)).next_multiple_of(1 << 20)
+        );
     }
 }

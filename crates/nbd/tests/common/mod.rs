@@ -9,8 +9,6 @@ pub mod raw;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Command, Output};
 use std::sync::Arc;
 
 use block::BlockDevice;
@@ -74,30 +72,8 @@ pub fn export(device: Arc<dyn BlockDevice>) -> Export {
     Export::new(device)
 }
 
-/// The path of a tool the test needs; a missing tool fails the test with
-/// the package to install, never skips it.
-pub fn tool(name: &str) -> PathBuf {
-    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
-        let p = PathBuf::from(dir).join(name);
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!("{name} is not installed: run scripts/install-deps.sh (qemu-utils, libnbd-bin, fio, openssl)");
-}
-
-/// Runs a tool and fails the test with its output if it fails.
-pub fn run(name: &str, args: &[&str]) -> Output {
-    let out = Command::new(tool(name)).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{name} {args:?} failed: {}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+#[allow(unused_imports)] // each test crate uses a different part of this
+pub use client_tools::{run, tool};
 
 /// Deterministic pseudo-random bytes.
 pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
