@@ -25,8 +25,9 @@ pub enum RaidCommand {
     Remove { name: String, member: String },
     /// Add a configured device no LUN or pool uses as a hot spare.
     Add { name: String, device: String },
-    /// Rebuild a configured device in a member's place, then fail the
-    /// member.
+    /// Copy a hot spare of the array, or a configured device nothing
+    /// uses, beside a member; it takes the member's place when complete
+    /// (the member serves and takes writes until then).
     Replace {
         name: String,
         member: String,
@@ -114,9 +115,14 @@ pub fn status_text(s: &Value, f: &Format) -> String {
         if let Some(b) = m["recovered_bytes"].as_u64() {
             state = format!("{state} {}", f.size(b));
         }
+        // A replacement shows the slot it is copied into, in brackets.
+        let slot = match m["replacing"].as_u64() {
+            Some(r) => format!("({r})"),
+            None => text(&m["slot"]),
+        };
         out.push_str(&format!(
             "{:>4} {:<16} {:<11} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7}\n",
-            text(&m["slot"]),
+            slot,
             text(&m["name"]),
             state,
             f.size_of(&io["read_bytes"]),
@@ -255,7 +261,9 @@ mod tests {
                      "total_bytes": 4 << 20, "bytes_per_sec": 1 << 20},
             "sync_speed_min": 1 << 20, "sync_speed_max": 200 << 20,
             "members": [{"slot": 2, "name": "s0", "state": "recovering",
-                         "recovered_bytes": 1 << 20, "io": null}],
+                         "recovered_bytes": 1 << 20, "io": null},
+                        {"slot": null, "name": "n0", "state": "replacement",
+                         "recovered_bytes": 2 << 20, "replacing": 1, "io": null}],
             "bitmap": {"regions": 4, "region_bytes": 1 << 20, "dirty_regions": 0},
             "weakest_link": {"finding": "m1 is 4.0x slower"},
         });
@@ -265,6 +273,8 @@ mod tests {
         assert!(t.contains("limits 1M/s to 200M/s"), "{t}");
         assert!(t.contains("s0"), "{t}");
         assert!(t.contains("recovering 1M"), "{t}");
+        assert!(t.contains(" (1) n0"), "{t}");
+        assert!(t.contains("replacement 2M"), "{t}");
         assert!(t.contains("weakest link: m1 is 4.0x slower"), "{t}");
     }
 }

@@ -7,7 +7,7 @@
 //! | `POST /v1/raid/{name}/fail` | `{"member"}` | the member marked failed; a spare takes its slot |
 //! | `POST /v1/raid/{name}/remove` | `{"member"}` | a failed member taken out of its slot |
 //! | `POST /v1/raid/{name}/add` | `{"device"}` | a configured device added as a hot spare |
-//! | `POST /v1/raid/{name}/replace` | `{"member", "device"}` | the device rebuilt in the member's place |
+//! | `POST /v1/raid/{name}/replace` | `{"member", "device"}` | the device (a spare of the array, or unused) copied beside the member, taking its place when complete |
 //! | `POST /v1/raid/{name}/scrub` | `{"repair"?, "wait"?}` | with `wait`, the scrub's report |
 //! | `POST /v1/raid/{name}/speed` | `{"min"?, "max"?}` (bytes a second) | the resync and rebuild speed limits, changed live |
 //!
@@ -60,12 +60,30 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Opt
             },
             Err(e) => e,
         },
-        ("POST", Some("replace")) => match spare_device(admin, &request) {
-            Ok((dev, dev_name)) => with_slot(array, &request, |slot| {
-                array.replace(slot, dev.clone())?;
-                array.name_members(&[(dev.clone(), dev_name.clone())]);
-                Ok(format!("{dev_name} rebuilds in slot {slot}"))
-            }),
+        ("POST", Some("replace")) => match replacement_device(admin, array, &request) {
+            Ok((dev, dev_name)) => {
+                let listed = admin
+                    .lock()
+                    .config
+                    .device(name)
+                    .is_some_and(|d| d.spec.children().contains(&dev_name.as_str()));
+                with_slot(array, &request, |slot| {
+                    array.replace(slot, dev.clone())?;
+                    array.name_members(&[(dev.clone(), dev_name.clone())]);
+                    let mut done = format!(
+                        "{dev_name} is copied beside slot {slot}'s member and takes its place when complete"
+                    );
+                    if !listed {
+                        // Assembly at the next start sees only the
+                        // configured members and spares.
+                        done += &format!(
+                            "; add {dev_name} to {name}'s spares in the configuration, or the next \
+                             start will not find it"
+                        );
+                    }
+                    Ok(done)
+                })
+            }
             Err(e) => e,
         },
         ("POST", Some("scrub")) => scrub(&device, &request),
@@ -176,6 +194,21 @@ fn spare_device(
     control::open_device(&current.config, name)
         .map(|d| (d, name.to_string()))
         .map_err(|e| error(409, format!("device `{name}`: {e}")))
+}
+
+/// `request.device` for a replace: a hot spare of the array by name, or
+/// a configured device nothing has open.
+fn replacement_device(
+    admin: &Admin,
+    array: &RaidArray,
+    request: &Value,
+) -> Result<(Arc<dyn BlockDevice>, String), (u16, Value)> {
+    if let Some(name) = request["device"].as_str() {
+        if let Some(dev) = array.spare_named(name) {
+            return Ok((dev, name.to_string()));
+        }
+    }
+    spare_device(admin, request)
 }
 
 fn scrub(device: &Arc<dyn BlockDevice>, request: &Value) -> (u16, Value) {

@@ -1,4 +1,5 @@
-//! Manual membership changes: fail, remove, add, re-add, replace.
+//! Manual membership changes: fail, remove, add, re-add (replace is in
+//! `replace.rs`).
 
 use std::io;
 use std::sync::Arc;
@@ -37,6 +38,12 @@ impl RaidArray {
     /// (a full rebuild), or waits for one.
     pub fn add(&self, dev: Arc<dyn BlockDevice>) -> io::Result<()> {
         let g = self.core.geo;
+        if let Some(name) = self.core.holder_of(&dev) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name} is already in this array"),
+            ));
+        }
         if dev.size() < self.core.data_offset + g.rows * g.chunk {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -69,6 +76,14 @@ impl RaidArray {
         if sb.array_id != core.array_id {
             return Err(AssembleError::Foreign(name, sb.array_id, core.array_id));
         }
+        if sb.released {
+            return Err(AssembleError::Released(name));
+        }
+        if sb.replacement {
+            return Err(AssembleError::Invalid(format!(
+                "{name} was a replacement that did not finish; add it as a spare"
+            )));
+        }
         let slot = sb.slot as usize;
         if sb.is_spare() || slot >= core.geo.members {
             return Err(AssembleError::Invalid(format!(
@@ -99,19 +114,6 @@ impl RaidArray {
         core.slots.write()[slot] = Some(Arc::new(member));
         core.membership_changed();
         Ok(())
-    }
-
-    /// Replaces the member in `slot` by `dev`: `dev` becomes the first
-    /// spare and the old member is failed, so the rebuild starts at once.
-    pub fn replace(&self, slot: usize, dev: Arc<dyn BlockDevice>) -> io::Result<()> {
-        self.slot_member(slot)?;
-        self.add(dev)?;
-        {
-            let mut spares = self.core.spares.lock();
-            let newest = spares.pop().expect("just added");
-            spares.insert(0, newest);
-        }
-        self.fail(slot)
     }
 
     /// Blocks until no resync or rebuild is pending or running (or
@@ -146,7 +148,7 @@ impl RaidArray {
         self.core.idle()
     }
 
-    fn slot_member(&self, slot: usize) -> io::Result<Arc<Member>> {
+    pub(crate) fn slot_member(&self, slot: usize) -> io::Result<Arc<Member>> {
         self.core
             .slots
             .read()

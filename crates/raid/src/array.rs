@@ -39,6 +39,8 @@ pub enum AssembleError {
     Geometry(String),
     #[error("too few members to serve the data: slots {0:?} are missing")]
     TooFew(Vec<usize>),
+    #[error("{0} was replaced and released from the array")]
+    Released(String),
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -63,6 +65,48 @@ fn region_rows_for(chunk: u64, rows: u64, region: u64) -> u64 {
         rr *= 2;
     }
     rr
+}
+
+/// Puts each replacement found at assembly back beside the in-sync
+/// member of its slot (its copy starts over: what it holds is not
+/// trusted), or into the slot when that member is gone, as a rebuild.
+/// Returns the replacements to attach, by slot.
+fn place_replacements(
+    slots: &mut [Option<Arc<Member>>],
+    found: Vec<(usize, Arc<dyn BlockDevice>, String)>,
+    data_offset: u64,
+) -> Result<Vec<(usize, Arc<Member>)>, AssembleError> {
+    let mut attach: Vec<(usize, Arc<Member>)> = Vec::new();
+    for (slot, dev, name) in found {
+        if let Some((_, other)) = attach.iter().find(|(s, _)| *s == slot) {
+            return Err(AssembleError::DuplicateSlot(
+                name,
+                slot as u32,
+                other.name(),
+            ));
+        }
+        let member = Arc::new(Member::new(
+            dev,
+            name,
+            SyncState::Recovering {
+                done_rows: 0,
+                stale: None,
+            },
+            data_offset,
+        ));
+        match &slots[slot] {
+            Some(m) if m.is_in_sync() => attach.push((slot, member)),
+            Some(m) => {
+                return Err(AssembleError::DuplicateSlot(
+                    member.name(),
+                    slot as u32,
+                    m.name(),
+                ))
+            }
+            None => slots[slot] = Some(member),
+        }
+    }
+    Ok(attach)
 }
 
 impl RaidArray {
@@ -209,6 +253,7 @@ impl RaidArray {
         let data_offset = reference.data_offset();
         let mut slots: Vec<Option<Arc<Member>>> = vec![None; geo.members];
         let mut spares = Vec::new();
+        let mut replacements = Vec::new();
         for (dev, name, sb) in &found {
             if sb.array_id != reference.array_id {
                 return Err(AssembleError::Foreign(
@@ -234,6 +279,9 @@ impl RaidArray {
                 )));
                 continue;
             }
+            if sb.released {
+                return Err(AssembleError::Released(name.clone()));
+            }
             if sb.events < events {
                 return Err(AssembleError::Stale(name.clone(), sb.events, events));
             }
@@ -243,6 +291,10 @@ impl RaidArray {
                     "{name} has slot {slot} of {}",
                     geo.members
                 )));
+            }
+            if sb.replacement {
+                replacements.push((slot, dev.clone(), name.clone()));
+                continue;
             }
             if let Some(other) = &slots[slot] {
                 return Err(AssembleError::DuplicateSlot(
@@ -266,6 +318,7 @@ impl RaidArray {
                 data_offset,
             )));
         }
+        let replacements = place_replacements(&mut slots, replacements, data_offset)?;
         let lost: Vec<bool> = slots
             .iter()
             .map(|s| s.as_ref().is_none_or(|m| !m.is_in_sync()))
@@ -303,6 +356,17 @@ impl RaidArray {
             ),
         );
         core.events.lock().1 = keep_since;
+        // The scrub schedule goes on from the last scrub any member saw.
+        if let Some(last) = found
+            .iter()
+            .map(|f| f.2.last_scrub)
+            .max()
+            .filter(|t| *t > 0)
+        {
+            *core.last_scrub_at.lock() =
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(last);
+            core.last_scrub_ms.store(last, Ordering::Relaxed);
+        }
         if reference.log_slots > 0 {
             // Before any I/O: rows a cut left half-written are made whole.
             let (log, sectors) = core.replay_log(reference.log_slots)?;
@@ -326,6 +390,13 @@ impl RaidArray {
             }
         }
         let core = Arc::new(core);
+        for (slot, new) in replacements {
+            tracing::info!(replacement = %new.name(), slot, "RAID member replacement starts over");
+            let old = core.slots.read()[slot]
+                .clone()
+                .expect("placed beside a member");
+            *old.replacement.write() = Some(new);
+        }
         let whole = core.whole();
         core.bitmap.set_keep(!whole);
         if !whole {
@@ -340,6 +411,9 @@ impl RaidArray {
     fn start(core: Arc<Core>) -> RaidArray {
         for m in core.members().iter().flatten() {
             core.adopt(m);
+            if let Some(r) = m.replacement() {
+                core.adopt(&r);
+            }
         }
         for m in core.spares.lock().iter() {
             core.adopt(m);
@@ -483,7 +557,8 @@ impl Core {
             geo,
             array_id,
             sync_speed: Mutex::new((options.sync_speed_min, options.sync_speed_max)),
-            last_scrub_at: Mutex::new(std::time::Instant::now()),
+            last_scrub_at: Mutex::new(std::time::SystemTime::now()),
+            last_scrub_ms: AtomicU64::new(0),
             options,
             slots: RwLock::new(slots),
             spares: Mutex::new(spares),

@@ -107,8 +107,12 @@ pub struct Core {
     /// `sync_speed_min` and `sync_speed_max` as they are now: options at
     /// first, changeable while the array runs.
     pub sync_speed: Mutex<(u64, u64)>,
-    /// When the last scrub ended (assembly, before the first).
-    pub last_scrub_at: Mutex<std::time::Instant>,
+    /// When the last scrub ended, as the superblocks record it (at
+    /// creation, or assembly of an array with none recorded, the start).
+    pub last_scrub_at: Mutex<std::time::SystemTime>,
+    /// When the last scrub ended, for the superblocks (milliseconds since
+    /// the epoch; 0 before any, which keeps an older superblock version).
+    pub last_scrub_ms: AtomicU64,
     pub report: Mutex<SyncReport>,
     /// Wakes the worker: something changed.
     pub wake: Condvar,
@@ -161,6 +165,13 @@ impl Core {
     /// for a spare. A member that has left the slot meanwhile (a spare
     /// took it) changes nothing but itself.
     pub fn fail_member(&self, slot: usize, who: &Member, err: &io::Error) {
+        if who.released.load(Ordering::SeqCst) {
+            // The I/O of a released member that failed was its
+            // replacement's, which holds the slot now.
+            if let Some(r) = who.replacement() {
+                return self.fail_member(slot, &r, err);
+            }
+        }
         {
             let mut st = who.state.write();
             if matches!(*st, SyncState::Failed) {
@@ -174,6 +185,7 @@ impl Core {
         }
         self.failures.fetch_add(1, Ordering::Relaxed);
         tracing::error!(member = %who.name(), slot, error = %err, "RAID member failed");
+        self.promote_replacement(slot, who);
         self.membership_changed();
     }
 
@@ -215,12 +227,15 @@ impl Core {
             region_rows: self.region_rows(),
             slot,
             recovering,
+            replacement: false,
+            released: false,
             events: events.0,
             keep_since: events.1,
             log_slots: self.log_slots,
             journal_slots: self.journal.as_ref().map_or(0, |j| j.slots),
             journal_max: self.journal.as_ref().map_or(0, |j| j.max_bytes),
             journal_floor: self.journal.as_ref().map_or(0, |j| j.floor()),
+            last_scrub: self.last_scrub_ms.load(Ordering::Relaxed),
         }
     }
 
@@ -243,6 +258,17 @@ impl Core {
                     let sb = self.superblock_for(slot as u32, recovering, events);
                     if let Err(e) = sb.write_to(&*m.dev) {
                         newly_failed.push((slot, e));
+                    }
+                    if let Some(r) = m.replacement().filter(|r| !r.is_failed()) {
+                        let sb = Superblock {
+                            recovering: true,
+                            replacement: true,
+                            ..self.superblock_for(slot as u32, true, events)
+                        };
+                        if let Err(e) = sb.write_to(&*r.dev) {
+                            tracing::error!(replacement = %r.name(), error = %e, "RAID replacement failed");
+                            *r.state.write() = SyncState::Failed;
+                        }
                     }
                 }
                 for s in self.spares.lock().iter() {
@@ -288,6 +314,13 @@ impl Core {
                 Ok(()) => written += 1,
                 Err(e) => failed.lock().push((slot, m.clone(), e)),
             }
+            // A replacement carries the bits too, ready for its swap.
+            if let Some(r) = m.replacement().filter(|r| !r.is_failed()) {
+                if let Err(e) = write_image_to(std::slice::from_ref(&r.dev), image, fua) {
+                    tracing::error!(replacement = %r.name(), error = %e, "RAID replacement failed");
+                    *r.state.write() = SyncState::Failed;
+                }
+            }
         }
         if written == 0 {
             return Err(io::Error::other(
@@ -311,6 +344,12 @@ impl Core {
         }
         r
     }
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub fn unix_millis(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The error of I/O the array can no longer serve.

@@ -4,7 +4,7 @@
 //! the superblock and bitmap in front of it are the array's business.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -54,6 +54,14 @@ pub struct Member {
     /// An I/O slower than this many nanoseconds counts as failed (0: no
     /// limit): a member that hangs must not hold the array with it.
     pub timeout_nanos: AtomicU64,
+    /// The member being copied to take this one's place (`raid
+    /// replace`): every write, zeroing and flush of this member goes to
+    /// it too, so that it stays current behind the copy. Reads do not.
+    pub replacement: RwLock<Option<Arc<Member>>>,
+    /// Set once a completed replacement has taken this member's slot: a
+    /// write that found this member in the slot just before still
+    /// reaches the replacement, and only its outcome counts.
+    pub released: AtomicBool,
 }
 
 impl Member {
@@ -70,7 +78,36 @@ impl Member {
             state: RwLock::new(state),
             stats: MemberStats::default(),
             timeout_nanos: AtomicU64::new(0),
+            replacement: RwLock::new(None),
+            released: AtomicBool::new(false),
         }
+    }
+
+    /// The replacement being copied beside this member, if any.
+    pub fn replacement(&self) -> Option<Arc<Member>> {
+        self.replacement.read().clone()
+    }
+
+    /// Runs `op` on this member and on its replacement, if it has a live
+    /// one. A replacement that fails is marked failed (the array's
+    /// worker then drops it) and does not fail this member, whose own
+    /// outcome is the answer; once this member is released the
+    /// replacement's outcome is.
+    fn with_replacement(&self, op: impl Fn(&Member) -> io::Result<()>) -> io::Result<()> {
+        let replacement = self.replacement.read();
+        let own = op(self);
+        let Some(r) = replacement.as_ref().filter(|r| !r.is_failed()) else {
+            return own;
+        };
+        let theirs = op(r);
+        if self.released.load(Ordering::SeqCst) {
+            return theirs;
+        }
+        if let Err(e) = theirs {
+            tracing::error!(replacement = %r.name(), error = %e, "RAID replacement failed");
+            *r.state.write() = SyncState::Failed;
+        }
+        own
     }
 
     pub fn name(&self) -> String {
@@ -129,7 +166,13 @@ impl Member {
         r
     }
 
+    /// Writes this member and its replacement.
     pub fn write(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        self.with_replacement(|m| m.write_own(buf, offset, fua))
+    }
+
+    /// Writes this member's device only.
+    pub fn write_own(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
         let (r, nanos) = self.timed(|| self.dev.write_at(buf, self.data_offset + offset, fua));
         self.stats.write_latency.record(nanos);
         self.stats.write_ops.fetch_add(1, Ordering::Relaxed);
@@ -140,13 +183,18 @@ impl Member {
     }
 
     pub fn flush(&self) -> io::Result<()> {
-        self.timed(|| self.dev.flush()).0
+        self.with_replacement(|m| m.timed(|| m.dev.flush()).0)
     }
 
     /// Makes `len` bytes at `offset` read as zeros the way `how` says. A
     /// discard on a device whose discards do not read back as zeros
     /// writes zeros instead: the array's parity counts on them.
     pub fn zero(&self, how: Zeroing, offset: u64, len: u64) -> io::Result<()> {
+        self.with_replacement(|m| m.zero_own(how, offset, len))
+    }
+
+    /// Zeroes on this member's device only.
+    pub fn zero_own(&self, how: Zeroing, offset: u64, len: u64) -> io::Result<()> {
         let at = self.data_offset + offset;
         let (r, nanos) = self.timed(|| match how {
             Zeroing::Discard if self.dev.capabilities().discard_zeroes => self.dev.discard(at, len),

@@ -9,6 +9,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::core::{array_failed, Core};
+use crate::geometry::Place;
 use crate::geometry::Role;
 use crate::gf;
 use crate::locks::StripeGuard;
@@ -26,11 +27,11 @@ pub struct Batch<'a> {
 }
 
 impl Core {
-    /// Whether `slot` can be rebuilt in batches: a parity array whose
-    /// other members are each in sync or gone, so that one read of a
-    /// member serves every row of a batch.
+    /// Whether `slot` can be rebuilt in batches: its other members are
+    /// each in sync or gone, so that one read of a member serves every
+    /// row of a batch.
     pub fn rebuilds_in_batches(&self, slot: usize) -> bool {
-        self.geo.is_parity()
+        self.geo.level != crate::geometry::Level::Raid0
             && self.members().iter().enumerate().all(|(s, m)| {
                 s == slot
                     || m.as_ref().is_none_or(|m| {
@@ -39,9 +40,13 @@ impl Core {
             })
     }
 
-    /// Locks `rows`, reads them from the other members and computes
-    /// `slot`'s chunks of them. `None`: a member failed on the way.
+    /// Locks the stripes of `slot`'s member rows `rows`, reads them from
+    /// the other members and computes `slot`'s chunks of them. `None`: a
+    /// member failed on the way.
     pub fn read_batch(&self, slot: usize, rows: Range<u64>) -> io::Result<Option<Batch<'_>>> {
+        if !self.geo.is_parity() {
+            return self.read_copies_batch(slot, rows);
+        }
         let g = self.geo;
         let guards: Vec<_> = rows.clone().map(|r| self.locks.lock(r)).collect();
         let members = self.members();
@@ -125,15 +130,25 @@ impl Core {
         }))
     }
 
-    /// Writes a batch to the member being rebuilt in `slot` and counts its
-    /// rows done, before its stripes are unlocked: no write of the array
-    /// slips in between.
-    pub fn write_batch(&self, slot: usize, target: &Member, batch: Batch<'_>) {
+    /// Writes a batch to the member being rebuilt in `slot`, then unlocks
+    /// its stripes (writes that follow reach the member too); false if
+    /// it failed. Its rows count as done once every batch before them is.
+    pub fn write_batch(&self, slot: usize, target: &Member, batch: Batch<'_>) -> bool {
         if target.is_failed() {
-            return;
+            return false;
         }
-        // Runs of zero chunks are discarded (to zeros) rather than written:
-        // a rebuild keeps a thin member thin where the array holds nothing.
+        if let Err(e) = self.write_chunks(target, &batch) {
+            self.fail_member(slot, target, &e);
+            return false;
+        }
+        drop(batch.guards);
+        true
+    }
+
+    /// Writes a batch's chunks to `target`'s own device. Runs of zero
+    /// chunks are discarded (to zeros) rather than written: a rebuild
+    /// keeps a thin member thin where the array holds nothing.
+    pub fn write_chunks(&self, target: &Member, batch: &Batch<'_>) -> io::Result<()> {
         let chunk = self.geo.chunk as usize;
         let zero: Vec<bool> = batch
             .chunks
@@ -146,20 +161,90 @@ impl Core {
                 .find(|i| zero[*i] != zero[at])
                 .unwrap_or(zero.len());
             let offset = (batch.rows.start + at as u64) * self.geo.chunk;
-            let r = if zero[at] {
-                target.zero(Zeroing::Discard, offset, ((end - at) * chunk) as u64)
+            if zero[at] {
+                target.zero_own(Zeroing::Discard, offset, ((end - at) * chunk) as u64)?;
             } else {
-                target.write(&batch.chunks[at * chunk..end * chunk], offset, false)
-            };
-            if let Err(e) = r {
-                self.fail_member(slot, target, &e);
-                return;
+                target.write_own(&batch.chunks[at * chunk..end * chunk], offset, false)?;
             }
             at = end;
         }
-        if let SyncState::Recovering { done_rows, .. } = &mut *target.state.write() {
-            *done_rows = batch.rows.end;
+        Ok(())
+    }
+
+    /// [`Core::read_batch`] of a mirror level: each chunk of `slot`'s rows
+    /// comes from another in-sync copy, consecutive ones on the same
+    /// member in one read, each source member read on its own thread.
+    fn read_copies_batch(&self, slot: usize, rows: Range<u64>) -> io::Result<Option<Batch<'_>>> {
+        let g = self.geo;
+        let guards = self.lock_member_rows(slot, rows.clone());
+        let members = self.members();
+        // (source member, its first row, first chunk of the batch, chunks)
+        let mut runs: Vec<(usize, u64, usize, usize)> = Vec::new();
+        for (i, row) in rows.clone().enumerate() {
+            let k = g.stripe_of_place(Place { member: slot, row });
+            if k >= g.logical_chunks() {
+                continue; // the tail of an odd RAID10 holds no data
+            }
+            let src = g
+                .copies_of(k)
+                .into_iter()
+                .find(|p| {
+                    p.member != slot && members[p.member].as_ref().is_some_and(|m| m.is_in_sync())
+                })
+                .ok_or_else(array_failed)?;
+            match runs.last_mut() {
+                Some(r) if r.0 == src.member && r.1 + r.3 as u64 == src.row && r.2 + r.3 == i => {
+                    r.3 += 1
+                }
+                _ => runs.push((src.member, src.row, i, 1)),
+            }
         }
-        drop(batch.guards);
+        let chunk = g.chunk as usize;
+        let mut chunks = vec![0u8; (rows.end - rows.start) as usize * chunk];
+        // Each run's part of the buffer, grouped by source member.
+        let mut by_member: Vec<Vec<(u64, &mut [u8])>> =
+            (0..g.members).map(|_| Vec::new()).collect();
+        let mut rest: &mut [u8] = &mut chunks;
+        let mut at = 0;
+        for &(member, src_row, first, n) in &runs {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut((first - at) * chunk);
+            let (part, tail) = tail.split_at_mut(n * chunk);
+            by_member[member].push((src_row, part));
+            rest = tail;
+            at = first + n;
+        }
+        let failed: Vec<(usize, io::Error)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = by_member
+                .into_iter()
+                .enumerate()
+                .filter(|(_, parts)| !parts.is_empty())
+                .map(|(member, parts)| {
+                    let m = members[member].clone().expect("in sync");
+                    scope.spawn(move || {
+                        for (src_row, part) in parts {
+                            if let Err(e) = m.read(part, src_row * g.chunk) {
+                                return Some((member, e));
+                            }
+                        }
+                        None
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|h| h.join().expect("rebuild read thread"))
+                .collect()
+        });
+        if let Some((member, e)) = failed.into_iter().next() {
+            drop(guards);
+            let m = members[member].clone().expect("in sync");
+            self.fail_member(member, &m, &e);
+            return Ok(None);
+        }
+        Ok(Some(Batch {
+            rows,
+            chunks,
+            guards,
+        }))
     }
 }

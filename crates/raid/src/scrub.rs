@@ -86,8 +86,15 @@ impl Core {
             self.flush_all()?;
         }
         self.report.lock().last_scrub = Some(report.clone());
-        // A scrub by hand counts for the schedule too.
-        *self.last_scrub_at.lock() = Instant::now();
+        // A scrub by hand counts for the schedule too; the superblocks
+        // keep the time, so that a restart does not reset the schedule.
+        let now = std::time::SystemTime::now();
+        *self.last_scrub_at.lock() = now;
+        self.last_scrub_ms.store(
+            crate::core::unix_millis(now),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.write_superblocks();
         tracing::info!(
             mismatches = report.mismatches,
             repaired = report.repaired,

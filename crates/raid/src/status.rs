@@ -27,6 +27,8 @@ pub enum MemberState {
     Failed,
     Missing,
     Spare,
+    /// Being copied beside the member of its slot, to take its place.
+    Replacement,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -52,12 +54,19 @@ pub struct MemberStatus {
     pub state: MemberState,
     /// For a recovering member: bytes of its data area already current.
     pub recovered_bytes: Option<u64>,
+    /// A replacement: the slot it is copied into. A member being
+    /// replaced: its replacement's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replacing: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaced_by: Option<String>,
     pub io: Option<MemberIo>,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct SyncProgress {
-    /// "resync", "rebuild", "catch-up", or a scrub's "check" or "repair".
+    /// "resync", "rebuild", "catch-up", "replace", or a scrub's "check"
+    /// or "repair".
     pub kind: &'static str,
     pub slot: Option<usize>,
     pub done_bytes: u64,
@@ -92,6 +101,9 @@ pub struct RaidStatus {
     pub sync_speed_max: u64,
     pub bitmap: BitmapStatus,
     pub last_scrub: Option<ScrubReport>,
+    /// When the last scrub ended (milliseconds since the Unix epoch), or
+    /// the array was created; `scrub_every` counts from it.
+    pub last_scrub_at_ms: u64,
     /// RAID5/6: the partial parity log's slots, and sectors written since
     /// the last flush (each covered by an entry or a full-row write).
     pub log_slots: u32,
@@ -131,6 +143,7 @@ impl RaidArray {
         let rr = core.region_rows();
         let mut members = Vec::new();
         let mut recovering = false;
+        let mut replacements = Vec::new();
         for (slot, m) in core.members().iter().enumerate() {
             let Some(m) = m else {
                 members.push(MemberStatus {
@@ -138,6 +151,8 @@ impl RaidArray {
                     name: None,
                     state: MemberState::Missing,
                     recovered_bytes: None,
+                    replacing: None,
+                    replaced_by: None,
                     io: None,
                 });
                 continue;
@@ -150,20 +165,42 @@ impl RaidArray {
                     (MemberState::Recovering, Some(done_rows * g.chunk))
                 }
             };
+            let replacement = m.replacement().filter(|r| !r.is_failed() && !m.is_failed());
             members.push(MemberStatus {
                 slot: Some(slot),
                 name: Some(m.name()),
                 state,
                 recovered_bytes: recovered,
+                replacing: None,
+                replaced_by: replacement.as_ref().map(|r| r.name()),
                 io: Some(io_of(m)),
             });
+            if let Some(r) = replacement {
+                let copied = match &*r.state.read() {
+                    SyncState::Recovering { done_rows, .. } => done_rows * g.chunk,
+                    _ => 0,
+                };
+                replacements.push(MemberStatus {
+                    slot: None,
+                    name: Some(r.name()),
+                    state: MemberState::Replacement,
+                    recovered_bytes: Some(copied),
+                    replacing: Some(slot),
+                    replaced_by: None,
+                    io: Some(io_of(&r)),
+                });
+            }
         }
+        // After the slots, so that members[slot] is the slot's member.
+        members.extend(replacements);
         for s in core.spares.lock().iter() {
             members.push(MemberStatus {
                 slot: None,
                 name: Some(s.name()),
                 state: MemberState::Spare,
                 recovered_bytes: None,
+                replacing: None,
+                replaced_by: None,
                 io: None,
             });
         }
@@ -204,6 +241,7 @@ impl RaidArray {
                 last_catch_up_bytes: report.last_catch_up_bytes,
             },
             last_scrub: report.last_scrub,
+            last_scrub_at_ms: crate::core::unix_millis(*core.last_scrub_at.lock()),
             log_slots: core.log_slots,
             log_live_sectors: core.log.as_ref().map_or(0, |l| l.live_sectors()),
             weakest_link: self.weakest_link(),

@@ -14,6 +14,8 @@
 //! live sequence numbers). A version 1 superblock reads as an array with
 //! no journal (same layout as before, no atomic writes), and an array
 //! without one keeps writing version 1, so older builds still assemble it.
+//! Version 3 added the time the last scrub ended; an array never scrubbed
+//! does not need it.
 
 use std::io;
 
@@ -56,8 +58,13 @@ pub fn layout(chunk: u64, log_slots: u32, journal_slots: u32, journal_max: u64) 
     (journal, data)
 }
 const MAGIC: &[u8; 8] = b"OARAID01";
-/// Written by arrays with a journal; version 1 by those without.
-const VERSION: u32 = 2;
+/// Version 2 added the journal; version 3 the last scrub's time. An
+/// array with neither (no journal, never scrubbed) writes version 1.
+const VERSION: u32 = 3;
+
+/// Bits of the flags word after `recovering` (bit 0).
+const FLAG_REPLACEMENT: u32 = 1;
+const FLAG_RELEASED: u32 = 2;
 
 /// The slot of a hot spare.
 pub const SPARE_SLOT: u32 = u32::MAX;
@@ -75,6 +82,12 @@ pub struct Superblock {
     pub slot: u32,
     /// Set while the member is being rebuilt: its data is not yet whole.
     pub recovering: bool,
+    /// A member being copied beside the in-sync member of `slot`, to take
+    /// its place when complete (`raid replace`); recovering too.
+    pub replacement: bool,
+    /// A member that a completed replacement took the place of: never
+    /// assembled again.
+    pub released: bool,
     pub events: u64,
     /// The events value when the bitmap last began keeping its bits for
     /// an absent member: a member last in sync at or after it can catch
@@ -88,6 +101,9 @@ pub struct Superblock {
     pub journal_max: u64,
     /// Journal records with a lower sequence number are void.
     pub journal_floor: u64,
+    /// When the last scrub ended, milliseconds since the Unix epoch (0:
+    /// none recorded), so that `scrub_every` counts across restarts.
+    pub last_scrub: u64,
 }
 
 impl Superblock {
@@ -120,7 +136,13 @@ impl Superblock {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(SUPERBLOCK_SIZE);
-        let version = if self.journal_slots == 0 { 1 } else { VERSION };
+        let version: u32 = if self.last_scrub > 0 {
+            VERSION
+        } else if self.journal_slots > 0 {
+            2
+        } else {
+            1
+        };
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&version.to_le_bytes());
         b.extend_from_slice(&self.array_id.to_le_bytes());
@@ -130,7 +152,10 @@ impl Superblock {
         b.extend_from_slice(&self.rows.to_le_bytes());
         b.extend_from_slice(&self.region_rows.to_le_bytes());
         b.extend_from_slice(&self.slot.to_le_bytes());
-        b.extend_from_slice(&(self.recovering as u32).to_le_bytes());
+        let flags = self.recovering as u32
+            | (self.replacement as u32) << FLAG_REPLACEMENT
+            | (self.released as u32) << FLAG_RELEASED;
+        b.extend_from_slice(&flags.to_le_bytes());
         b.extend_from_slice(&self.events.to_le_bytes());
         b.extend_from_slice(&self.keep_since.to_le_bytes());
         b.extend_from_slice(&self.log_slots.to_le_bytes());
@@ -138,6 +163,9 @@ impl Superblock {
             b.extend_from_slice(&self.journal_slots.to_le_bytes());
             b.extend_from_slice(&self.journal_max.to_le_bytes());
             b.extend_from_slice(&self.journal_floor.to_le_bytes());
+        }
+        if version >= 3 {
+            b.extend_from_slice(&self.last_scrub.to_le_bytes());
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -166,7 +194,7 @@ impl Superblock {
         let rows = u64_of(take(8));
         let region_rows = u64_of(take(8));
         let slot = u32_of(take(4));
-        let recovering = u32_of(take(4)) != 0;
+        let flags = u32_of(take(4));
         let events = u64_of(take(8));
         let keep_since = u64_of(take(8));
         let log_slots = u32_of(take(4));
@@ -180,6 +208,7 @@ impl Superblock {
         } else {
             (0, 0, 0)
         };
+        let last_scrub = if version >= 3 { u64_of(take(8)) } else { 0 };
         let end = at;
         let crc = u32_of(&b[end..end + 4]);
         if crc != crc32c::crc32c(&b[..end]) {
@@ -202,13 +231,16 @@ impl Superblock {
             rows,
             region_rows,
             slot,
-            recovering,
+            recovering: flags & 1 != 0,
+            replacement: flags & (1 << FLAG_REPLACEMENT) != 0,
+            released: flags & (1 << FLAG_RELEASED) != 0,
             events,
             keep_since,
             log_slots,
             journal_slots,
             journal_max,
             journal_floor,
+            last_scrub,
         }))
     }
 
@@ -243,16 +275,54 @@ mod tests {
             region_rows: 16,
             slot: 3,
             recovering: true,
+            replacement: true,
+            released: false,
             events: 42,
             keep_since: 40,
             log_slots: 64,
             journal_slots: 4,
             journal_max: 128 << 10,
             journal_floor: 17,
+            last_scrub: 1_795_000_000_000,
         };
         let mut b = sb.encode();
         assert_eq!(b.len(), SUPERBLOCK_SIZE);
-        assert_eq!(Superblock::decode(&b), Ok(Some(sb)));
+        assert_eq!(Superblock::decode(&b), Ok(Some(sb.clone())));
+        let released = Superblock {
+            recovering: false,
+            replacement: false,
+            released: true,
+            ..sb
+        };
+        assert_eq!(
+            Superblock::decode(&released.encode()),
+            Ok(Some(released.clone()))
+        );
+        // A version 1 superblock, as written before the journal and the
+        // last scrub time: the same fields up to the log slots, the CRC.
+        let mut v1 = released.encode()[..88].to_vec();
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        v1.resize(SUPERBLOCK_SIZE, 0);
+        let old = Superblock {
+            last_scrub: 0,
+            journal_slots: 0,
+            journal_max: 0,
+            journal_floor: 0,
+            ..released
+        };
+        assert_eq!(Superblock::decode(&v1), Ok(Some(old)));
+        // Never scrubbed and no journal: still version 1.
+        let plain = Superblock {
+            last_scrub: 0,
+            journal_slots: 0,
+            ..sb.clone()
+        };
+        assert_eq!(
+            u32::from_le_bytes(plain.encode()[8..12].try_into().unwrap()),
+            1
+        );
         b[20] ^= 1;
         assert!(Superblock::decode(&b).is_err());
         assert_eq!(Superblock::decode(&[0u8; 4096]), Ok(None));
@@ -269,12 +339,15 @@ mod tests {
             region_rows: 4,
             slot: 1,
             recovering: false,
+            replacement: false,
+            released: false,
             events: 3,
             keep_since: 0,
             log_slots: 0,
             journal_slots: 0,
             journal_max: 0,
             journal_floor: 0,
+            last_scrub: 0,
         };
         let b = old.encode();
         assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 1);

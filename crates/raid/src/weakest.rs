@@ -51,7 +51,19 @@ impl RaidArray {
     pub fn name_members(&self, names: &[(Arc<dyn BlockDevice>, String)]) {
         let core = &self.core;
         let spares: Vec<Arc<Member>> = core.spares.lock().clone();
-        for m in core.members().into_iter().flatten().chain(spares) {
+        let replacements: Vec<Arc<Member>> = core
+            .members()
+            .iter()
+            .flatten()
+            .filter_map(|m| m.replacement())
+            .collect();
+        for m in core
+            .members()
+            .into_iter()
+            .flatten()
+            .chain(spares)
+            .chain(replacements)
+        {
             if let Some((_, n)) = names.iter().find(|(d, _)| Arc::ptr_eq(d, &m.dev)) {
                 m.set_name(n);
             }

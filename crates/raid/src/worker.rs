@@ -10,20 +10,22 @@ use crate::bitmap::{write_image_to, RegionSet};
 use crate::core::{Core, Progress};
 use crate::geometry::Place;
 use crate::member::{Member, SyncState};
-use crate::rebuild::{Batch, STEP_BYTES};
+use crate::pipeline::Plan;
+use crate::rebuild::Batch;
+use std::ops::Range;
 
 /// Keeps a sync between `sync_speed_min` and `sync_speed_max`, at the
 /// minimum while foreground I/O is arriving.
-struct Throttle {
+pub(crate) struct Throttle {
     window_start: Instant,
     window_bytes: u64,
     foreground_seen: u64,
     started: Instant,
-    total: u64,
+    pub(crate) total: u64,
 }
 
 impl Throttle {
-    fn new(core: &Core) -> Throttle {
+    pub(crate) fn new(core: &Core) -> Throttle {
         Throttle {
             window_start: Instant::now(),
             window_bytes: 0,
@@ -33,7 +35,7 @@ impl Throttle {
         }
     }
 
-    fn done(&mut self, core: &Core, bytes: u64) {
+    pub(crate) fn done(&mut self, core: &Core, bytes: u64) {
         self.window_bytes += bytes;
         self.total += bytes;
         let fg = core.foreground_ops.load(Ordering::Relaxed);
@@ -56,7 +58,7 @@ impl Throttle {
         }
     }
 
-    fn rate(&self) -> u64 {
+    pub(crate) fn rate(&self) -> u64 {
         (self.total as f64 / self.started.elapsed().as_secs_f64().max(1e-6)) as u64
     }
 }
@@ -90,7 +92,8 @@ impl Core {
             && members
                 .iter()
                 .any(|m| m.as_ref().is_none_or(|m| m.is_failed()));
-        !resync_pending && !recovering && !promotable
+        let replacing = self.replacement_under_way().is_some();
+        !resync_pending && !recovering && !promotable && !replacing
     }
 
     /// Mirrors resync among the copies left; parity needs every member
@@ -148,6 +151,9 @@ impl Core {
                 }
             }
         }
+        if self.replace_step() {
+            return true;
+        }
         self.scheduled_scrub()
     }
 
@@ -157,7 +163,9 @@ impl Core {
         let Some(every) = self.options.scrub_every else {
             return false;
         };
-        if self.last_scrub_at.lock().elapsed() < every || !self.whole() {
+        // A clock set back counts as no time passed.
+        let since = self.last_scrub_at.lock().elapsed().unwrap_or_default();
+        if since < every || !self.whole() {
             return false;
         }
         tracing::info!("scheduled RAID scrub");
@@ -172,7 +180,7 @@ impl Core {
             Err(e) => tracing::error!(error = %e, "scheduled RAID scrub failed"),
         }
         // Failed or not, not again before the next period.
-        *self.last_scrub_at.lock() = std::time::Instant::now();
+        *self.last_scrub_at.lock() = std::time::SystemTime::now();
         true
     }
 
@@ -254,76 +262,42 @@ impl Core {
         }
         .min(self.geo.rows);
         let total = rows_to_do * self.geo.chunk;
-        let mut throttle = Throttle::new(self);
-        // Parity members are rebuilt a batch of rows at a time, the write
-        // of one batch overlapping the reads of the next.
-        let step = if self.rebuilds_in_batches(slot) {
-            // Small enough for the throttle to pace smoothly.
-            let bytes = STEP_BYTES.min(self.sync_speed.lock().1 / 8);
-            (bytes / self.geo.chunk).max(1)
-        } else {
-            1
-        };
+        let needed = |row: u64| stale.as_ref().is_none_or(|s| s.get(row / rr));
         let kind = if stale.is_some() {
             "catch-up"
         } else {
             "rebuild"
         };
-        let needed = |row: u64| stale.as_ref().is_none_or(|s| s.get(row / rr));
         let target = &target;
-        let complete = std::thread::scope(|scope| {
-            let (batches, written) = std::sync::mpsc::sync_channel::<Batch<'_>>(1);
-            let writer = scope.spawn(move || {
-                for batch in written {
-                    self.write_batch(slot, target, batch);
+        let go_on = || !target.is_failed();
+        let plan = Plan {
+            kind,
+            slot,
+            rows: start..self.geo.rows,
+            step: self.step_rows(),
+            total,
+            needed: &needed,
+            go_on: &go_on,
+        };
+        let complete = if self.rebuilds_in_batches(slot) {
+            // Batches of rows, several in flight.
+            let read = |rows: Range<u64>| match self.read_batch(slot, rows) {
+                Ok(batch) => batch,
+                Err(e) => {
+                    tracing::warn!(slot, error = %e, "RAID rebuild failed");
+                    None
                 }
-            });
-            let mut row = start;
-            let complete = loop {
-                if row >= self.geo.rows {
-                    break true;
-                }
-                if self.stop.load(Ordering::SeqCst) || target.is_failed() {
-                    break false;
-                }
-                if !needed(row) {
-                    row = (row / rr + 1) * rr;
-                    continue;
-                }
-                let mut end = row + 1;
-                while end < self.geo.rows && end - row < step && needed(end) {
-                    end += 1;
-                }
-                if step > 1 {
-                    match self.read_batch(slot, row..end) {
-                        Ok(Some(batch)) => {
-                            if batches.send(batch).is_err() {
-                                break false;
-                            }
-                        }
-                        Ok(None) => break false,
-                        Err(e) => {
-                            tracing::warn!(slot, error = %e, "RAID rebuild failed");
-                            break false;
-                        }
-                    }
-                } else if !self.recover_row(slot, target, row) {
-                    break false;
-                }
-                throttle.done(self, (end - row) * self.geo.chunk);
-                *self.progress.lock() = Some(Progress {
-                    kind,
-                    slot: Some(slot),
-                    done_bytes: throttle.total,
-                    total_bytes: total,
-                    bytes_per_sec: throttle.rate(),
-                });
-                row = end;
             };
-            drop(batches);
-            writer.join().expect("rebuild writer");
-            complete
-        });
+            let write = |batch: Batch<'_>| self.write_batch(slot, target, batch);
+            let advance = |to: u64| {
+                if let SyncState::Recovering { done_rows, .. } = &mut *target.state.write() {
+                    *done_rows = (*done_rows).max(to);
+                }
+            };
+            self.run_copy(&plan, &read, &write, &advance)
+        } else {
+            self.recover_rows(&plan, target)
+        };
         if !complete {
             return;
         }
@@ -346,6 +320,35 @@ impl Core {
         }
         tracing::info!(member = %target.name(), slot, bytes = total, "RAID member in sync");
         self.membership_changed();
+    }
+
+    /// A row at a time, while another member is being brought up to date
+    /// too (its rows are readable or not one by one); true when done.
+    fn recover_rows(&self, plan: &Plan<'_>, target: &Member) -> bool {
+        let mut throttle = Throttle::new(self);
+        let mut row = plan.rows.start;
+        while row < plan.rows.end {
+            if self.stop.load(Ordering::SeqCst) || !(plan.go_on)() {
+                return false;
+            }
+            if !(plan.needed)(row) {
+                row = (row / self.region_rows() + 1) * self.region_rows();
+                continue;
+            }
+            if !self.recover_row(plan.slot, target, row) {
+                return false;
+            }
+            throttle.done(self, self.geo.chunk);
+            *self.progress.lock() = Some(Progress {
+                kind: plan.kind,
+                slot: Some(plan.slot),
+                done_bytes: throttle.total,
+                total_bytes: plan.total,
+                bytes_per_sec: throttle.rate(),
+            });
+            row += 1;
+        }
+        true
     }
 
     /// Brings one member row of the member in `slot` up to date and counts

@@ -284,3 +284,35 @@ fn a_member_slower_than_the_timeout_is_failed_and_io_goes_on() {
     assert_eq!(st.members[2].state, MemberState::Failed);
     assert!(st.members[2].io.as_ref().unwrap().errors >= 1);
 }
+
+/// Mirrors rebuild in batches with several in flight, while writes land
+/// behind, inside and ahead of them: every write reaches the rebuilt
+/// member, which then holds every byte alone (with the other copies of
+/// its chunks gone).
+#[test]
+fn mirror_rebuilds_in_batches_under_writes() {
+    for (level, n) in [(Level::Raid1, 2), (Level::Raid10, 4), (Level::Raid10, 3)] {
+        let (a, members, _spares) = array(level, n, 1, 256);
+        let mut data = fill(&a, 5);
+        // 32-row batches: 8 of them, three at a time.
+        a.set_sync_speed(1 << 20, 1 << 20).unwrap();
+        a.fail(1).unwrap();
+        let mut seed = 9;
+        let mut seen = 0;
+        while seed < 20 || a.status().sync.is_some() {
+            seen += a.status().sync.is_some() as u32;
+            seed += 1;
+            let at = (seed * 7919 * 4096) % (a.size() - 65536);
+            let more = pattern(20_000, seed);
+            a.write_at(&more, at, false).unwrap();
+            data[at as usize..at as usize + more.len()].copy_from_slice(&more);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        a.set_sync_speed(1 << 40, 1 << 40).unwrap();
+        assert!(a.wait_idle(Duration::from_secs(30)), "{level:?}");
+        assert!(seen > 5, "{level:?}: the rebuild ended before the writes");
+        // Slot 1's copies alone where they shared chunks with slot 0.
+        members[0].set_fail_reads(true);
+        check(&a, &data);
+    }
+}

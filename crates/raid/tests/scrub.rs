@@ -115,3 +115,40 @@ fn a_scrub_runs_on_schedule() {
     assert!(started.elapsed() >= std::time::Duration::from_millis(200));
     assert_eq!(a.status().last_scrub.unwrap().mismatches, 0);
 }
+
+/// The superblocks keep when the last scrub ended: an array assembled
+/// again goes on with the period from there, rather than starting it
+/// over (which would put off a scrub forever on an array restarted more
+/// often than `scrub_every`).
+#[test]
+fn the_scrub_schedule_survives_a_restart() {
+    use std::time::{Duration, Instant};
+    let members: Vec<_> = (0..3).map(|_| faulty(member_size(16))).collect();
+    let every = Duration::from_secs(4);
+    let opts = RaidOptions {
+        scrub_every: Some(every),
+        ..options()
+    };
+    let a = raid::RaidArray::create(Level::Raid5, devs(&members), vec![], opts.clone()).unwrap();
+    a.scrub(false).unwrap();
+    let scrubbed = a.status().last_scrub_at_ms;
+    drop(a);
+    // Most of the period passes while the array is down.
+    std::thread::sleep(Duration::from_millis(2500));
+    let restarted = Instant::now();
+    let a = raid::RaidArray::assemble(devs(&members), opts).unwrap();
+    assert_eq!(a.status().last_scrub_at_ms, scrubbed, "the time came back");
+    while a.status().last_scrub.is_none() {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(10),
+            "no scheduled scrub"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Due 4 s after the scrub, 1.5 s after the restart; a schedule
+    // started over would wait the whole 4 s.
+    let waited = restarted.elapsed();
+    assert!(waited < Duration::from_millis(3300), "{waited:?}");
+    assert!(waited >= Duration::from_millis(900), "{waited:?}");
+    assert!(a.status().last_scrub_at_ms > scrubbed);
+}

@@ -216,6 +216,13 @@ impl RaidSpec {
         for (dev, name, sb) in &found {
             match sb {
                 None => blank_spares.push(dev.clone()),
+                Some(sb) if sb.released => tracing::warn!(
+                    member = %name,
+                    "a replacement took this RAID member's place: it is left out \
+                     (take it out of the configuration, or blank it to reuse it)"
+                ),
+                // A copy that fell behind the others: a spare again.
+                Some(sb) if sb.replacement && sb.events < events => blank_spares.push(dev.clone()),
                 Some(sb) if !sb.is_spare() && sb.events < events => {
                     stale.push((dev.clone(), name.clone()))
                 }
@@ -380,6 +387,7 @@ pub fn member_state(state: raid::MemberState) -> &'static str {
         raid::MemberState::Failed => "failed",
         raid::MemberState::Missing => "missing",
         raid::MemberState::Spare => "spare",
+        raid::MemberState::Replacement => "replacement",
     }
 }
 
