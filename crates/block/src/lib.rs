@@ -22,6 +22,8 @@ mod null;
 mod overlay;
 mod sys;
 mod threshold;
+#[cfg(feature = "testing")]
+mod torn;
 mod uring;
 mod wrapper;
 
@@ -35,6 +37,8 @@ pub use memory_map::{MappedBytes, MemoryMap};
 pub use null::NullDevice;
 pub use sys::path_on_memory_file_system as on_memory_file_system;
 pub use threshold::SpaceThreshold;
+#[cfg(feature = "testing")]
+pub use torn::Torn;
 pub use wrapper::{FastPaths, Wrapped, Wrapper};
 
 /// What an asynchronous request ([`BlockDevice::read_async`]) ends with,

@@ -8,119 +8,12 @@
 
 mod common;
 
-use std::io;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use block::{BlockDevice, MemDevice};
+use block::{BlockDevice, Torn};
 use common::{options, pattern, CHUNK};
 use raid::{Level, RaidArray};
-
-/// A disk whose volatile cache, at a power cut, keeps a random subset of
-/// the writes since the last flush, some torn at a 512-byte boundary.
-/// Members sharing a `power` budget lose power together once it has
-/// counted their writes and flushes down to zero (negative: never).
-struct Torn {
-    child: MemDevice,
-    pending: parking_lot::Mutex<Vec<(u64, Vec<u8>)>>,
-    power: Arc<AtomicI64>,
-}
-
-fn power_lost() -> io::Error {
-    io::Error::other("power lost")
-}
-
-impl Torn {
-    fn spend(&self) -> io::Result<()> {
-        let left = self.power.load(Ordering::SeqCst);
-        if left == 0 {
-            return Err(power_lost());
-        }
-        if left > 0 {
-            self.power.fetch_sub(1, Ordering::SeqCst);
-        }
-        Ok(())
-    }
-
-    fn apply_all(&self, pending: &mut Vec<(u64, Vec<u8>)>) -> io::Result<()> {
-        for (offset, data) in pending.drain(..) {
-            self.child.write_at(&data, offset, false)?;
-        }
-        Ok(())
-    }
-
-    /// Each unflushed write survives whole, torn or not at all.
-    fn power_cut(&self, seed: &mut u64) {
-        for (offset, data) in self.pending.lock().drain(..) {
-            *seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let keep = match (*seed >> 33) % 8 {
-                0..=3 => data.len(),
-                4 => ((*seed >> 40) as usize % data.len().div_ceil(512)) * 512,
-                _ => 0,
-            };
-            if keep > 0 {
-                self.child
-                    .write_at(&data[..keep.min(data.len())], offset, false)
-                    .unwrap();
-            }
-        }
-    }
-}
-
-impl BlockDevice for Torn {
-    fn size(&self) -> u64 {
-        self.child.size()
-    }
-
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        if self.power.load(Ordering::SeqCst) == 0 {
-            return Err(power_lost());
-        }
-        let pending = self.pending.lock();
-        self.child.read_at(buf, offset)?;
-        let end = offset + buf.len() as u64;
-        for (o, data) in pending.iter() {
-            let (from, to) = ((*o).max(offset), (o + data.len() as u64).min(end));
-            if from < to {
-                buf[(from - offset) as usize..(to - offset) as usize]
-                    .copy_from_slice(&data[(from - o) as usize..(to - o) as usize]);
-            }
-        }
-        Ok(())
-    }
-
-    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
-        self.spend()?;
-        let mut pending = self.pending.lock();
-        if fua {
-            // Earlier writes may reach the media at any time; here, first.
-            self.apply_all(&mut pending)?;
-            return self.child.write_at(buf, offset, true);
-        }
-        pending.push((offset, buf.to_vec()));
-        Ok(())
-    }
-
-    fn flush(&self) -> io::Result<()> {
-        self.spend()?;
-        let mut pending = self.pending.lock();
-        self.apply_all(&mut pending)?;
-        self.child.flush()
-    }
-
-    fn capabilities(&self) -> block::Capabilities {
-        block::Capabilities {
-            volatile_cache: true,
-            ..self.child.capabilities()
-        }
-    }
-
-    fn describe(&self) -> String {
-        "torn".into()
-    }
-}
 
 const ROWS: u64 = 24;
 /// Unaligned to chunks and rows: partial rows at both ends on RAID5/6,
@@ -148,13 +41,7 @@ impl Rig {
         let power = Arc::new(AtomicI64::new(-1));
         let size = common::member_size(ROWS);
         let members = (0..members_of(level))
-            .map(|_| {
-                Arc::new(Torn {
-                    child: MemDevice::new(size),
-                    pending: parking_lot::Mutex::new(Vec::new()),
-                    power: power.clone(),
-                })
-            })
+            .map(|_| Arc::new(Torn::new(size, power.clone())))
             .collect();
         Rig {
             level,
