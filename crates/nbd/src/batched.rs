@@ -11,6 +11,7 @@
 //! bytes, or one largest request, and requests are taken only while less
 //! than [`OUT_HIGH`] bytes of replies wait to be written.
 
+use std::cell::Cell;
 use std::future::poll_fn;
 use std::io::{self, IoSlice};
 use std::pin::{pin, Pin};
@@ -29,6 +30,7 @@ use crate::outbox::Outbox;
 use crate::placed::{PlacedWrite, Received, RecvInto, PLACED_WRITE_MIN};
 use crate::proto::*;
 use crate::reply::{self, Answering};
+use crate::spin::{self, Polled, SpinPolicy};
 use crate::transmission::{count, gone, run_guarded, Ended};
 use crate::wire::{self, Agreed, Command, Framing, RequestHeader};
 
@@ -119,6 +121,8 @@ struct Answerer<'a> {
     /// where the kernel reads them (a plain socket), as a page gone from
     /// under the mapping faults in user space (TLS would encrypt there).
     zero_copy: bool,
+    /// Requests taken so far, for the spin policy's trials.
+    requests: Cell<u64>,
 }
 
 pub(crate) async fn transmit<R, W>(
@@ -141,6 +145,7 @@ where
         agreed: &agreed,
         framing: Framing::of(&agreed),
         zero_copy,
+        requests: Cell::new(0),
     };
     let header_len = wire::request_header_len(agreed.extended);
     let mut input = Input::new();
@@ -156,6 +161,7 @@ where
     // After a placed write, the next header is read alone, so that the
     // payload of a next large write is not pulled into the buffer with it.
     let mut header_only = false;
+    let mut spin = SpinPolicy::default();
     loop {
         while closing.is_none() && out.queued() < OUT_HIGH {
             if let Some(p) = &mut placing {
@@ -225,7 +231,20 @@ where
             _ => Read::Upto(input.buf.len()),
         };
         let writing = out.queued() > 0;
-        let stalled_at = Instant::now() + write_deadline;
+        // Waiting for the client alone: every reply is out.
+        let idle = !writing && !out.unflushed() && matches!(read, Read::Upto(_));
+        spin.served(answerer.requests.get(), Instant::now().into_std());
+        let budget = spin.budget().filter(|_| idle);
+        if let (Some(budget), Read::Upto(upto), Some(fd)) = (budget, &read, reader.raw_fd()) {
+            let polled = spin::poll(fd, &mut input.buf[input.end..*upto], budget).await;
+            spin.polled(&polled);
+            if let Polled::Bytes(n @ 1..) = polled {
+                input.end += n;
+                continue;
+            }
+        }
+        let started = Instant::now();
+        let stalled_at = started + write_deadline;
         let backing = answerer.backing;
         let io = poll_fn(|cx| {
             poll_io(
@@ -245,6 +264,9 @@ where
             _ = &mut ending, if closing.is_none() => Event::Stop,
             _ = tokio::time::sleep_until(stalled_at), if writing => Event::Stalled,
         };
+        if idle && budget.is_none() {
+            spin.slept(started.elapsed());
+        }
         match event {
             Event::Progress => {}
             Event::Stop => closing = Some(Ok(())),
@@ -352,6 +374,7 @@ impl Answerer<'_> {
     /// Runs request `h` with its `payload` and queues its reply; true for
     /// NBD_CMD_DISC, which has none.
     fn answer(&self, h: &RequestHeader, payload: &[u8], out: &mut Outbox) -> bool {
+        self.requests.set(self.requests.get() + 1);
         let req = Answering {
             cookie: h.cookie,
             offset: h.offset,
@@ -407,6 +430,7 @@ impl Answerer<'_> {
 
     /// Answers a placed write whose payload is all in.
     fn finish_placed(&self, p: PlacedWrite, out: &mut Outbox) {
+        self.requests.set(self.requests.get() + 1);
         let req = Answering {
             cookie: p.cookie,
             offset: p.offset,

@@ -16,6 +16,8 @@
 //!   replies sent with one `writev`, reads from the file's pages;
 //! - `placed`: large writes received straight into the file's pages;
 //! - `placement`: connections spread over one-worker runtimes;
+//! - `spin`: polling the socket for a moment before sleeping on it, while
+//!   a client turns replies into requests quickly and the CPU is free;
 //! - `ops`: the device work of each command: holes found through
 //!   `allocation()` become hole chunks and block status extents; a flush
 //!   flushes the device, so it covers writes of every connection
@@ -43,6 +45,7 @@ pub mod proto;
 mod reply;
 mod server;
 mod sessions;
+mod spin;
 mod started_async;
 mod tls;
 mod transmission;

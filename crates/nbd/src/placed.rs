@@ -39,6 +39,10 @@ pub(crate) trait RecvInto {
         cx: &mut Context<'_>,
         recv: &mut dyn FnMut(RawFd) -> io::Result<usize>,
     ) -> Option<Poll<io::Result<usize>>>;
+
+    /// The socket's descriptor, for receiving without waiting on it
+    /// ([`crate::spin`]); `None` for a stream that cannot.
+    fn raw_fd(&self) -> Option<RawFd>;
 }
 
 macro_rules! recv_into_socket {
@@ -65,6 +69,11 @@ macro_rules! recv_into_socket {
                     }
                 })
             }
+
+            fn raw_fd(&self) -> Option<RawFd> {
+                let socket: &$stream = self.as_ref();
+                Some(socket.as_raw_fd())
+            }
         }
     };
 }
@@ -78,6 +87,10 @@ impl<S> RecvInto for tokio::io::ReadHalf<S> {
         _: &mut Context<'_>,
         _: &mut dyn FnMut(RawFd) -> io::Result<usize>,
     ) -> Option<Poll<io::Result<usize>>> {
+        None
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
         None
     }
 }

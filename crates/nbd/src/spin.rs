@@ -1,0 +1,279 @@
+//! Whether a connection polls its socket for a moment before it sleeps on
+//! it, and the polling itself.
+//!
+//! A client that waits for each reply before it sends its next request
+//! (queue depth 1) pays, on every request, for the server's thread being
+//! woken from sleep. Where an idle CPU halts, as the vCPUs of a virtual
+//! machine do, that is most of the request's time: fio's nbd engine at QD1
+//! did 17K 4K reads a second against a sleeping server, and 56K with
+//! server and client on one CPU, where nobody sleeps (docs/bench/nbd.md).
+//! So while requests follow each other quickly, the connection polls for
+//! up to [`SPIN`] before it sleeps, as the iSCSI reader does.
+//!
+//! Polling must not take a CPU that someone else wants: two clients and
+//! two polling connections on two CPUs would each wait for the other's
+//! poll to end. Each try gives the CPU away (`sched_yield`), and a try
+//! that took long says something else ran: the CPU is wanted, and the
+//! connection sleeps for the next [`BACKOFF`] waits.
+//!
+//! Nor does polling pay wherever requests come quickly: a client with
+//! many requests in flight sends them as fast as it can whether or not
+//! the server sleeps, and there polling only burns the CPU (fio at QD32
+//! did 5-10 % fewer I/Os against a polling server). What tells the two
+//! apart is the outcome, so the connection measures it: every
+//! [`HOLD`] it serves for a [`TRIAL`] sleeping and for one polling, and
+//! polls until the next trial only where polling served at least
+//! [`PAYS`] times the requests.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+/// How long a connection polls before it sleeps: several times what a
+/// client takes to turn a reply into its next request.
+pub(crate) const SPIN: Duration = Duration::from_micros(100);
+
+/// A wait shorter than this suggests polling would have caught the next
+/// request.
+const QUICK_TURNAROUND: Duration = Duration::from_micros(100);
+
+/// A `sched_yield` longer than this ran another thread on our CPU.
+const CONTENDED: Duration = Duration::from_micros(20);
+
+/// Waits to sleep through after the CPU was found wanted.
+const BACKOFF: u32 = 16;
+
+/// Trials are this far apart.
+const HOLD: Duration = Duration::from_secs(1);
+
+/// How long each half of a trial lasts.
+const TRIAL: Duration = Duration::from_millis(20);
+
+/// Polling is kept where it served this many times the requests that
+/// sleeping did.
+const PAYS: f64 = 1.25;
+
+/// What a connection has learnt of its client's pace and its CPU.
+#[derive(Debug)]
+pub(crate) struct SpinPolicy {
+    /// The last wait ended soon: a poll caught bytes, or a sleep was
+    /// shorter than [`QUICK_TURNAROUND`].
+    quick: bool,
+    /// Waits left to sleep through before polling again.
+    backoff: u32,
+    /// What the last trial found.
+    polling_pays: bool,
+    phase: Phase,
+    /// When the phase began, and the requests served by then.
+    phase_start: Instant,
+    requests_at_start: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Polling as the last trial found, until the next.
+    Hold,
+    /// The first half of a trial.
+    Sleeping,
+    /// The second half, with the requests a second the first served.
+    Polling { sleeping_rate: f64 },
+}
+
+impl Default for SpinPolicy {
+    fn default() -> SpinPolicy {
+        SpinPolicy {
+            quick: false,
+            backoff: 0,
+            polling_pays: false,
+            phase: Phase::Sleeping,
+            phase_start: Instant::now(),
+            requests_at_start: 0,
+        }
+    }
+}
+
+/// How one poll ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Polled {
+    /// This many bytes came (0: the client closed the connection).
+    Bytes(usize),
+    /// Nothing came within the budget.
+    Nothing,
+    /// Another thread wanted the CPU.
+    Contended,
+    /// The socket failed; the sleeping read that follows reports it.
+    Failed,
+}
+
+impl SpinPolicy {
+    /// How long to poll before sleeping; `None`: sleep at once.
+    pub fn budget(&self) -> Option<Duration> {
+        let polling = match self.phase {
+            Phase::Hold => self.polling_pays,
+            Phase::Sleeping => false,
+            Phase::Polling { .. } => true,
+        };
+        (polling && self.quick && self.backoff == 0).then_some(SPIN)
+    }
+
+    /// Before a wait: `requests` served on the connection so far, at
+    /// `now`. Moves the trial on.
+    pub fn served(&mut self, requests: u64, now: Instant) {
+        let took = now.saturating_duration_since(self.phase_start);
+        let rate = || (requests - self.requests_at_start) as f64 / took.as_secs_f64();
+        let next = match self.phase {
+            Phase::Hold if took >= HOLD => Phase::Sleeping,
+            Phase::Sleeping if took >= TRIAL => Phase::Polling {
+                sleeping_rate: rate(),
+            },
+            Phase::Polling { sleeping_rate } if took >= TRIAL => {
+                self.polling_pays = rate() >= PAYS * sleeping_rate && rate() > 0.0;
+                Phase::Hold
+            }
+            _ => return,
+        };
+        self.phase = next;
+        self.phase_start = now;
+        self.requests_at_start = requests;
+    }
+
+    /// A poll ended.
+    pub fn polled(&mut self, how: &Polled) {
+        self.quick = matches!(how, Polled::Bytes(_));
+        if *how == Polled::Contended {
+            self.backoff = BACKOFF;
+        }
+    }
+
+    /// The connection slept for `slept` (without polling first).
+    pub fn slept(&mut self, slept: Duration) {
+        self.quick = slept < QUICK_TURNAROUND;
+        self.backoff = self.backoff.saturating_sub(1);
+    }
+}
+
+/// Receives from `fd` into `buf` without sleeping on it, until `budget`
+/// has passed, giving the CPU away between tries and the runtime's other
+/// tasks their turn.
+pub(crate) async fn poll(fd: RawFd, buf: &mut [u8], budget: Duration) -> Polled {
+    let until = Instant::now() + budget;
+    let mut contended = false;
+    loop {
+        // SAFETY: `buf` is writable memory of `buf.len()` bytes.
+        let got = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if got >= 0 {
+            return Polled::Bytes(got as usize);
+        }
+        match io::Error::last_os_error().kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {}
+            _ => return Polled::Failed,
+        }
+        // (Tried once more after the other thread ran: it may have been
+        // the client, sending.)
+        if contended {
+            return Polled::Contended;
+        }
+        let before = Instant::now();
+        if before >= until {
+            return Polled::Nothing;
+        }
+        std::thread::yield_now();
+        contended = before.elapsed() > CONTENDED;
+        tokio::task::yield_now().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_connection_sleeps_first() {
+        assert_eq!(SpinPolicy::default().budget(), None);
+    }
+
+    /// A policy whose trial found that polling pays.
+    fn polling_pays() -> SpinPolicy {
+        let mut p = SpinPolicy::default();
+        let t = p.phase_start;
+        p.served(100, t + TRIAL);
+        p.served(400, t + 2 * TRIAL);
+        assert!(p.polling_pays);
+        p
+    }
+
+    #[test]
+    fn a_trial_keeps_polling_only_where_it_serves_more() {
+        let mut p = SpinPolicy::default();
+        p.slept(Duration::from_micros(30));
+        assert_eq!(p.budget(), None, "the trial sleeps first");
+        let t = p.phase_start;
+        p.served(100, t + TRIAL);
+        assert_eq!(p.budget(), Some(SPIN), "then polls");
+        p.served(110, t + 2 * TRIAL);
+        assert_eq!(p.budget(), None, "10 % more is not worth a CPU");
+        p.served(5000, t + 2 * TRIAL + HOLD / 2);
+        assert_eq!(p.budget(), None, "held until the next trial");
+        p.served(5000, t + 2 * TRIAL + HOLD);
+        p.served(5100, t + 3 * TRIAL + HOLD);
+        p.served(5300, t + 4 * TRIAL + HOLD);
+        assert_eq!(p.budget(), Some(SPIN), "twice the requests");
+        p.served(9000, t + 4 * TRIAL + HOLD + HOLD / 2);
+        assert_eq!(p.budget(), Some(SPIN), "held");
+    }
+
+    #[test]
+    fn an_idle_connection_never_polls() {
+        let mut p = SpinPolicy::default();
+        let t = p.phase_start;
+        p.served(0, t + TRIAL);
+        p.served(0, t + 2 * TRIAL);
+        assert!(!p.polling_pays);
+    }
+
+    #[test]
+    fn quick_turnarounds_poll_and_slow_ones_sleep() {
+        let mut p = polling_pays();
+        p.slept(Duration::from_micros(30));
+        assert_eq!(p.budget(), Some(SPIN));
+        p.polled(&Polled::Bytes(28));
+        assert_eq!(p.budget(), Some(SPIN), "caught: poll again");
+        p.polled(&Polled::Nothing);
+        assert_eq!(p.budget(), None, "a vain poll");
+        p.slept(Duration::from_millis(5));
+        assert_eq!(p.budget(), None, "a long sleep");
+    }
+
+    #[test]
+    fn a_wanted_cpu_stops_polling_for_a_while() {
+        let mut p = polling_pays();
+        p.slept(Duration::from_micros(30));
+        p.polled(&Polled::Contended);
+        for _ in 0..BACKOFF {
+            assert_eq!(p.budget(), None);
+            p.slept(Duration::from_micros(30));
+        }
+        assert_eq!(p.budget(), Some(SPIN));
+    }
+
+    #[tokio::test]
+    async fn a_poll_catches_bytes_and_gives_up_on_silence() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut buf = [0u8; 16];
+        let fd = b.as_raw_fd();
+        let started = Instant::now();
+        let how = poll(fd, &mut buf, Duration::from_micros(300)).await;
+        assert!(
+            matches!(how, Polled::Nothing | Polled::Contended),
+            "{how:?}"
+        );
+        assert!(started.elapsed() >= Duration::from_micros(300) || how == Polled::Contended);
+        a.write_all(b"hello").unwrap();
+        assert_eq!(poll(fd, &mut buf, SPIN).await, Polled::Bytes(5));
+        assert_eq!(&buf[..5], b"hello");
+        drop(a);
+        assert_eq!(poll(fd, &mut buf, SPIN).await, Polled::Bytes(0));
+    }
+}
