@@ -4,7 +4,11 @@
 # fio's libiscsi engine, beside fio's own rbd engine (librbd straight to
 # the cluster, no gateway) as the limit. 4K random read and write at QD 1
 # and 32, 1M sequential read and write at QD 8; IOPS, mean latency and the
-# gateway's CPU per I/O. Writes the report to docs/bench/rbd.md (or $1).
+# gateway's CPU per I/O. Also the iSCSI hop alone (the same initiator and
+# daemon to a RAM disk at QD 1), the least any gateway adds to librbd's
+# latency here, and the whole machine's busy share and CPU per I/O in
+# each run, which set the IOPS where the cores are all busy. Writes the
+# report to docs/bench/rbd.md (or $1).
 #
 # Starts its own cluster with scripts/ceph-fixture.sh, installs tgt-rbd
 # and builds fio with libiscsi (bench/fio-libiscsi.sh) when missing.
@@ -107,10 +111,16 @@ WORKLOADS=(randread:4k:1 randread:4k:32 randwrite:4k:1 randwrite:4k:32 read:1m:8
 # fio's name for an iSCSI LUN: its URL with every colon escaped.
 fio_lun() { echo "iscsi://127.0.0.1:$1/$2/$3" | sed 's/:/\\:/g'; }
 
+# Busy and all jiffies of the whole machine so far (every CPU), from the
+# first line of /proc/stat: busy is all but idle and iowait.
+machine_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
+
 # fio against one system: rbd (the engine), or an iSCSI URL with the
-# gateway's pid, whose CPU time is counted.
-run_all() { # system engine-args... (the gateway's pid in GATEWAY_PID)
-    local system=$1 w rw bs qd out t0 t1 c0 c1 iops lat ios
+# gateway's pid, whose CPU time is counted. Also the whole machine's CPU
+# (the cluster, the initiator and the gateway): how busy it was, and its
+# CPU time per I/O.
+run_all() { # system engine-args... (the gateway's pid in GATEWAY_PID; WORKLOADS)
+    local system=$1 w rw bs qd out t0 t1 c0 c1 iops lat ios busy0 all0 busy1 all1 machine
     shift
     for w in "${WORKLOADS[@]}"; do
         IFS=: read -r rw bs qd <<<"$w"
@@ -118,18 +128,21 @@ run_all() { # system engine-args... (the gateway's pid in GATEWAY_PID)
         t0=0
         [ -z "$GATEWAY_PID" ] || t0=$(cpu_ticks "$GATEWAY_PID")
         children_cpu_ms c0
+        read -r busy0 all0 < <(machine_ticks)
         run_child timeout $((RUNTIME + 60)) "$@" --name="$rw" --rw="$rw" --bs="$bs" --iodepth="$qd" \
             --size="$SPAN" --time_based --runtime="$RUNTIME" --output-format=json --output="$out" \
             >/dev/null 2>"$out.err" || die "fio $rw $bs QD$qd against $system: $(tail -2 "$out.err")"
+        read -r busy1 all1 < <(machine_ticks)
         read -r iops lat ios < <(parse_fio "$out")
+        machine="$(awk -v b=$((busy1 - busy0)) -v a=$((all1 - all0)) 'BEGIN { printf "%.0f", a ? 100 * b / a : 0 }') $(us_per_io $((busy1 - busy0)) "$ios")"
         if [ -n "$GATEWAY_PID" ]; then
             t1=$(cpu_ticks "$GATEWAY_PID")
-            record "$system $rw-$bs-qd$qd $iops $lat $(us_per_io $((t1 - t0)) "$ios")"
+            record "$system $rw-$bs-qd$qd $iops $lat $(us_per_io $((t1 - t0)) "$ios") $machine"
         else
             # No gateway: the CPU of fio's own process, librbd's threads
             # included, which is what librbd costs a client per I/O.
             children_cpu_ms c1
-            record "$system $rw-$bs-qd$qd $iops $lat $(CLK_TCK=1000 us_per_io $((c1 - c0)) "$ios")"
+            record "$system $rw-$bs-qd$qd $iops $lat $(CLK_TCK=1000 us_per_io $((c1 - c0)) "$ios") $machine"
         fi
     done
 }
@@ -169,11 +182,25 @@ name = "$IQN"
 [[target.lun]]
 lun = 0
 device = "bench"
+
+# The iSCSI hop alone, to memory: the least a gateway adds to librbd here.
+[[device]]
+name = "ram"
+kind = "mem"
+size = "1G"
+
+[[target.lun]]
+lun = 1
+device = "ram"
 EOF
 "$OPENARRAY" serve -c "$WORK/openarray.toml" --admin-socket none --log-level warn >"$WORK/openarray.log" 2>&1 &
 GATEWAY_PID=$!
 wait_for_port "$PORT" "$GATEWAY_PID" openarray
 run_all openarray "$FIO_ISCSI" --ioengine=libiscsi --filename="$(fio_lun "$PORT" "$IQN" 0)"
+ALL_WORKLOADS=("${WORKLOADS[@]}")
+WORKLOADS=(randread:4k:1 randwrite:4k:1)
+run_all iscsi-to-ram "$FIO_ISCSI" --ioengine=libiscsi --filename="$(fio_lun "$PORT" "$IQN" 1)"
+WORKLOADS=("${ALL_WORKLOADS[@]}")
 stop_process "$GATEWAY_PID" || true
 GATEWAY_PID=""
 
@@ -218,8 +245,8 @@ ratios() {
 import sys
 r = {}
 for line in open(sys.argv[1]):
-    system, workload, iops, lat, cpu = line.split()
-    r[(system, workload)] = (float(iops), float(lat), float(cpu))
+    system, workload, iops, lat, cpu, busy, machine = line.split()
+    r[(system, workload)] = (float(iops), float(lat), float(cpu), float(busy), float(machine))
 
 def bar(o, limit, t, qd1):
     """The checks openarray misses against `limit` and tgt-rbd."""
@@ -244,6 +271,32 @@ for workload in dict.fromkeys(w for _, w in r):
     cells = [f"{o[0] / f[0]:.2f}", f"{o[0] / w[0]:.2f}", f"{o[0] / t[0]:.2f}",
              f"{o[2] / t[2]:.2f}", lat(f), lat(w), bar(o, f, t, qd1), bar(o, w, t, qd1)]
     print(f"| {workload} | " + " | ".join(cells) + " |")
+
+print()
+print("**The iSCSI hop.** The same initiator and gateway to a RAM disk (LUN 1 of the")
+print("same target) at QD 1: what the hop alone takes, and the least QD 1 latency")
+print("a gateway over librbd could have here, librbd's own latency plus the hop, as a")
+print("multiple of the limit's.")
+print()
+print("| workload | hop to RAM µs | fio-rbd µs | (fio-rbd + hop) / fio-rbd | fio-rbd-wb µs | (fio-rbd-wb + hop) / fio-rbd-wb | openarray µs |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for workload in ("randread-4k-qd1", "randwrite-4k-qd1"):
+    h, f, w, o = (r.get((s, workload)) for s in ("iscsi-to-ram", "fio-rbd", "fio-rbd-wb", "openarray"))
+    if h and f and w and o:
+        print(f"| {workload} | {h[1]:.0f} | {f[1]:.0f} | {(f[1] + h[1]) / f[1]:.2f} | {w[1]:.0f} | {(w[1] + h[1]) / w[1]:.2f} | {o[1]:.0f} |")
+
+print()
+print("**The whole machine.** Its CPUs' busy share during each run (all cores,")
+print("cluster, initiator and gateway) and its CPU time per I/O. Where the machine")
+print("is near all busy, IOPS follow the inverse of the whole path's CPU per I/O.")
+print()
+print("| workload | fio-rbd busy % | fio-rbd-wb busy % | openarray busy % | tgt-rbd busy % | fio-rbd µs/IO | fio-rbd-wb µs/IO | openarray µs/IO | tgt-rbd µs/IO |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for workload in dict.fromkeys(w for _, w in r):
+    rows = [r.get((s, workload)) for s in ("fio-rbd", "fio-rbd-wb", "openarray", "tgt-rbd")]
+    if all(rows):
+        print(f"| {workload} | " + " | ".join(f"{x[3]:.0f}" for x in rows) + " | "
+              + " | ".join(f"{x[4]:.1f}" for x in rows) + " |")
 PY
 }
 
