@@ -208,3 +208,20 @@ cleanup_openarray() {
     [ -z "${WORK:-}" ] || rm -rf "$WORK"
     exit "$status"
 }
+
+# OA_BIN: the openarray binary to run; built (release) when not given.
+build_openarray() {
+    [ -z "${OA_BIN:-}" ] || return 0
+    log "building openarray (release)"
+    run_child cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" -p openarray --bin openarray
+    OA_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/openarray
+}
+
+# Serves $WORK/openarray.toml on 127.0.0.1:$OA_PORT with its admin socket
+# in $WORK; its pid goes in OA_PID. Usage: serve_openarray
+serve_openarray() {
+    "$OA_BIN" serve --config "$WORK/openarray.toml" --listen "127.0.0.1:$OA_PORT" \
+        --admin-socket "$WORK/admin.sock" >"$WORK/openarray.log" 2>&1 &
+    OA_PID=$!
+    wait_for_port "$OA_PORT" "$OA_PID" openarray
+}

@@ -36,31 +36,13 @@ CLK_TCK=$(getconf CLK_TCK)
 
 # shellcheck source=bench/common.sh
 . "$ROOT/bench/common.sh"
+# shellcheck source=bench/raid_members.sh
+. "$ROOT/bench/raid_members.sh"
 
 WORK=""
 OA_PID=""
 trap cleanup_openarray EXIT
 trap 'exit 130' INT TERM
-
-half_bw() { numfmt --from=iec "$MEMBER_BW" | awk '{ printf "%d", $1 / 2 }'; }
-
-# A member: a file on tmpfs behind a delay device NAME. Usage: member NAME [half]
-member() {
-    local iops=$MEMBER_IOPS bw=\"$MEMBER_BW\"
-    if [ "${2:-}" = half ]; then iops=$((MEMBER_IOPS / 2)); bw=$(half_bw); fi
-    printf '[[device]]\nname = "%s-file"\nkind = "file"\npath = "%s/%s.img"\nsize = "%s"\n\n' \
-        "$1" "$WORK" "$1" "$MEMBER_SIZE"
-    printf '[[device]]\nname = "%s"\nkind = "delay"\nover = "%s-file"\niops = %d\nbandwidth = %s\n\n' \
-        "$1" "$1" "$iops" "$bw"
-}
-
-# Usage: raid NAME LEVEL "MEMBERS" ["SPARES"] [EXTRA_LINE]
-raid() {
-    local m s
-    m=$(printf '"%s", ' $3); s=$(printf '"%s", ' ${4:-})
-    printf '[[device]]\nname = "%s"\nkind = "raid"\nlevel = %d\nmembers = [%s]\nspares = [%s]\n%s\n\n' \
-        "$1" "$2" "${m%, }" "${4:+${s%, }}" "${5:-}"
-}
 
 start_openarray() {
     {
@@ -77,22 +59,7 @@ start_openarray() {
         raid r6 6 "e0 e1 e2 e3 e4"
         target_toml "$IQN" ref refhalf r0 r0half r1 r5 r6
     } >"$WORK/openarray.toml"
-    "$OA_BIN" serve --config "$WORK/openarray.toml" --listen "127.0.0.1:$OA_PORT" \
-        --admin-socket "$WORK/admin.sock" >"$WORK/openarray.log" 2>&1 &
-    OA_PID=$!
-    wait_for_port "$OA_PORT" "$OA_PID" openarray
-}
-
-url() { echo "iscsi://127.0.0.1:$OA_PORT/$IQN/$1"; }
-oa() { "$OA_BIN" "$@" --socket "$WORK/admin.sock"; }
-
-wait_clean() {
-    for _ in $(seq 1 600); do
-        oa raid status "$1" --json >"$WORK/st.json"
-        if grep -q '"sync": null' "$WORK/st.json" && grep -q '"state": "clean"' "$WORK/st.json"; then return 0; fi
-        sleep 0.5
-    done
-    die "$1 did not become clean"
+    serve_openarray
 }
 
 RESULTS=()
@@ -147,11 +114,7 @@ num() { echo "${1%% *}"; }
 main() {
     WORK=$(mktemp -d /dev/shm/openarray-raid-bench.XXXXXX)
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-    if [ -z "${OA_BIN:-}" ]; then
-        log "building openarray (release)"
-        run_child cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" -p openarray --bin openarray
-        OA_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/openarray
-    fi
+    build_openarray
     start_openarray
     for r in r0 r0half r1 r5 r6; do wait_clean "$r"; done
     local lun

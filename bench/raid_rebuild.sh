@@ -27,50 +27,13 @@ IQN=iqn.2026-11.org.openarray:raid-rebuild-bench
 
 # shellcheck source=bench/common.sh
 . "$ROOT/bench/common.sh"
+# shellcheck source=bench/raid_members.sh
+. "$ROOT/bench/raid_members.sh"
 
 WORK=""
 OA_PID=""
-cleanup() {
-    local status=$?
-    set +e
-    kill_children
-    if [ -n "$OA_PID" ]; then stop_process "$OA_PID"; fi
-    if [ -n "$WORK" ]; then rm -rf "$WORK"; fi
-    exit "$status"
-}
-trap cleanup EXIT
+trap cleanup_openarray EXIT
 trap 'exit 130' INT TERM
-
-member() {
-    printf '[[device]]\nname = "%s-file"\nkind = "file"\npath = "%s/%s.img"\nsize = "%s"\n\n' \
-        "$1" "$WORK" "$1" "$MEMBER_SIZE"
-    printf '[[device]]\nname = "%s"\nkind = "delay"\nover = "%s-file"\niops = %d\nbandwidth = "%s"\n\n' \
-        "$1" "$1" "$MEMBER_IOPS" "$MEMBER_BW"
-}
-
-raid() { # NAME LEVEL "MEMBERS" "SPARES"
-    local m s
-    m=$(printf '"%s", ' $3); s=$(printf '"%s", ' $4)
-    printf '[[device]]\nname = "%s"\nkind = "raid"\nlevel = %d\nmembers = [%s]\nspares = [%s]\nsync_speed_max = "1G"\n\n' \
-        "$1" "$2" "${m%, }" "${s%, }"
-}
-
-url() { echo "iscsi://127.0.0.1:$OA_PORT/$IQN/$1"; }
-oa() { "$OA_BIN" "$@" --socket "$WORK/admin.sock"; }
-
-clean_now() {
-    oa raid status "$1" --json >"$WORK/st.json"
-    grep -q '"sync": null' "$WORK/st.json" && grep -q '"state": "clean"' "$WORK/st.json" &&
-        ! grep -q '"state": "replacement"' "$WORK/st.json"
-}
-
-wait_clean() {
-    for _ in $(seq 1 3000); do
-        if clean_now "$1"; then return 0; fi
-        sleep 0.1
-    done
-    die "$1 did not become clean"
-}
 
 size_of() { oa raid status "$1" --json | sed -n 's/.*"size_bytes": \([0-9]*\).*/\1/p' | head -1; }
 
@@ -89,24 +52,17 @@ timed() { # ARRAY DATA_MEMBERS ARGS...
 main() {
     WORK=$(mktemp -d /dev/shm/openarray-rebuild-bench.XXXXXX)
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-    if [ -z "${OA_BIN:-}" ]; then
-        log "building openarray (release)"
-        run_child cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" -p openarray --bin openarray
-        OA_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/openarray
-    fi
+    build_openarray
     {
         for i in 0 1 2 3 4 5; do member "d$i"; done
         for i in 0 1 2; do member "c$i"; done
         for i in 0 1 2 3 4; do member "t$i"; done
-        raid r5 5 "d0 d1 d2 d3" "d4 d5"
-        raid r1 1 "c0 c1" "c2"
-        raid r10 10 "t0 t1 t2 t3" "t4"
+        raid r5 5 "d0 d1 d2 d3" "d4 d5" 'sync_speed_max = "1G"'
+        raid r1 1 "c0 c1" "c2" 'sync_speed_max = "1G"'
+        raid r10 10 "t0 t1 t2 t3" "t4" 'sync_speed_max = "1G"'
         target_toml "$IQN" r5 r1 r10
     } >"$WORK/openarray.toml"
-    "$OA_BIN" serve --config "$WORK/openarray.toml" --listen "127.0.0.1:$OA_PORT" \
-        --admin-socket "$WORK/admin.sock" >"$WORK/openarray.log" 2>&1 &
-    OA_PID=$!
-    wait_for_port "$OA_PORT" "$OA_PID" openarray
+    serve_openarray
     local lun name
     for name in r5 r1 r10; do wait_clean "$name"; done
     lun=0

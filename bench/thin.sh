@@ -67,10 +67,7 @@ start_openarray() {
         printf '[[device]]\nname = "other"\nkind = "volume"\npool = "bench"\nsize = "1G"\n\n'
         target_toml "$IQN" raw thin other
     } >"$WORK/openarray.toml"
-    "$OA_BIN" serve --config "$WORK/openarray.toml" --listen "127.0.0.1:$OA_PORT" \
-        --admin-socket "$WORK/admin.sock" >"$WORK/openarray.log" 2>&1 &
-    OA_PID=$!
-    wait_for_port "$OA_PORT" "$OA_PID" openarray
+    serve_openarray
     log "openarray pid $OA_PID on 127.0.0.1:$OA_PORT"
 }
 
@@ -246,9 +243,7 @@ main() {
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
     port_in_use "$OA_PORT" && die "port $OA_PORT is taken; set OA_PORT"
     WORK=$(mktemp -d /dev/shm/openarray-thin-bench.XXXXXX)
-    log "building openarray (release)"
-    run_child cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" -p openarray --bin openarray
-    OA_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/openarray
+    build_openarray
     start_openarray
     ALLOC_USED=0
     ALLOC_STORED=0
