@@ -152,6 +152,53 @@ mod tests {
     }
 
     #[test]
+    fn released_replacement_recovering_spare_and_out_of_range_members_are_never_forced() {
+        let g = geo(Level::Raid5, 4);
+        let sb = Superblock {
+            array_id: 1,
+            level: Level::Raid5,
+            members: 4,
+            chunk: 4096,
+            rows: 16,
+            region_rows: 1,
+            slot: 1,
+            recovering: false,
+            replacement: false,
+            released: false,
+            events: 3,
+            keep_since: 0,
+            log_slots: 0,
+            journal_slots: 0,
+            journal_max: 0,
+            journal_floor: 0,
+            last_scrub: 0,
+        };
+        assert!(forceable(&sb, &g));
+        let not = [
+            Superblock {
+                released: true,
+                ..sb.clone()
+            },
+            Superblock {
+                replacement: true,
+                ..sb.clone()
+            },
+            Superblock {
+                recovering: true,
+                ..sb.clone()
+            },
+            Superblock {
+                slot: crate::superblock::SPARE_SLOT,
+                ..sb.clone()
+            },
+            Superblock { slot: 4, ..sb },
+        ];
+        for sb in &not {
+            assert!(!forceable(sb, &g), "{sb:?}");
+        }
+    }
+
+    #[test]
     fn too_few_even_forced_is_none_and_a_held_slot_is_not_forced_twice() {
         let g = geo(Level::Raid5, 4);
         assert_eq!(choose(&g, &[true, true, true, false], &[(0, 3)]), None);
