@@ -449,6 +449,18 @@ impl DeviceSpec for RaidSpec {
         if let Some(w) = &s.weakest_link {
             out.push(("weakest_link", w.finding.clone()));
         }
+        if !s.forced.is_empty() {
+            let forced: Vec<String> = s
+                .forced
+                .iter()
+                .map(|f| {
+                    let name = s.members.get(f.slot).and_then(|m| m.name.clone());
+                    let name = name.unwrap_or_else(|| f.name.clone());
+                    format!("{name} ({} events behind)", f.gap)
+                })
+                .collect();
+            out.push(("assembled_by_force", forced.join(", ")));
+        }
         out
     }
 }
@@ -595,6 +607,12 @@ mod tests {
             ..normal
         };
         let array = forced.open_array(&named).unwrap();
+        array.name_members(&named);
+        let shown = forced.state(&array);
+        assert!(
+            shown.contains(&("assembled_by_force", "m1 (1 events behind)".into())),
+            "{shown:?}"
+        );
         let st = array.status();
         assert_eq!(st.forced.len(), 1);
         assert_eq!((st.forced[0].slot, st.forced[0].gap), (1, 1));
