@@ -13,6 +13,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::bitmap::{bitmap_bytes, read_bitmap, write_image_to, Bitmap, RegionSet};
 use crate::core::{array_failed, Core, RaidOptions};
+use crate::force::{force_in, forceable, Forced, ForcedMember};
 use crate::geometry::{Geometry, Level};
 use crate::io_stripes::RUN_BYTES;
 use crate::journal::{Journal, JOURNAL_SLOTS, MAX_ATOMIC_BYTES};
@@ -51,6 +52,8 @@ pub enum AssembleError {
 pub struct RaidArray {
     pub(crate) core: Arc<Core>,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// Stale members a forced assembly took as in sync.
+    pub(crate) forced: Vec<ForcedMember>,
 }
 
 fn name_of(dev: &dyn BlockDevice) -> String {
@@ -224,6 +227,25 @@ impl RaidArray {
         devices: Vec<Arc<dyn BlockDevice>>,
         options: RaidOptions,
     ) -> Result<RaidArray, AssembleError> {
+        Self::assemble_with(devices, options, false).map(|f| f.array)
+    }
+
+    /// [`RaidArray::assemble`] that, when the members at the newest
+    /// events are too few, takes the freshest stale members as in sync
+    /// until the array can serve (see [`crate::force`]). Stale members not
+    /// needed (or not forceable) are left out, for the caller to re-add.
+    pub fn assemble_forced(
+        devices: Vec<Arc<dyn BlockDevice>>,
+        options: RaidOptions,
+    ) -> Result<Forced, AssembleError> {
+        Self::assemble_with(devices, options, true)
+    }
+
+    fn assemble_with(
+        devices: Vec<Arc<dyn BlockDevice>>,
+        options: RaidOptions,
+        force: bool,
+    ) -> Result<Forced, AssembleError> {
         let mut found = Vec::new();
         for d in devices {
             let name = name_of(&*d);
@@ -254,6 +276,8 @@ impl RaidArray {
         let mut slots: Vec<Option<Arc<Member>>> = vec![None; geo.members];
         let mut spares = Vec::new();
         let mut replacements = Vec::new();
+        let mut stale = Vec::new();
+        let mut left_out = Vec::new();
         for (dev, name, sb) in &found {
             if sb.array_id != reference.array_id {
                 return Err(AssembleError::Foreign(
@@ -283,7 +307,15 @@ impl RaidArray {
                 return Err(AssembleError::Released(name.clone()));
             }
             if sb.events < events {
-                return Err(AssembleError::Stale(name.clone(), sb.events, events));
+                if !force {
+                    return Err(AssembleError::Stale(name.clone(), sb.events, events));
+                }
+                if forceable(sb, &geo) {
+                    stale.push((dev.clone(), name.clone(), sb.slot as usize, sb.events));
+                } else {
+                    left_out.push(dev.clone());
+                }
+                continue;
             }
             let slot = sb.slot as usize;
             if slot >= geo.members {
@@ -318,6 +350,15 @@ impl RaidArray {
                 data_offset,
             )));
         }
+        // Forced members go in before the replacements are placed, which
+        // then copy beside them as beside any in-sync member.
+        let forced = force_in(
+            &geo,
+            &mut slots,
+            stale,
+            (events, data_offset),
+            &mut left_out,
+        );
         let replacements = place_replacements(&mut slots, replacements, data_offset)?;
         let lost: Vec<bool> = slots
             .iter()
@@ -399,13 +440,19 @@ impl RaidArray {
         }
         let whole = core.whole();
         core.bitmap.set_keep(!whole);
-        if !whole {
-            // Whoever is missing now must come back as stale.
+        if !whole || !forced.is_empty() {
+            // Whoever is missing now must come back as stale; a forced
+            // member is current from now on.
             core.write_superblocks();
         }
-        let array = RaidArray::start(core);
+        for f in &forced {
+            tracing::warn!(member = %f.name, slot = f.slot, events_behind = f.gap,
+                "RAID member forced into the array: writes it missed are lost");
+        }
+        let mut array = RaidArray::start(core);
+        array.forced = forced;
         array.replay_journal(scan)?;
-        Ok(array)
+        Ok(Forced { array, left_out })
     }
 
     fn start(core: Arc<Core>) -> RaidArray {
@@ -426,6 +473,7 @@ impl RaidArray {
         RaidArray {
             core,
             worker: Mutex::new(Some(worker)),
+            forced: Vec::new(),
         }
     }
 

@@ -21,11 +21,14 @@
 //!   of a member, does not corrupt the columns nobody was writing.
 //! - On every level an atomic write [`journal`] makes writes of up to
 //!   [`journal::MAX_ATOMIC_BYTES`] all or nothing across a crash.
+//! - [`RaidArray::assemble_forced`] ([`force`]) brings back an array whose
+//!   members went stale one after another, from the freshest of them.
 
 mod admin;
 mod array;
 pub mod bitmap;
 mod core;
+pub mod force;
 pub mod geometry;
 pub mod gf;
 mod io_atomic;
@@ -50,6 +53,7 @@ mod worker;
 
 pub use array::{AssembleError, RaidArray};
 pub use core::RaidOptions;
+pub use force::{Forced, ForcedMember};
 pub use geometry::{Geometry, Level};
 pub use scrub::ScrubReport;
 pub use status::{

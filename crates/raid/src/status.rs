@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 
 use crate::array::RaidArray;
+use crate::force::ForcedMember;
 use crate::member::{Member, SyncState};
 use crate::scrub::ScrubReport;
 use crate::weakest::WeakLink;
@@ -110,6 +111,9 @@ pub struct RaidStatus {
     pub log_live_sectors: usize,
     /// A member markedly slower than its peers, and what it costs.
     pub weakest_link: Option<WeakLink>,
+    /// Stale members the assembly was forced to take as in sync.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub forced: Vec<ForcedMember>,
 }
 
 fn io_of(m: &Member) -> MemberIo {
@@ -245,6 +249,7 @@ impl RaidArray {
             log_slots: core.log_slots,
             log_live_sectors: core.log.as_ref().map_or(0, |l| l.live_sectors()),
             weakest_link: self.weakest_link(),
+            forced: self.forced.clone(),
         }
     }
 }

@@ -28,6 +28,7 @@ pub const KIND: Kind = Kind {
         "member_timeout",
         "log_slots",
         "scrub_every",
+        "assemble",
     ],
     parse,
 };
@@ -47,6 +48,19 @@ pub struct RaidSpec {
     pub log_slots: Option<u32>,
     /// A check scrub this long after the array opens or its last scrub.
     pub scrub_every: Option<Duration>,
+    pub assemble: Assembly,
+}
+
+/// How the array is put together from members that carry superblocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Assembly {
+    /// Only from members at the newest events; refused if too few.
+    #[default]
+    Normal,
+    /// Like `Normal`, and when too few members are current, the freshest
+    /// stale ones are taken as in sync (md's `--force`): writes they
+    /// missed are lost.
+    Force,
 }
 
 fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
@@ -76,6 +90,14 @@ fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
     let sync_speed_max = f.bytes("sync_speed_max");
     let member_timeout = f.duration("member_timeout");
     let scrub_every = f.duration("scrub_every");
+    let assemble = f.read("assemble", |v| match v.as_str() {
+        Some("normal") => Ok(Assembly::Normal),
+        Some("force") => Ok(Assembly::Force),
+        _ => Err(format!(
+            "expected \"normal\" or \"force\" (take the freshest stale members \
+             when too few are current), found {v}"
+        )),
+    });
     let log_slots = f.read("log_slots", |v| match v {
         Value::Integer(n) if (0..=4096).contains(n) => Ok(*n as u32),
         other => Err(format!("expected 0 to 4096 slots, found {other}")),
@@ -118,6 +140,7 @@ fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
         member_timeout,
         log_slots,
         scrub_every,
+        assemble: assemble.unwrap_or_default(),
     }))
 }
 
@@ -229,7 +252,15 @@ impl RaidSpec {
                 Some(_) => assemble.push(dev.clone()),
             }
         }
-        let array = RaidArray::assemble(assemble, self.options()).map_err(refused)?;
+        let (array, stale) = match RaidArray::assemble(assemble.clone(), self.options()) {
+            Ok(array) => (array, stale),
+            Err(raid::AssembleError::TooFew(_))
+                if self.assemble == Assembly::Force && !stale.is_empty() =>
+            {
+                self.assemble_forced(assemble, stale)?
+            }
+            Err(e) => return Err(refused(e)),
+        };
         for (dev, name) in stale {
             match array.re_add(dev) {
                 Ok(()) => tracing::warn!(member = %name, "stale RAID member re-added"),
@@ -240,6 +271,41 @@ impl RaidSpec {
             array.add(dev)?;
         }
         Ok(array)
+    }
+}
+
+type Named = (Arc<dyn BlockDevice>, String);
+
+impl RaidSpec {
+    /// `assemble = "force"` after a normal assembly found too few current
+    /// members: the freshest stale ones are forced in; returns the array
+    /// and the stale members left out, to re-add.
+    fn assemble_forced(
+        &self,
+        current: Vec<Arc<dyn BlockDevice>>,
+        stale: Vec<Named>,
+    ) -> io::Result<(RaidArray, Vec<Named>)> {
+        let mut devices = current;
+        devices.extend(stale.iter().map(|s| s.0.clone()));
+        let forced = RaidArray::assemble_forced(devices, self.options())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let status = forced.array.status();
+        let name_of = |slot: usize| self.members.get(slot).cloned().unwrap_or_default();
+        let named: Vec<String> = status
+            .forced
+            .iter()
+            .map(|f| format!("`{}` ({} events behind)", name_of(f.slot), f.gap))
+            .collect();
+        tracing::warn!(
+            forced = %named.join(", "),
+            "too few RAID members were current: assembled by force from the freshest \
+             stale ones; writes they missed are lost"
+        );
+        let left_out = stale
+            .into_iter()
+            .filter(|s| forced.left_out.iter().any(|d| Arc::ptr_eq(d, &s.0)))
+            .collect();
+        Ok((forced.array, left_out))
     }
 }
 
@@ -286,6 +352,9 @@ impl DeviceSpec for RaidSpec {
         if let Some(every) = self.scrub_every {
             out.push(("scrub_every", render::duration(every)));
         }
+        if self.assemble == Assembly::Force {
+            out.push(("assemble", "force".into()));
+        }
         out
     }
 
@@ -313,7 +382,12 @@ impl DeviceSpec for RaidSpec {
         // Any other change opens the array anew over the same members
         // while the running one still serves them: the two would not
         // know of each other's writes and failures.
-        (new != self).then(|| {
+        // How it is assembled matters only at the next assembly.
+        let same = RaidSpec {
+            assemble: self.assemble,
+            ..new.clone()
+        };
+        (same != *self).then(|| {
             (
                 "spares",
                 format!(
@@ -375,6 +449,18 @@ impl DeviceSpec for RaidSpec {
         if let Some(w) = &s.weakest_link {
             out.push(("weakest_link", w.finding.clone()));
         }
+        if !s.forced.is_empty() {
+            let forced: Vec<String> = s
+                .forced
+                .iter()
+                .map(|f| {
+                    let name = s.members.get(f.slot).and_then(|m| m.name.clone());
+                    let name = name.unwrap_or_else(|| f.name.clone());
+                    format!("{name} ({} events behind)", f.gap)
+                })
+                .collect();
+            out.push(("assembled_by_force", forced.join(", ")));
+        }
         out
     }
 }
@@ -409,6 +495,7 @@ mod tests {
             member_timeout: None,
             log_slots: None,
             scrub_every: None,
+            assemble: Assembly::Normal,
         }
     }
 
@@ -485,6 +572,90 @@ mod tests {
         assert_eq!(buf, [9; 4096]);
     }
 
+    /// Forced assembly's case: slot 0 failed, then slot 1 missed the
+    /// update of taking slot 0 out (its image from before it).
+    fn members_stale_one_by_one(spec: &RaidSpec) -> (Vec<Named>, Vec<u8>) {
+        let mut named = devices(spec);
+        let old_m1 = MemDevice::new(16 << 20);
+        let data = {
+            let array = spec.open_array(&named).unwrap();
+            array.wait_idle(Duration::from_secs(30));
+            array.write_at(&[5; 8192], 0, true).unwrap();
+            array.fail(0).unwrap();
+            array.write_at(&[6; 4096], 65536, true).unwrap();
+            array.flush().unwrap();
+            let mut image = vec![0; 16 << 20];
+            named[1].0.read_at(&mut image, 0).unwrap();
+            old_m1.write_at(&image, 0, false).unwrap();
+            array.remove(0).unwrap();
+            let mut data = vec![0; array.size() as usize];
+            array.read_at(&mut data, 0).unwrap();
+            data
+        };
+        named[1].0 = Arc::new(old_m1);
+        (named, data)
+    }
+
+    #[test]
+    fn too_few_current_members_are_refused_unless_assembly_is_forced() {
+        let normal = spec(5, 4, 0);
+        let (named, data) = members_stale_one_by_one(&normal);
+        let err = normal.open_array(&named).err().unwrap().to_string();
+        assert!(err.contains("too few members"), "{err}");
+        let forced = RaidSpec {
+            assemble: Assembly::Force,
+            ..normal
+        };
+        let array = forced.open_array(&named).unwrap();
+        array.name_members(&named);
+        let shown = forced.state(&array);
+        assert!(
+            shown.contains(&("assembled_by_force", "m1 (1 events behind)".into())),
+            "{shown:?}"
+        );
+        let st = array.status();
+        assert_eq!(st.forced.len(), 1);
+        assert_eq!((st.forced[0].slot, st.forced[0].gap), (1, 1));
+        assert!(array.wait_idle(Duration::from_secs(30)));
+        assert_eq!(array.status().state, raid::ArrayState::Clean);
+        let mut got = vec![0; array.size() as usize];
+        array.read_at(&mut got, 0).unwrap();
+        assert!(got == data);
+    }
+
+    fn config(assemble: &str) -> String {
+        let mut text = String::from("[[portal]]\nlisten = \"127.0.0.1:3260\"\n");
+        for i in 0..3 {
+            text += &format!("[[device]]\nname = \"m{i}\"\nkind = \"mem\"\n");
+        }
+        text += "[[device]]\nname = \"r\"\nkind = \"raid\"\nlevel = 5\n\
+                 members = [\"m0\", \"m1\", \"m2\"]\n";
+        text + assemble
+    }
+
+    #[test]
+    fn assemble_force_parses_and_a_bad_value_is_named() {
+        let raid_of = |text: &str| {
+            let c = crate::parse_config(text, "raid.toml").unwrap();
+            let d = c.devices.iter().find(|d| d.name == "r").unwrap();
+            d.spec.as_kind::<RaidSpec>().unwrap().assemble
+        };
+        assert_eq!(raid_of(&config("")), Assembly::Normal);
+        assert_eq!(
+            raid_of(&config("assemble = \"normal\"\n")),
+            Assembly::Normal
+        );
+        assert_eq!(raid_of(&config("assemble = \"force\"\n")), Assembly::Force);
+        for bad in ["assemble = \"forced\"\n", "assemble = true\n"] {
+            let err = crate::parse_config(&config(bad), "raid.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("raid.toml:"), "{err}");
+            assert!(err.contains("device[3].assemble"), "{err}");
+            assert!(err.contains("expected \"normal\" or \"force\""), "{err}");
+        }
+    }
+
     #[test]
     fn a_change_of_geometry_or_any_setting_of_a_live_array_is_named() {
         let old = spec(5, 4, 1);
@@ -523,5 +694,10 @@ mod tests {
             }),
             Some("spares")
         );
+        let forced = RaidSpec {
+            assemble: Assembly::Force,
+            ..old.clone()
+        };
+        assert_eq!(change(&forced), None, "it counts at the next assembly");
     }
 }
