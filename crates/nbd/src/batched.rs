@@ -233,7 +233,10 @@ where
         let writing = out.queued() > 0;
         // Waiting for the client alone: every reply is out.
         let idle = !writing && !out.unflushed() && matches!(read, Read::Upto(_));
-        spin.served(answerer.requests.get(), Instant::now().into_std());
+        // One clock read per wait serves the trial and the sleep's start,
+        // unless a poll came between them.
+        let mut started = Instant::now();
+        spin.served(answerer.requests.get(), started.into_std());
         let budget = spin.budget().filter(|_| idle);
         if let (Some(budget), Read::Upto(upto), Some(fd)) = (budget, &read, reader.raw_fd()) {
             let polled = spin::poll(fd, &mut input.buf[input.end..*upto], budget).await;
@@ -242,8 +245,8 @@ where
                 input.end += n;
                 continue;
             }
+            started = Instant::now();
         }
-        let started = Instant::now();
         let stalled_at = started + write_deadline;
         let backing = answerer.backing;
         let io = poll_fn(|cx| {
