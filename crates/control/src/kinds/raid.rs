@@ -185,7 +185,6 @@ impl RaidSpec {
     }
 
     fn open_array(&self, named: &[(Arc<dyn BlockDevice>, String)]) -> io::Result<RaidArray> {
-        let refused = |e: raid::AssembleError| io::Error::new(io::ErrorKind::InvalidData, e);
         let mut found = Vec::new();
         for (dev, name) in named {
             let sb = Superblock::read_from(&**dev)?
@@ -287,8 +286,7 @@ impl RaidSpec {
     ) -> io::Result<(RaidArray, Vec<Named>)> {
         let mut devices = current;
         devices.extend(stale.iter().map(|s| s.0.clone()));
-        let forced = RaidArray::assemble_forced(devices, self.options())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let forced = RaidArray::assemble_forced(devices, self.options()).map_err(refused)?;
         let status = forced.array.status();
         let name_of = |slot: usize| self.members.get(slot).cloned().unwrap_or_default();
         let named: Vec<String> = status
@@ -307,6 +305,11 @@ impl RaidSpec {
             .collect();
         Ok((forced.array, left_out))
     }
+}
+
+/// An assembly the array's members refused, as an open error.
+fn refused(e: raid::AssembleError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
 fn invalid(message: impl Into<String>) -> io::Error {
