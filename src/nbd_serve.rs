@@ -201,6 +201,13 @@ impl SampleSource for NbdSamples {
                 &export,
                 e.refused,
             ));
+            out.push(sample(
+                "openarray_nbd_gathered_waits",
+                "Waits of NBD connections that let requests gather in the socket, by export",
+                Counter,
+                &export,
+                e.gathered_waits,
+            ));
         }
         out
     }

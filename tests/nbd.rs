@@ -296,9 +296,11 @@ device = "f"
         vec![0x21; MIB as usize]
     );
 
+    // Long enough for the connection's trial to let fio's 32 requests in
+    // flight gather in the socket (nbd::gather) for a while.
     assert_eq!(
-        nbd_clients::fio_verified_writes(&s.uri("fio"), "32M", 32),
-        32 * 1024
+        nbd_clients::fio_verified_writes(&s.uri("fio"), "64M", 32),
+        64 * 1024
     );
     let metrics = s.metrics();
     assert!(
@@ -309,6 +311,14 @@ device = "f"
                 && l.ends_with(" 0")),
         "{metrics}"
     );
+    let gathered: u64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("openarray_nbd_gathered_waits_total") && l.contains("export=\"fio\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no gathered waits for export fio in:\n{metrics}"));
+    assert!(gathered > 0, "{metrics}");
 }
 
 #[test]

@@ -24,13 +24,14 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::exports::ExportCounters;
+use crate::gather::{Gather, Taken};
 use crate::handshake::Negotiated;
 use crate::ops::{self, Outcome, ReadShape};
 use crate::outbox::Outbox;
-use crate::placed::{PlacedWrite, Received, RecvInto, PLACED_WRITE_MIN};
+use crate::placed::{recv_now, PlacedWrite, Received, RecvInto, PLACED_WRITE_MIN};
 use crate::proto::*;
 use crate::reply::{self, Answering};
-use crate::spin::{self, Polled, SpinPolicy};
+use crate::spin::{self, Polled, SpinPolicy, Way};
 use crate::transmission::{count, gone, run_guarded, Ended};
 use crate::wire::{self, Agreed, Command, Framing, RequestHeader};
 
@@ -102,6 +103,8 @@ impl Input {
 /// What one wait for the socket brought.
 enum Event {
     Progress,
+    /// Gathering requests in the socket ran out of time.
+    Gathered,
     Eof,
     ReadFailed(io::Error),
     WriteFailed(io::Error),
@@ -123,6 +126,8 @@ struct Answerer<'a> {
     zero_copy: bool,
     /// Requests taken so far, for the spin policy's trials.
     requests: Cell<u64>,
+    /// Their bytes on the wire, for gathering.
+    request_bytes: Cell<u64>,
 }
 
 pub(crate) async fn transmit<R, W>(
@@ -146,6 +151,7 @@ where
         framing: Framing::of(&agreed),
         zero_copy,
         requests: Cell::new(0),
+        request_bytes: Cell::new(0),
     };
     let header_len = wire::request_header_len(agreed.extended);
     let mut input = Input::new();
@@ -162,6 +168,7 @@ where
     // payload of a next large write is not pulled into the buffer with it.
     let mut header_only = false;
     let mut spin = SpinPolicy::default();
+    let mut gather = Gather::default();
     loop {
         while closing.is_none() && out.queued() < OUT_HIGH {
             if let Some(p) = &mut placing {
@@ -202,6 +209,7 @@ where
             let whole = header_len + h.payload_len(agreed.extended) as usize;
             if pending.len() < whole {
                 if let Some(p) = answerer.place(&h, whole - header_len) {
+                    answerer.taking(whole);
                     input.consume(header_len);
                     placing = Some(p);
                     continue;
@@ -210,6 +218,7 @@ where
                 break;
             }
             header_only = false;
+            answerer.taking(whole);
             let disconnect = answerer.answer(&h, &pending[header_len..whole], &mut out);
             input.consume(whole);
             if disconnect {
@@ -236,7 +245,9 @@ where
         // One clock read per wait serves the trial and the sleep's start,
         // unless a poll came between them.
         let mut started = Instant::now();
-        spin.served(answerer.requests.get(), started.into_std());
+        if spin.served(answerer.requests.get(), started.into_std()) {
+            gather.restart();
+        }
         let budget = spin.budget().filter(|_| idle);
         if let (Some(budget), Read::Upto(upto), Some(fd)) = (budget, &read, reader.raw_fd()) {
             let polled = spin::poll(fd, &mut input.buf[input.end..*upto], budget).await;
@@ -247,6 +258,20 @@ where
             }
             started = Instant::now();
         }
+        let gathering = match (reader.raw_fd(), &read) {
+            (Some(fd), Read::Upto(_)) if spin.way() == Way::Gather => {
+                let gathering = gather.prepare(fd, idle, answerer.taken());
+                if idle && gathering {
+                    ExportCounters::add(&answerer.counters.gathered_waits, 1);
+                }
+                gathering
+            }
+            (Some(fd), _) => {
+                gather.stand_down(fd);
+                false
+            }
+            (None, _) => false,
+        };
         let stalled_at = started + write_deadline;
         let backing = answerer.backing;
         let io = poll_fn(|cx| {
@@ -266,12 +291,36 @@ where
             _ = &mut stop, if closing.is_none() => Event::Stop,
             _ = &mut ending, if closing.is_none() => Event::Stop,
             _ = tokio::time::sleep_until(stalled_at), if writing => Event::Stalled,
+            _ = gather.expired(), if gathering => Event::Gathered,
         };
         if idle && budget.is_none() {
             spin.slept(started.elapsed());
         }
+        if gathering {
+            gather.woke();
+        }
+        let event = match (event, &read, reader.raw_fd()) {
+            (Event::Gathered, Read::Upto(upto), Some(fd)) => {
+                gather.timer_taken();
+                // The wait ran out: what came is taken as it is.
+                match recv_now(fd, &mut input.buf[input.end..*upto]) {
+                    Ok(0) => Event::Eof,
+                    Ok(n) => {
+                        input.end += n;
+                        Event::Progress
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Event::Progress,
+                    Err(e) => Event::ReadFailed(e),
+                }
+            }
+            (Event::Gathered, ..) => {
+                gather.timer_taken();
+                Event::Progress
+            }
+            (event, ..) => event,
+        };
         match event {
-            Event::Progress => {}
+            Event::Progress | Event::Gathered => {}
             Event::Stop => closing = Some(Ok(())),
             Event::Eof => {
                 return Err(gone(
@@ -374,6 +423,17 @@ where
 }
 
 impl Answerer<'_> {
+    /// A request of `bytes` on the wire is taken.
+    fn taking(&self, bytes: usize) {
+        self.request_bytes
+            .set(self.request_bytes.get() + bytes as u64);
+    }
+
+    /// What was taken so far.
+    fn taken(&self) -> Taken {
+        Taken::new(self.requests.get(), self.request_bytes.get())
+    }
+
     /// Runs request `h` with its `payload` and queues its reply; true for
     /// NBD_CMD_DISC, which has none.
     fn answer(&self, h: &RequestHeader, payload: &[u8], out: &mut Outbox) -> bool {

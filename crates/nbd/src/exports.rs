@@ -77,6 +77,8 @@ pub struct ExportCounters {
     pub open_connections: AtomicU64,
     /// Clients refused by the allow list.
     pub refused: AtomicU64,
+    /// Waits that let requests gather in the socket (`crate::gather`).
+    pub gathered_waits: AtomicU64,
 }
 
 /// The counters of one export at one moment, for metrics.
@@ -95,6 +97,7 @@ pub struct ExportStats {
     pub connections: u64,
     pub open_connections: u64,
     pub refused: u64,
+    pub gathered_waits: u64,
 }
 
 impl ExportCounters {
@@ -118,6 +121,7 @@ impl ExportCounters {
             connections: get(&self.connections),
             open_connections: get(&self.open_connections),
             refused: get(&self.refused),
+            gathered_waits: get(&self.gathered_waits),
         }
     }
 }

@@ -16,8 +16,11 @@
 //!   replies sent with one `writev`, reads from the file's pages;
 //! - `placed`: large writes received straight into the file's pages;
 //! - `placement`: connections spread over one-worker runtimes;
-//! - `spin`: polling the socket for a moment before sleeping on it, while
-//!   a client turns replies into requests quickly and the CPU is free;
+//! - `spin`: how a connection waits for its client, decided by trial:
+//!   sleeping on the socket, polling it for a moment while a client turns
+//!   replies into requests quickly and the CPU is free, or
+//! - `gather`: letting requests gather in the socket, for a client with
+//!   many in flight that sends them one at a time;
 //! - `ops`: the device work of each command: holes found through
 //!   `allocation()` become hole chunks and block status extents; a flush
 //!   flushes the device, so it covers writes of every connection
@@ -36,6 +39,7 @@ mod batched;
 mod config;
 mod exports;
 mod frontend;
+mod gather;
 mod handshake;
 mod ops;
 mod outbox;

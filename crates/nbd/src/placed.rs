@@ -45,6 +45,24 @@ pub(crate) trait RecvInto {
     fn raw_fd(&self) -> Option<RawFd>;
 }
 
+/// One `recv` from `fd` that does not wait, into `buf`.
+pub(crate) fn recv_now(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is writable memory of `buf.len()` bytes.
+    unsafe { recv_now_into(fd, buf.as_mut_ptr(), buf.len()) }
+}
+
+/// One `recv` from `fd` that does not wait, into `len` bytes at `to`.
+///
+/// # Safety
+/// `to` must be valid for writes of `len` bytes.
+unsafe fn recv_now_into(fd: RawFd, to: *mut u8, len: usize) -> io::Result<usize> {
+    let got = libc::recv(fd, to.cast(), len, libc::MSG_DONTWAIT);
+    if got < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(got as usize)
+}
+
 macro_rules! recv_into_socket {
     ($half:ty, $stream:ty) => {
         impl RecvInto for $half {
@@ -180,13 +198,9 @@ impl PlacedWrite {
             map.fill(at, len, &mut |to, n| {
                 // SAFETY: `to` is `n` writable bytes of the mapping, lent
                 // for this call; only the kernel writes them.
-                let got = unsafe { libc::recv(fd, to.cast(), n, libc::MSG_DONTWAIT) };
-                if got < 0 {
-                    let e = io::Error::last_os_error();
+                unsafe { recv_now_into(fd, to, n) }.inspect_err(|e| {
                     from_socket = e.raw_os_error() != Some(libc::EFAULT);
-                    return Err(e);
-                }
-                Ok(got as usize)
+                })
             })
         };
         let Some(polled) = reader.poll_recv_with(cx, &mut recv) else {

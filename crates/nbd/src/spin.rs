@@ -21,13 +21,18 @@
 //! the server sleeps, and there polling only burns the CPU (fio at QD32
 //! did 5-10 % fewer I/Os against a polling server). What tells the two
 //! apart is the outcome, so the connection measures it: every
-//! [`HOLD`] it serves for a [`TRIAL`] sleeping and for one polling, and
-//! polls until the next trial only where polling served at least
-//! [`PAYS`] times the requests.
+//! [`HOLD`] it serves for a [`TRIAL`] sleeping, one polling and one
+//! letting requests gather in the socket ([`crate::gather`]), and until
+//! the next trial it polls where polling served at least [`PAYS`] times
+//! the requests of either other way, or else gathers where gathering
+//! served at least [`GATHER_KEEPS`] times what sleeping did: it costs the
+//! server far less CPU per request, and the client no more.
 
 use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
+
+use crate::placed::recv_now;
 
 /// How long a connection polls before it sleeps: several times what a
 /// client takes to turn a reply into its next request.
@@ -50,8 +55,20 @@ const HOLD: Duration = Duration::from_secs(1);
 const TRIAL: Duration = Duration::from_millis(20);
 
 /// Polling is kept where it served this many times the requests that
-/// sleeping did.
+/// sleeping or gathering did.
 const PAYS: f64 = 1.25;
+
+/// Gathering is kept where it served this share of the requests that
+/// sleeping did, or more.
+const GATHER_KEEPS: f64 = 0.97;
+
+/// How a connection waits for its client between trials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Way {
+    Sleep,
+    Poll,
+    Gather,
+}
 
 /// What a connection has learnt of its client's pace and its CPU.
 #[derive(Debug)]
@@ -62,7 +79,7 @@ pub(crate) struct SpinPolicy {
     /// Waits left to sleep through before polling again.
     backoff: u32,
     /// What the last trial found.
-    polling_pays: bool,
+    chosen: Way,
     phase: Phase,
     /// When the phase began, and the requests served by then.
     phase_start: Instant,
@@ -75,8 +92,13 @@ enum Phase {
     Hold,
     /// The first half of a trial.
     Sleeping,
-    /// The second half, with the requests a second the first served.
+    /// The second part, with the requests a second the first served.
     Polling { sleeping_rate: f64 },
+    /// The third, with the requests a second of the first two.
+    Gathering {
+        sleeping_rate: f64,
+        polling_rate: f64,
+    },
 }
 
 impl Default for SpinPolicy {
@@ -84,7 +106,7 @@ impl Default for SpinPolicy {
         SpinPolicy {
             quick: false,
             backoff: 0,
-            polling_pays: false,
+            chosen: Way::Sleep,
             phase: Phase::Sleeping,
             phase_start: Instant::now(),
             requests_at_start: 0,
@@ -108,17 +130,22 @@ pub(crate) enum Polled {
 impl SpinPolicy {
     /// How long to poll before sleeping; `None`: sleep at once.
     pub fn budget(&self) -> Option<Duration> {
-        let polling = match self.phase {
-            Phase::Hold => self.polling_pays,
-            Phase::Sleeping => false,
-            Phase::Polling { .. } => true,
-        };
-        (polling && self.quick && self.backoff == 0).then_some(SPIN)
+        (self.way() == Way::Poll && self.quick && self.backoff == 0).then_some(SPIN)
+    }
+
+    /// The way of waiting now: the trial's, or the one it tries.
+    pub fn way(&self) -> Way {
+        match self.phase {
+            Phase::Hold => self.chosen,
+            Phase::Sleeping => Way::Sleep,
+            Phase::Polling { .. } => Way::Poll,
+            Phase::Gathering { .. } => Way::Gather,
+        }
     }
 
     /// Before a wait: `requests` served on the connection so far, at
-    /// `now`. Moves the trial on.
-    pub fn served(&mut self, requests: u64, now: Instant) {
+    /// `now`. Moves the trial on; true when its gathering part begins.
+    pub fn served(&mut self, requests: u64, now: Instant) -> bool {
         let took = now.saturating_duration_since(self.phase_start);
         let rate = || (requests - self.requests_at_start) as f64 / took.as_secs_f64();
         let next = match self.phase {
@@ -126,15 +153,23 @@ impl SpinPolicy {
             Phase::Sleeping if took >= TRIAL => Phase::Polling {
                 sleeping_rate: rate(),
             },
-            Phase::Polling { sleeping_rate } if took >= TRIAL => {
-                self.polling_pays = rate() >= PAYS * sleeping_rate && rate() > 0.0;
+            Phase::Polling { sleeping_rate } if took >= TRIAL => Phase::Gathering {
+                sleeping_rate,
+                polling_rate: rate(),
+            },
+            Phase::Gathering {
+                sleeping_rate,
+                polling_rate,
+            } if took >= TRIAL => {
+                self.chosen = choose(sleeping_rate, polling_rate, rate());
                 Phase::Hold
             }
-            _ => return,
+            _ => return false,
         };
         self.phase = next;
         self.phase_start = now;
         self.requests_at_start = requests;
+        matches!(next, Phase::Gathering { .. })
     }
 
     /// A poll ended.
@@ -152,6 +187,17 @@ impl SpinPolicy {
     }
 }
 
+/// The way that served best, from the requests a second of each.
+fn choose(sleeping: f64, polling: f64, gathering: f64) -> Way {
+    if polling > 0.0 && polling >= PAYS * sleeping.max(gathering) {
+        Way::Poll
+    } else if gathering > 0.0 && gathering >= GATHER_KEEPS * sleeping {
+        Way::Gather
+    } else {
+        Way::Sleep
+    }
+}
+
 /// Receives from `fd` into `buf` without sleeping on it, until `budget`
 /// has passed, giving the CPU away between tries and the runtime's other
 /// tasks their turn.
@@ -159,14 +205,14 @@ pub(crate) async fn poll(fd: RawFd, buf: &mut [u8], budget: Duration) -> Polled 
     let until = Instant::now() + budget;
     let mut contended = false;
     loop {
-        // SAFETY: `buf` is writable memory of `buf.len()` bytes.
-        let got = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-        if got >= 0 {
-            return Polled::Bytes(got as usize);
-        }
-        match io::Error::last_os_error().kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {}
-            _ => return Polled::Failed,
+        match recv_now(fd, buf) {
+            Ok(got) => return Polled::Bytes(got),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) => {}
+            Err(_) => return Polled::Failed,
         }
         // (Tried once more after the other thread ran: it may have been
         // the client, sending.)
@@ -197,8 +243,9 @@ mod tests {
         let mut p = SpinPolicy::default();
         let t = p.phase_start;
         p.served(100, t + TRIAL);
-        p.served(400, t + 2 * TRIAL);
-        assert!(p.polling_pays);
+        assert!(p.served(400, t + 2 * TRIAL), "the gathering part begins");
+        p.served(450, t + 3 * TRIAL);
+        assert_eq!(p.way(), Way::Poll);
         p
     }
 
@@ -210,25 +257,41 @@ mod tests {
         let t = p.phase_start;
         p.served(100, t + TRIAL);
         assert_eq!(p.budget(), Some(SPIN), "then polls");
-        p.served(110, t + 2 * TRIAL);
-        assert_eq!(p.budget(), None, "10 % more is not worth a CPU");
-        p.served(5000, t + 2 * TRIAL + HOLD / 2);
-        assert_eq!(p.budget(), None, "held until the next trial");
-        p.served(5000, t + 2 * TRIAL + HOLD);
-        p.served(5100, t + 3 * TRIAL + HOLD);
-        p.served(5300, t + 4 * TRIAL + HOLD);
+        p.served(210, t + 2 * TRIAL);
+        assert_eq!((p.budget(), p.way()), (None, Way::Gather), "then gathers");
+        p.served(300, t + 3 * TRIAL);
+        assert_eq!(p.way(), Way::Sleep, "gathering served 10 % less");
+        p.served(5000, t + 3 * TRIAL + HOLD / 2);
+        assert_eq!(p.way(), Way::Sleep, "held until the next trial");
+        p.served(5000, t + 3 * TRIAL + HOLD);
+        p.served(5100, t + 4 * TRIAL + HOLD);
+        p.served(5300, t + 5 * TRIAL + HOLD);
+        p.served(5400, t + 6 * TRIAL + HOLD);
         assert_eq!(p.budget(), Some(SPIN), "twice the requests");
-        p.served(9000, t + 4 * TRIAL + HOLD + HOLD / 2);
+        p.served(9000, t + 6 * TRIAL + HOLD + HOLD / 2);
         assert_eq!(p.budget(), Some(SPIN), "held");
     }
 
     #[test]
-    fn an_idle_connection_never_polls() {
+    fn gathering_is_kept_where_it_serves_as_many_as_sleeping() {
+        assert_eq!(choose(1000.0, 900.0, 990.0), Way::Gather);
+        assert_eq!(
+            choose(1000.0, 1300.0, 1100.0),
+            Way::Gather,
+            "polling by 18 %"
+        );
+        assert_eq!(choose(1000.0, 1300.0, 1000.0), Way::Poll);
+        assert_eq!(choose(1000.0, 900.0, 900.0), Way::Sleep);
+    }
+
+    #[test]
+    fn an_idle_connection_never_polls_or_gathers() {
         let mut p = SpinPolicy::default();
         let t = p.phase_start;
         p.served(0, t + TRIAL);
         p.served(0, t + 2 * TRIAL);
-        assert!(!p.polling_pays);
+        p.served(0, t + 3 * TRIAL);
+        assert_eq!(p.way(), Way::Sleep);
     }
 
     #[test]
