@@ -511,10 +511,11 @@ impl Answerer<'_> {
             let mark = out.mark();
             let b = out.scratch();
             match self.framing {
-                Framing::Simple => wire::put_simple_reply(b, 0, req.cookie),
-                f => wire::put_chunk_header(
+                // (See reply::encode: no READ ends here.)
+                Framing::Simple | Framing::Structured => wire::put_simple_reply(b, 0, req.cookie),
+                Framing::Extended => wire::put_chunk_header(
                     b,
-                    f == Framing::Extended,
+                    true,
                     REPLY_FLAG_DONE,
                     REPLY_TYPE_NONE,
                     req.cookie,

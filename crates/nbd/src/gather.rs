@@ -497,11 +497,11 @@ mod tests {
         let mut server = tokio::net::TcpStream::from_std(server).unwrap();
         let fd = server.as_raw_fd();
         let mut g = learnt();
+        let started = Instant::now();
         assert!(g.prepare(fd, true, taken(1, 28)));
         assert_eq!(g.mark, 56);
 
         client.write_all(&[1; 28]).unwrap();
-        let started = std::time::Instant::now();
         tokio::select! {
             _ = server.ready(Interest::READABLE) => panic!("woken below the mark"),
             _ = g.expired() => {}

@@ -15,11 +15,18 @@ pub(crate) struct Answering {
 }
 
 /// The reply to `req` as buffers to write one after another.
+///
+/// A success without payload gets a simple reply where structured
+/// replies allow one (any request but a READ, which always ends in
+/// `Outcome::Read`): 16 bytes that libnbd takes with one `recv`, where a
+/// chunk header costs it two. Extended headers allow no simple reply.
 pub(crate) fn encode(framing: Framing, req: Answering, outcome: Outcome) -> Vec<Bytes> {
-    match framing {
-        Framing::Simple => simple(req, outcome),
-        Framing::Structured => structured(false, req, outcome),
-        Framing::Extended => structured(true, req, outcome),
+    match (framing, outcome) {
+        (Framing::Simple, outcome) | (Framing::Structured, outcome @ Outcome::Done) => {
+            simple(req, outcome)
+        }
+        (Framing::Structured, outcome) => structured(false, req, outcome),
+        (Framing::Extended, outcome) => structured(true, req, outcome),
     }
 }
 
@@ -80,16 +87,17 @@ fn structured(ext: bool, req: Answering, outcome: Outcome) -> Vec<Bytes> {
 mod tests {
     use super::*;
 
+    fn answering(cookie: u64, offset: u64) -> Answering {
+        Answering { cookie, offset }
+    }
+
     fn join(parts: Vec<Bytes>) -> Vec<u8> {
         parts.iter().flat_map(|b| b.iter().copied()).collect()
     }
 
     #[test]
     fn a_sparse_read_is_data_then_a_final_hole() {
-        let req = Answering {
-            cookie: 9,
-            offset: 1000,
-        };
+        let req = answering(9, 1000);
         let outcome = Outcome::Read {
             buf: vec![5; 30],
             pieces: vec![
@@ -114,16 +122,24 @@ mod tests {
         assert_eq!(h.len(), 32);
     }
 
+    /// A success without payload is a simple reply unless headers are
+    /// extended; extended replies carry the request's offset.
     #[test]
     fn extended_replies_carry_the_request_offset() {
-        let req = Answering {
-            cookie: 1,
-            offset: 4096,
-        };
+        let req = answering(1, 4096);
         let b = join(encode(Framing::Extended, req, Outcome::Done));
         assert_eq!(b.len(), 32);
         assert_eq!(&b[0..4], &EXTENDED_REPLY_MAGIC.to_be_bytes());
         assert_eq!(&b[16..24], &4096u64.to_be_bytes());
+        let simple = join(encode(Framing::Structured, req, Outcome::Done));
+        assert_eq!(simple, wire::simple_reply(0, 1));
+        // Errors keep their message in a chunk.
+        let failed = Outcome::Failed {
+            error: EIO,
+            message: "gone".into(),
+        };
+        let chunk = join(encode(Framing::Structured, req, failed));
+        assert_eq!(&chunk[0..4], &STRUCTURED_REPLY_MAGIC.to_be_bytes());
         let b = join(encode(
             Framing::Simple,
             req,

@@ -97,6 +97,12 @@ fn batch_of_requests(c: &mut Raw, data: &[u8]) {
         assert!(r.done(), "one chunk per reply here");
         assert_eq!(r.error(), 0, "{r:?}");
         answered += 1;
+        // A write's success is a simple reply, which structured replies
+        // allow for any request but a READ; extended headers allow none.
+        if let Reply::Simple { cookie, .. } = r {
+            assert!(!ext && cookie >= 100, "a simple reply to {cookie}");
+            continue;
+        }
         let Reply::Chunk {
             kind,
             cookie,
@@ -104,9 +110,10 @@ fn batch_of_requests(c: &mut Raw, data: &[u8]) {
             ..
         } = r
         else {
-            panic!("a simple reply with structured replies agreed")
+            unreachable!()
         };
         if cookie >= 100 {
+            assert!(ext, "write {cookie} answered with a chunk");
             assert_eq!(kind, REPLY_TYPE_NONE);
             continue;
         }
