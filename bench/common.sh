@@ -85,6 +85,10 @@ children_cpu_ms() {
         printf "%d", ms }')"
 }
 
+# Busy and all jiffies of the whole machine so far (every CPU), from the
+# first line of /proc/stat: busy is all but idle and iowait.
+machine_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
+
 # µs of CPU per I/O from a tick delta and an I/O count.
 us_per_io() {
     awk -v t="$1" -v hz="$CLK_TCK" -v n="$2" 'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "n/a" }'

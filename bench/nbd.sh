@@ -136,16 +136,20 @@ tcp_stream() {
     echo "$mibs"
 }
 
-# One fio run against server $1: prints "iops|us_per_io|MiB/s|client CPU %".
+# One fio run against server $1: prints
+# "iops|us_per_io|MiB/s|client CPU %|machine busy %".
 run_fio() {
     local server=$1 rw=$2 bs=$3 qd=$4 jobs=$5 port out before after iops bw client
+    local busy0 all0 busy1 all1
     port=${PORT[$server]}
+    read -r busy0 all0 < <(machine_ticks)
     before=$(cpu_ticks "${SERVER_PID[$server]}")
     out=$(fio --name=nbd --ioengine=nbd --uri="nbd://127.0.0.1:$port/d" --rw="$rw" \
         --bs="$bs" --iodepth="$qd" --numjobs="$jobs" --size="${SIZE_MIB}M" \
         --time_based --runtime="$SECONDS_PER_RUN" --ramp_time=1 --group_reporting \
-        --output-format=terse 2>"$WORK/fio.err") || { log "fio failed: $(cat "$WORK/fio.err")"; echo "n/a|n/a|n/a|n/a"; return; }
+        --output-format=terse 2>"$WORK/fio.err") || { log "fio failed: $(cat "$WORK/fio.err")"; echo "n/a|n/a|n/a|n/a|n/a"; return; }
     after=$(cpu_ticks "${SERVER_PID[$server]}")
+    read -r busy1 all1 < <(machine_ticks)
     # Terse v3 (the one line with its 130 fields; fio may print notes
     # before it): field 8 read IOPS, 7 read KiB/s; 49 write IOPS, 48 write
     # KiB/s.
@@ -154,7 +158,7 @@ run_fio() {
     client=$(awk -F';' 'NF > 100 {printf "%d", $88 + $89}' <<<"$out")
     bw=$(awk -F';' 'NF > 100 {printf "%d", ($7 + $48) / 1024}' <<<"$out")
     # The ramp second is in the CPU time but not in the IOPS: count it.
-    echo "$iops|$(us_per_io "$((after - before))" "$((iops * (SECONDS_PER_RUN + 1)))")|$bw|$client"
+    echo "$iops|$(us_per_io "$((after - before))" "$((iops * (SECONDS_PER_RUN + 1)))")|$bw|$client|$(awk -v b=$((busy1 - busy0)) -v a=$((all1 - all0)) 'BEGIN { printf "%.0f", a ? 100 * b / a : 0 }')"
 }
 
 ROWS=()
@@ -198,7 +202,9 @@ done
     echo "$(qemu-nbd --version | head -1), $(nbdkit --version | head -1)."
     echo "All three servers run throughout; each row runs on each in turn."
     echo "IOPS (MiB/s for the 1M rows), the server's CPU time per I/O in µs"
-    echo "(all its threads) and fio's CPU use (usr+sys % per job, \"fio %\")."
+    echo "(all its threads), fio's CPU use (usr+sys % per job, \"fio %\") and"
+    echo "the whole machine's busy share (all cores, \"busy %\"): near 100, the"
+    echo "cores, shared by client and server, are the limit, not the client alone."
     echo "One loopback TCP stream (iperf3, same run, ${SECONDS_PER_RUN} s): $TCP_MIBS MiB/s"
     echo "at the start; the last column holds each 1M row against a stream"
     echo "measured just before that row (its MiB/s in brackets)."
@@ -210,10 +216,10 @@ done
     echo "before the runs: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)."
     echo
     printf '| workload | jobs |'
-    for server in $SERVERS; do printf ' %s | µs/IO | fio %% |' "$server"; done
+    for server in $SERVERS; do printf ' %s | µs/IO | fio %% | busy %% |' "$server"; done
     echo " openarray / best peer | openarray / TCP stream |"
     printf '| --- | --- |'
-    for _ in $SERVERS; do printf ' ---: | ---: | ---: |'; done
+    for _ in $SERVERS; do printf ' ---: | ---: | ---: | ---: |'; done
     echo " ---: | ---: |"
     for row in "${ROWS[@]}"; do
         read -r rw bs qd <<<"$row"
@@ -221,17 +227,17 @@ done
             printf '| %s %s QD%s | %s |' "$rw" "$bs" "$qd" "$jobs"
             best=0
             for server in $SERVERS; do
-                IFS='|' read -r iops us bw client <<<"${RESULT["$server|$row|$jobs"]}"
+                IFS='|' read -r iops us bw client busy <<<"${RESULT["$server|$row|$jobs"]}"
                 figure=$iops
                 [ "$bs" = 4k ] || figure="$bw MiB/s"
-                printf ' %s | %s | %s |' "$figure" "$us" "$client"
+                printf ' %s | %s | %s | %s |' "$figure" "$us" "$client" "$busy"
                 value=$iops
                 [ "$bs" = 4k ] || value=$bw
                 if [ "$server" != openarray ] && [[ "$value" =~ ^[0-9]+$ ]] && [ "$value" -gt "$best" ]; then
                     best=$value
                 fi
             done
-            IFS='|' read -r iops _ bw _ <<<"${RESULT["openarray|$row|$jobs"]:-n/a|n/a|n/a|n/a}"
+            IFS='|' read -r iops _ bw _ _ <<<"${RESULT["openarray|$row|$jobs"]:-n/a|n/a|n/a|n/a|n/a}"
             mine=$iops
             stream=-
             [ "$bs" = 4k ] || {

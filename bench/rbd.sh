@@ -111,10 +111,6 @@ WORKLOADS=(randread:4k:1 randread:4k:32 randwrite:4k:1 randwrite:4k:32 read:1m:8
 # fio's name for an iSCSI LUN: its URL with every colon escaped.
 fio_lun() { echo "iscsi://127.0.0.1:$1/$2/$3" | sed 's/:/\\:/g'; }
 
-# Busy and all jiffies of the whole machine so far (every CPU), from the
-# first line of /proc/stat: busy is all but idle and iowait.
-machine_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
-
 # fio against one system: rbd (the engine), or an iSCSI URL with the
 # gateway's pid, whose CPU time is counted. Also the whole machine's CPU
 # (the cluster, the initiator and the gateway): how busy it was, and its
