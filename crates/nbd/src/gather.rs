@@ -16,8 +16,9 @@
 //! so no request waits much longer than that for the others. A timer ends
 //! a wait after [`BACKSTOP`] whatever came (the client may have fewer in
 //! flight than the batch, or have paused). The batch is then capped at what
-//! had come; the cap rises again by one after [`PATIENCE`] batches filled
-//! quickly at it, and that patience doubles with each such timeout, so a
+//! had come, or at half the batch if more (a client that stalled for a
+//! moment has not fewer in flight); the cap rises again by one after
+//! [`PATIENCE`] batches filled quickly at it, and that patience doubles with each such timeout, so a
 //! client that keeps fewer in flight meets the timer ever more rarely and a
 //! client that merely paused soon gathers as before. Whether to gather at all is the trial's
 //! call (`crate::spin`): it gathers only where that served at least as
@@ -228,9 +229,11 @@ impl Gather {
             // The client paused: start small when it comes back.
             self.batch = 2.min(self.cap);
         } else if requests < self.batch {
-            // Ended by the timer: the client has no more in flight.
-            self.cap = requests;
-            self.batch = requests;
+            // Ended by the timer: the client has no more in flight, or
+            // stalled for a moment; halving at most tells them apart
+            // within a few timeouts.
+            self.cap = requests.max(self.batch / 2);
+            self.batch = self.cap;
             self.at_cap = 0;
             self.patience = self.patience.saturating_mul(2);
         } else if then.filled.is_some_and(|f| f <= FILL) {
@@ -442,6 +445,15 @@ mod tests {
         gathered_wait(&mut g, taken(1, 28), BACKSTOP);
         g.learn(taken(1, 28));
         assert_eq!((g.batch, g.cap), (2, MOST));
+    }
+
+    #[test]
+    fn a_stall_of_the_client_halves_the_batch_at_most() {
+        let mut g = learnt();
+        g.batch = 14;
+        gathered_wait(&mut g, taken(1, 28), BACKSTOP);
+        g.learn(taken(2, 56));
+        assert_eq!((g.batch, g.cap), (7, 7));
     }
 
     #[test]
