@@ -438,22 +438,18 @@ mod tests {
         );
     }
 
+    /// A wait the timer ended, by the batch it asked for and the requests
+    /// that came: a pause (none) starts small and keeps the cap; a stall
+    /// halves the batch at most; fewer in flight cap it at what came.
     #[test]
-    fn a_pause_starts_the_batch_small_and_keeps_the_cap() {
-        let mut g = learnt();
-        g.batch = 9;
-        gathered_wait(&mut g, taken(1, 28), BACKSTOP);
-        g.learn(taken(1, 28));
-        assert_eq!((g.batch, g.cap), (2, MOST));
-    }
-
-    #[test]
-    fn a_stall_of_the_client_halves_the_batch_at_most() {
-        let mut g = learnt();
-        g.batch = 14;
-        gathered_wait(&mut g, taken(1, 28), BACKSTOP);
-        g.learn(taken(2, 56));
-        assert_eq!((g.batch, g.cap), (7, 7));
+    fn a_timeout_sets_the_batch_by_what_came() {
+        for (batch, came, after) in [(9, 0, (2, MOST)), (14, 1, (7, 7)), (4, 3, (3, 3))] {
+            let mut g = learnt();
+            g.batch = batch;
+            gathered_wait(&mut g, taken(1, 28), BACKSTOP);
+            g.learn(taken(1 + came, 28 * (1 + came)));
+            assert_eq!((g.batch, g.cap), after, "batch {batch}, {came} came");
+        }
     }
 
     #[test]
