@@ -18,7 +18,7 @@
 //! - `placement`: connections spread over one-worker runtimes;
 //! - `spin`: how a connection waits for its client, decided by trial:
 //!   sleeping on the socket, polling it for a moment while a client turns
-//!   replies into requests quickly and the CPU is free, or
+//!   replies into requests quickly and the CPU is free, or gathering;
 //! - `gather`: letting requests gather in the socket, for a client with
 //!   many in flight that sends them one at a time;
 //! - `ops`: the device work of each command: holes found through
