@@ -249,7 +249,8 @@ where
             gather.restart();
         }
         let budget = spin.budget().filter(|_| idle);
-        if let (Some(budget), Read::Upto(upto), Some(fd)) = (budget, &read, reader.raw_fd()) {
+        let fd = reader.raw_fd();
+        if let (Some(budget), Read::Upto(upto), Some(fd)) = (budget, &read, fd) {
             let polled = spin::poll(fd, &mut input.buf[input.end..*upto], budget).await;
             spin.polled(&polled);
             if let Polled::Bytes(n @ 1..) = polled {
@@ -258,7 +259,7 @@ where
             }
             started = Instant::now();
         }
-        let gathering = match (reader.raw_fd(), &read) {
+        let gathering = match (fd, &read) {
             (Some(fd), Read::Upto(_)) if spin.way() == Way::Gather => {
                 let gathering = gather.prepare(fd, idle, answerer.taken());
                 if idle && gathering {
@@ -299,10 +300,12 @@ where
         if gathering {
             gather.woke();
         }
-        let event = match (event, &read, reader.raw_fd()) {
+        if matches!(event, Event::Gathered) {
+            gather.timer_taken();
+        }
+        let event = match (event, &read, fd) {
+            // The wait ran out: what came is taken as it is.
             (Event::Gathered, Read::Upto(upto), Some(fd)) => {
-                gather.timer_taken();
-                // The wait ran out: what came is taken as it is.
                 match recv_now(fd, &mut input.buf[input.end..*upto]) {
                     Ok(0) => Event::Eof,
                     Ok(n) => {
@@ -312,10 +315,6 @@ where
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => Event::Progress,
                     Err(e) => Event::ReadFailed(e),
                 }
-            }
-            (Event::Gathered, ..) => {
-                gather.timer_taken();
-                Event::Progress
             }
             (event, ..) => event,
         };

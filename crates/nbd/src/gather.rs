@@ -38,7 +38,7 @@ use tokio::io::unix::AsyncFd;
 const FILL: Duration = Duration::from_micros(150);
 
 /// A wait ends after this, however few requests came.
-pub(crate) const BACKSTOP: Duration = Duration::from_micros(300);
+const BACKSTOP: Duration = Duration::from_micros(300);
 
 /// The most requests one wait asks for.
 const MOST: u64 = 16;

@@ -154,25 +154,7 @@ mod tests {
     #[test]
     fn released_replacement_recovering_spare_and_out_of_range_members_are_never_forced() {
         let g = geo(Level::Raid5, 4);
-        let sb = Superblock {
-            array_id: 1,
-            level: Level::Raid5,
-            members: 4,
-            chunk: 4096,
-            rows: 16,
-            region_rows: 1,
-            slot: 1,
-            recovering: false,
-            replacement: false,
-            released: false,
-            events: 3,
-            keep_since: 0,
-            log_slots: 0,
-            journal_slots: 0,
-            journal_max: 0,
-            journal_floor: 0,
-            last_scrub: 0,
-        };
+        let sb = Superblock::plain(Level::Raid5, 4, 1, 3);
         assert!(forceable(&sb, &g));
         let not = [
             Superblock {

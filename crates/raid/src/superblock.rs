@@ -261,6 +261,33 @@ impl Superblock {
 }
 
 #[cfg(test)]
+impl Superblock {
+    /// A member's superblock in tests: an in-sync member of array 1 (4 KiB
+    /// chunks, 16 rows, one row a region), no log, journal or scrub yet.
+    pub(crate) fn plain(level: Level, members: u32, slot: u32, events: u64) -> Superblock {
+        Superblock {
+            array_id: 1,
+            level,
+            members,
+            chunk: 4096,
+            rows: 16,
+            region_rows: 1,
+            slot,
+            recovering: false,
+            replacement: false,
+            released: false,
+            events,
+            keep_since: 0,
+            log_slots: 0,
+            journal_slots: 0,
+            journal_max: 0,
+            journal_floor: 0,
+            last_scrub: 0,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -332,22 +359,10 @@ mod tests {
     fn a_version_1_superblock_reads_as_an_array_without_a_journal() {
         let old = Superblock {
             array_id: 7,
-            level: Level::Raid1,
-            members: 2,
             chunk: 65536,
             rows: 100,
             region_rows: 4,
-            slot: 1,
-            recovering: false,
-            replacement: false,
-            released: false,
-            events: 3,
-            keep_since: 0,
-            log_slots: 0,
-            journal_slots: 0,
-            journal_max: 0,
-            journal_floor: 0,
-            last_scrub: 0,
+            ..Superblock::plain(Level::Raid1, 2, 1, 3)
         };
         let b = old.encode();
         assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 1);
