@@ -4,9 +4,11 @@
 # Debian's fio package is built without libiscsi, so fio could only reach a
 # target through a bridge (qemu-nbd). This builds the same fio release from
 # Debian's own source (checked against the archive's SHA-256) with
-# `--enable-libiscsi`, once: the result is kept in target/bench-tools/ and
-# later calls only print its path. Needs network access to the Debian
-# archive on the first call; installs gcc, make and libiscsi-dev.
+# `--enable-libiscsi` and `--enable-libnbd`, once: the result is kept in
+# target/bench-tools/ and later calls only print its path. With both
+# engines in one binary, the matrix drives a target's iSCSI LUN and its
+# NBD export with the same fio. Needs network access to the Debian archive
+# on the first call; installs gcc, make, libiscsi-dev and libnbd-dev.
 #
 # Usage: bench/fio-libiscsi.sh     (progress on stderr, the path on stdout)
 set -euo pipefail
@@ -22,15 +24,16 @@ BIN=$OUT/fio
 # shellcheck source=bench/common.sh
 . "$ROOT/bench/common.sh"
 
-has_libiscsi_engine() { "$1" --enghelp 2>/dev/null | grep -qx '[[:space:]]*libiscsi'; }
+has_engine() { "$1" --enghelp 2>/dev/null | grep -qx "[[:space:]]*$2"; }
+has_engines() { has_engine "$1" libiscsi && has_engine "$1" nbd; }
 
-if [ -x "$BIN" ] && has_libiscsi_engine "$BIN"; then
+if [ -x "$BIN" ] && has_engines "$BIN"; then
     echo "$BIN"
     exit 0
 fi
 
 need=()
-for pkg in libiscsi-dev gcc make zlib1g-dev curl xz-utils; do
+for pkg in libiscsi-dev libnbd-dev gcc make zlib1g-dev curl xz-utils; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
@@ -56,11 +59,12 @@ echo "$sum  $TARBALL" | sha256sum -c --quiet - >&2
 
 tar xzf "$TARBALL"
 cd "fio-$VERSION"
-log "building fio $VERSION with the libiscsi engine"
-./configure --enable-libiscsi >configure.log 2>&1 || { cat configure.log >&2; exit 1; }
+log "building fio $VERSION with the libiscsi and nbd engines"
+./configure --enable-libiscsi --enable-libnbd >configure.log 2>&1 || { cat configure.log >&2; exit 1; }
 grep -q '^iscsi engine *yes' configure.log || die "configure found no libiscsi"
+grep -q '^NBD engine *yes' configure.log || die "configure found no libnbd"
 make -j"$(nproc)" fio >make.log 2>&1 || { tail -20 make.log >&2; exit 1; }
-has_libiscsi_engine ./fio || die "the built fio lacks libiscsi"
+has_engines ./fio || die "the built fio lacks the libiscsi or the nbd engine"
 
 mkdir -p "$OUT"
 install -m 0755 fio "$BIN.tmp"

@@ -8,7 +8,9 @@
 #   1. fio matrix: 4K randread, 4K randwrite, 4M read, 4M write at QD 1/32/128,
 #      fio's libiscsi engine straight to each target (one session per run).
 #      Debian's fio lacks that engine, so bench/fio-libiscsi.sh builds the
-#      same fio release with it once (kept in target/bench-tools/).
+#      same fio release with it once (kept in target/bench-tools/). The same
+#      fio drives openarray's NBD export of that LUN's device with its nbd
+#      engine (one connection per run), beside the two iSCSI targets.
 #   2. session scaling: 1/2/4/8 concurrent iscsi-perf processes (one session
 #      each), 4K random read QD32 each, plus openarray's RAM LUN at 1 session.
 #   3. QD1 4K random read latency measured directly: qemu-io (qemu's iSCSI
@@ -30,6 +32,7 @@
 # Environment (optional):
 #   OA_PORT=13260 TGT_PORT=13261   portals on 127.0.0.1 (tgt's control port
 #                                  is TGT_PORT too, so a running tgtd is left alone)
+#   NBD_PORT=10810                 openarray's NBD listener on 127.0.0.1
 #   IPERF_PORT=15201               iperf3 server port
 #   RUNTIME=5                      seconds per timed run (--quick: 2)
 #   ROUNDS=3                       rounds of the direct measurements (2-7 above;
@@ -51,6 +54,7 @@ esac
 
 OA_PORT=${OA_PORT:-13260}
 TGT_PORT=${TGT_PORT:-13261}
+NBD_PORT=${NBD_PORT:-10810}
 IPERF_PORT=${IPERF_PORT:-15201}
 DISK_DIR=${DISK_DIR:-/var/tmp}
 if [ "$QUICK" -eq 1 ]; then
@@ -82,6 +86,8 @@ TGT_DIRECT_IQN=iqn.2024-01.org.openarray:matrix-tgt-direct
 OA_URL=iscsi://127.0.0.1:$OA_PORT/$OA_IQN
 TGT_URL=iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN
 TGT_DIRECT_URL=iscsi://127.0.0.1:$TGT_PORT/$TGT_DIRECT_IQN
+# openarray's NBD export of LUN 0's device.
+OA_NBD_URL=nbd://127.0.0.1:$NBD_PORT/tmpfs
 CLK_TCK=$(getconf CLK_TCK)
 TOOL="python3 $ROOT/bench/matrix_report.py"
 
@@ -115,7 +121,7 @@ install_tools() {
     [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
     # fio io_uring on the disk file comes from the package; fio against the
     # targets needs the libiscsi engine, built once.
-    FIO=$(bash "$ROOT/bench/fio-libiscsi.sh") || die "cannot build fio with the libiscsi engine"
+    FIO=$(bash "$ROOT/bench/fio-libiscsi.sh") || die "cannot build fio with the libiscsi and nbd engines"
 }
 
 # Random contents, so that every read moves real data and no layer can
@@ -132,12 +138,15 @@ start_openarray() {
         printf '[[device]]\nname = "ram"\nkind = "mem"\nsize = "%sM"\nblock_size = 512\n\n' "$LUN_MIB"
         file_device_toml disk "$DISK_FILE" "size = \"${LUN_MIB}M\"" "block_size = 512" "direct = true"
         target_toml "$OA_IQN" tmpfs ram disk
+        printf '\n[nbd]\nlisten = ["127.0.0.1:%s"]\n\n' "$NBD_PORT"
+        printf '[[nbd.export]]\nname = "tmpfs"\ndevice = "tmpfs"\n'
     } >"$WORK/openarray.toml"
     "$OA_BIN" serve --config "$WORK/openarray.toml" --listen "127.0.0.1:$OA_PORT" >"$WORK/openarray.log" 2>&1 &
     OA_PID=$!
     PIDS+=("$OA_PID")
     wait_for_port "$OA_PORT" "$OA_PID" openarray
-    log "openarray pid $OA_PID on 127.0.0.1:$OA_PORT"
+    wait_for_port "$NBD_PORT" "$OA_PID" openarray
+    log "openarray pid $OA_PID on 127.0.0.1:$OA_PORT (NBD: $NBD_PORT)"
 }
 
 start_tgt() {
@@ -179,29 +188,34 @@ record() {
 # Target process of a system.
 target_pid() {
     case $1 in
-        openarray|openarray-ram) echo "$OA_PID" ;;
+        openarray|openarray-ram|openarray-nbd) echo "$OA_PID" ;;
         tgt) echo "$TGT_PID" ;;
         *) echo "" ;;
     esac
 }
 
-# 1. fio straight to a target with its libiscsi engine.
+# 1. fio straight to a target: its libiscsi engine, or its nbd engine for
+# openarray's NBD export.
 fio_run() { # system workload depth
-    local system=$1 workload=$2 depth=$3 rw bs lun out="$WORK/fio-$1-$2-$3.json"
+    local system=$1 workload=$2 depth=$3 rw bs target out="$WORK/fio-$1-$2-$3.json"
     case $workload in
         4k-randread) rw=randread; bs=4k ;;
         4k-randwrite) rw=randwrite; bs=4k ;;
         4m-read) rw="read"; bs=4m ;;
         4m-write) rw="write"; bs=4m ;;
     esac
-    # fio's name for the LUN: its iSCSI URL with every colon escaped.
-    lun=$(lun_url "$system" | sed 's/:/\\:/g')
+    if [ "$system" = openarray-nbd ]; then
+        target=(--ioengine=nbd --uri="$OA_NBD_URL")
+    else
+        # fio's name for the LUN: its iSCSI URL with every colon escaped.
+        target=(--ioengine=libiscsi --filename="$(lun_url "$system" | sed 's/:/\\:/g')")
+    fi
     local tpid t0 t1
     tpid=$(target_pid "$system")
     t0=$(cpu_ticks "$tpid")
     CTX0=$(ctx_switches "$tpid")
-    if ! run_child timeout $((RUNTIME + 60)) "$FIO" --name="$workload" --ioengine=libiscsi \
-        --filename="$lun" --rw="$rw" --bs="$bs" \
+    if ! run_child timeout $((RUNTIME + 60)) "$FIO" --name="$workload" "${target[@]}" \
+        --rw="$rw" --bs="$bs" \
         --iodepth="$depth" --time_based --runtime="$RUNTIME" --size="${LUN_MIB}M" \
         --lat_percentiles=1 --percentile_list=50:90:99:99.9 --output-format=json --output="$out" >/dev/null 2>"$out.err"; then
         log "fio $workload QD$depth against $system failed: $(tail -2 "$out.err")"
@@ -345,6 +359,12 @@ targets_in_round() {
     if [ $(($1 % 2)) -eq 1 ]; then echo "tgt openarray"; else echo "openarray tgt"; fi
 }
 
+# The fio matrix's systems in a round: the iSCSI targets in turns, with
+# openarray's NBD export first and last by turns too.
+matrix_systems_in_round() {
+    if [ $(($1 % 2)) -eq 1 ]; then echo "$(targets_in_round "$1") openarray-nbd"; else echo "openarray-nbd $(targets_in_round "$1")"; fi
+}
+
 # The tmpfs file LUN of a target.
 lun_url() {
     case $1 in
@@ -393,6 +413,7 @@ main() {
     install_tools
     port_in_use "$OA_PORT" && die "port $OA_PORT is taken; set OA_PORT"
     port_in_use "$TGT_PORT" && die "port $TGT_PORT is taken; set TGT_PORT"
+    port_in_use "$NBD_PORT" && die "port $NBD_PORT is taken; set NBD_PORT"
     port_in_use "$IPERF_PORT" && die "port $IPERF_PORT is taken; set IPERF_PORT"
     if [ "$(stat -f -c %T "$DISK_DIR")" = tmpfs ]; then die "$DISK_DIR is tmpfs; set DISK_DIR to a disk"; fi
 
@@ -428,10 +449,10 @@ main() {
 
     local workload depth system round
     for round in $(seq 1 "$MATRIX_ROUNDS"); do
-        log "fio matrix (libiscsi engine), round $round of $MATRIX_ROUNDS"
+        log "fio matrix (libiscsi and nbd engines), round $round of $MATRIX_ROUNDS"
         for workload in 4k-randread 4k-randwrite 4m-read 4m-write; do
             for depth in $DEPTHS; do
-                for system in $(targets_in_round "$round"); do fio_run "$system" "$workload" "$depth"; done
+                for system in $(matrix_systems_in_round "$round"); do fio_run "$system" "$workload" "$depth"; done
             done
         done
     done

@@ -189,7 +189,7 @@ def machine_lines(args):
         "compares runs taken minutes apart in the same conditions)",
         f"- O_DIRECT LUN file in {args.disk_dir}: {disk}",
         f"- tgt {pkg('tgt')}, libiscsi {pkg('libiscsi7')}, fio {pkg('fio')} (for the disk) "
-        f"and fio 3.33 with the libiscsi engine (bench/fio-libiscsi.sh, for the targets), "
+        f"and fio 3.33 with the libiscsi and nbd engines (bench/fio-libiscsi.sh, for the targets), "
         f"qemu-utils {pkg('qemu-utils')}, iperf3 {pkg('iperf3')}, "
         f"gnuplot {pkg('gnuplot-nox') if pkg('gnuplot-nox') != 'unknown' else pkg('gnuplot')}",
     ]
@@ -227,8 +227,9 @@ def section_matrix(rows, out):
                 f"| {fmt(get(t, 'client_cpu'), 1)} / {fmt(get(o, 'client_cpu'), 1)} |")
     out.append("")
     out.append("Latency seen by fio from submission to completion (µs): p50 / p99 / p99.9\n")
-    out.append("| workload | QD | tgt | openarray |")
-    out.append("|---|---:|---:|---:|")
+    systems = matrix_systems(rows)
+    out.append("| workload | QD | " + " | ".join(TITLES[s] for s in systems) + " |")
+    out.append("|---|---:|" + "---:|" * len(systems))
 
     def lat(r):
         if not r:
@@ -237,9 +238,40 @@ def section_matrix(rows, out):
 
     for wl, name in WORKLOADS:
         for qd in depths(rows):
-            out.append(f"| {name} | {qd} | {lat(find(rows, 'matrix', 'tgt', wl, qd))} "
-                       f"| {lat(find(rows, 'matrix', 'openarray', wl, qd))} |")
+            out.append(f"| {name} | {qd} | "
+                       + " | ".join(lat(find(rows, "matrix", s, wl, qd)) for s in systems) + " |")
+    section_matrix_nbd(rows, out)
     out.append("\n![IOPS vs depth](iops-vs-depth.png)\n")
+
+
+def matrix_systems(rows):
+    """The fio matrix's systems in this run: the two iSCSI targets, and
+    openarray's NBD export where the run measured it."""
+    return [s for s in ("tgt", "openarray", "openarray-nbd")
+            if s != "openarray-nbd" or matching(rows, "matrix", s)]
+
+
+def section_matrix_nbd(rows, out):
+    """The same fio workloads over openarray's NBD export of the LUN's
+    device, against its iSCSI LUN and tgt."""
+    if not matching(rows, "matrix", "openarray-nbd"):
+        return
+    out.append("\nThe same fio, its `ioengine=nbd` (libnbd, one connection per run), "
+               "against openarray's NBD export of the same device, in the same rounds:\n")
+    out.append("| workload | QD | NBD IOPS | NBD / openarray iSCSI | NBD / tgt | NBD MB/s "
+               "| NBD µs CPU/IO | iSCSI µs CPU/IO | fio µs CPU/IO (NBD / iSCSI) |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for wl, name in WORKLOADS:
+        for qd in depths(rows):
+            n = find(rows, "matrix", "openarray-nbd", wl, qd)
+            o = find(rows, "matrix", "openarray", wl, qd)
+            t = find(rows, "matrix", "tgt", wl, qd)
+            out.append(
+                f"| {name} | {qd} | {fmt(get(n, 'iops'))} "
+                f"| {fmt(ratio(get(n, 'iops'), get(o, 'iops')), 2)} "
+                f"| {fmt(ratio(get(n, 'iops'), get(t, 'iops')), 2)} | {fmt(get(n, 'mbps'))} "
+                f"| {fmt(get(n, 'cpu'), 1)} | {fmt(get(o, 'cpu'), 1)} "
+                f"| {fmt(get(n, 'client_cpu'), 1)} / {fmt(get(o, 'client_cpu'), 1)} |")
 
 
 def section_sessions(rows, out):
@@ -505,7 +537,9 @@ def datablock(name, lines):
 
 
 PLOT_HEAD = "set terminal pngcairo size {w},{h} font 'sans,10'\nset output '{out}'\n"
-STYLES = {"tgt": "lc rgb '#d62728' pt 7", "openarray": "lc rgb '#1f77b4' pt 5"}
+STYLES = {"tgt": "lc rgb '#d62728' pt 7", "openarray": "lc rgb '#1f77b4' pt 5",
+          "openarray-nbd": "lc rgb '#2ca02c' pt 9"}
+TITLES = {"tgt": "tgt", "openarray": "openarray", "openarray-nbd": "openarray NBD"}
 
 
 def best_and_all(rows, section, system, workload=None, cols=("iops", "mbps")):
@@ -531,19 +565,21 @@ def plot_series(name, col, style, title):
 
 def plot_depth(rows, out_dir):
     script = PLOT_HEAD.format(w=1100, h=800, out=os.path.join(out_dir, "iops-vs-depth.png"))
+    systems = matrix_systems(rows)
     for wl, _ in WORKLOADS:
-        for system in ("tgt", "openarray"):
+        for system in systems:
+            key = f"{wl}_{system}".replace("-", "_")
             best, every = best_and_all(rows, "matrix", system, wl)
-            script += datablock(f"d_{wl.replace('-', '_')}_{system}_best", best)
-            script += datablock(f"d_{wl.replace('-', '_')}_{system}_all", every)
-    script += ("set multiplot layout 2,2 title 'fio (libiscsi engine), by queue depth "
+            script += datablock(f"d_{key}_best", best)
+            script += datablock(f"d_{key}_all", every)
+    script += ("set multiplot layout 2,2 title 'fio (libiscsi and nbd engines), by queue depth "
                "(line: best round, +: every round)'\n")
     script += "set logscale x 2\nset xlabel 'queue depth'\nset grid\nset key top left\nset yrange [0:*]\n"
     for wl, name in WORKLOADS:
         col, unit = (2, "IOPS") if wl.startswith("4k") else (3, "MB/s")
         script += f"set title '{name}'\nset ylabel '{unit}'\n"
-        series = [plot_series(f"d_{wl.replace('-', '_')}_{s}", col, STYLES[s], s)
-                  for s in ("tgt", "openarray")]
+        series = [plot_series(f"d_{wl}_{s}".replace("-", "_"), col, STYLES[s], TITLES[s])
+                  for s in systems]
         script += "plot " + ", ".join(series) + "\n"
     script += "unset multiplot\n"
     gnuplot(script)

@@ -209,6 +209,28 @@ class Report(TempFiles):
         # Faster headline reads: 0.67 of them is not enough, whatever fio's reads.
         self.assertTrue(goal(120000).endswith("| **no** |"))
 
+    def matrix(self, lines):
+        """Section 1 made from these results.tsv lines."""
+        path = self.write("results.tsv", "\n".join(lines) + "\n")
+        out = []
+        matrix_report.section_matrix(matrix_report.load_results(path), out)
+        return out
+
+    def test_nbd_export_beside_both_targets_where_measured(self):
+        iscsi = [
+            "matrix\topenarray\t4k-randread\t32\t120000\t491.5\t200\t-\t300\t400\t3.0\t8.0\t0.03",
+            "matrix\ttgt\t4k-randread\t32\t40000\t163.8\t700\t-\t900\t990\t20.0\t9.0\t1.90",
+        ]
+        without = self.matrix(iscsi)
+        self.assertIn("| workload | QD | tgt | openarray |", without)
+        self.assertFalse(any("NBD" in line for line in without))
+        out = self.matrix(iscsi + [
+            "matrix\topenarray-nbd\t4k-randread\t32\t150000\t614.4\t150\t-\t250\t350\t2.0\t7.0\t-"])
+        self.assertIn("| workload | QD | tgt | openarray | openarray NBD |", out)
+        self.assertIn("| 4K random read | 32 | 700 / 900 / 990 | 200 / 300 / 400 | 150 / 250 / 350 |", out)
+        row = next(line for line in out if line.startswith("| 4K random read | 32 | 150 000"))
+        self.assertEqual(row, "| 4K random read | 32 | 150 000 | 1.25 | 3.75 | 614 | 2.0 | 3.0 | 7.0 / 8.0 |")
+
     def test_o_direct_is_held_against_fio_at_the_same_depth_beside_its_qd16_figure(self):
         lines = [
             "direct\tfio-io_uring\t4k-randread\t32\t100000\t-\t-\t-\t-\t-\t-\t-\t-",
