@@ -18,12 +18,17 @@
 # All servers run from the start and each row runs on each server in turn,
 # so that the figures of one row are taken minutes apart at most, not a
 # whole server's rows apart: on a shared machine the load changes faster.
+# The whole set runs ROUNDS times, the servers' order turning each round;
+# the report keeps each server's best round of a row (highest IOPS, with
+# that round's CPU figures), as bench/matrix.sh does, and lists the ratio
+# of every round, so a run shows how far the figures move.
 #
 # Usage: bench/nbd.sh
 # Environment (all optional):
 #   SECONDS_PER_RUN=5    length of each fio run
 #   SERVERS="openarray qemu-nbd nbdkit"
 #   JOBS="1 2"           fio jobs (connections) per row
+#   ROUNDS=3             times the whole set runs
 #   OPENARRAY=PATH       a built openarray (default: cargo build --release)
 #   BENCH_OUT=docs/bench/nbd.md  where the report goes
 set -euo pipefail
@@ -32,6 +37,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 SERVERS=${SERVERS:-"openarray qemu-nbd nbdkit"}
 JOBS=${JOBS:-"1 2"}
+ROUNDS=${ROUNDS:-3}
 BENCH_OUT=${BENCH_OUT:-$ROOT/docs/bench/nbd.md}
 SIZE_MIB=1024
 CLK_TCK=$(getconf CLK_TCK)
@@ -171,27 +177,72 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 log "one loopback TCP stream (iperf3)"
 TCP_MIBS=$(tcp_stream)
 log "TCP stream: $TCP_MIBS MiB/s"
-declare -A RESULT STREAM
+# RESULT: each server's best round of a row; ROUND: every round's result;
+# STREAM: the fastest stream measured before a 1M row.
+declare -A RESULT ROUND STREAM
 for server in $SERVERS; do
     PORT[$server]=$(free_port)
     log "$server on port ${PORT[$server]}"
     start_server "$server" "${PORT[$server]}"
 done
-for row in "${ROWS[@]}"; do
-    read -r rw bs qd <<<"$row"
-    for jobs in $JOBS; do
-        # The stream again just before each 1M row: the load may have
-        # changed since the first.
-        if [ "$bs" != 4k ]; then
-            STREAM["$row|$jobs"]=$(tcp_stream)
-            log "TCP stream: ${STREAM["$row|$jobs"]} MiB/s"
-        fi
-        for server in $SERVERS; do
-            RESULT["$server|$row|$jobs"]=$(run_fio "$server" "$rw" "$bs" "$qd" "$jobs")
-            log "$server $rw $bs QD$qd ${jobs}j: ${RESULT["$server|$row|$jobs"]}"
+
+# The servers in round $1's order: turned by one place each round.
+servers_in_round() {
+    local -a all
+    read -r -a all <<<"$SERVERS"
+    local n=${#all[@]} i
+    for ((i = 0; i < n; i++)); do printf '%s ' "${all[(i + $1) % n]}"; done
+}
+
+# The first field (IOPS or MiB/s) of a result as a number, 0 for n/a.
+figure_of() { # result bs
+    local iops bw
+    IFS='|' read -r iops _ bw _ _ <<<"$1"
+    local v=$iops
+    [ "$2" = 4k ] || v=$bw
+    [[ "$v" =~ ^[0-9]+$ ]] && echo "$v" || echo 0
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+    log "round $round of $ROUNDS"
+    for row in "${ROWS[@]}"; do
+        read -r rw bs qd <<<"$row"
+        for jobs in $JOBS; do
+            # The stream again just before each 1M row: the load may have
+            # changed since the first.
+            if [ "$bs" != 4k ]; then
+                mibs=$(tcp_stream)
+                log "TCP stream: $mibs MiB/s"
+                if [[ "$mibs" =~ ^[0-9]+$ ]] && [ "$mibs" -gt "${STREAM["$row|$jobs"]:-0}" ]; then
+                    STREAM["$row|$jobs"]=$mibs
+                fi
+            fi
+            for server in $(servers_in_round "$round"); do
+                key="$server|$row|$jobs"
+                ROUND["$key|$round"]=$(run_fio "$server" "$rw" "$bs" "$qd" "$jobs")
+                log "$server $rw $bs QD$qd ${jobs}j: ${ROUND["$key|$round"]}"
+                if [ -z "${RESULT[$key]:-}" ] ||
+                    [ "$(figure_of "${ROUND["$key|$round"]}" "$bs")" -gt "$(figure_of "${RESULT[$key]}" "$bs")" ]; then
+                    RESULT[$key]=${ROUND["$key|$round"]}
+                fi
+            done
         done
     done
 done
+
+# openarray's figure of a row against the best peer's, from results
+# named by suffix $4 ("" for the best rounds, "|N" for round N).
+against_peers() { # row jobs bs suffix
+    local best=0 value server source
+    for server in $SERVERS; do
+        [ "$server" != openarray ] || continue
+        if [ -z "$4" ]; then source=${RESULT["$server|$1|$2"]:-}; else source=${ROUND["$server|$1|$2$4"]:-}; fi
+        value=$(figure_of "$source" "$3")
+        [ "$value" -le "$best" ] || best=$value
+    done
+    if [ -z "$4" ]; then source=${RESULT["openarray|$1|$2"]:-}; else source=${ROUND["openarray|$1|$2$4"]:-}; fi
+    ratio "$(figure_of "$source" "$3")" "$best"
+}
 
 {
     echo "# NBD: openarray, qemu-nbd and nbdkit on one tmpfs file"
@@ -200,14 +251,17 @@ done
     echo "($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), ${SECONDS_PER_RUN} s per row"
     echo "after a 1 s ramp; fio $(fio --version | sed 's/fio-//') with its nbd engine (libnbd),"
     echo "$(qemu-nbd --version | head -1), $(nbdkit --version | head -1)."
-    echo "All three servers run throughout; each row runs on each in turn."
+    echo "All three servers run throughout; each row runs on each in turn,"
+    echo "and the whole set $ROUNDS time(s), the servers' order turning each"
+    echo "round. Each server's best round of a row is shown (highest figure,"
+    echo "with that round's CPU figures); the last table gives every round."
     echo "IOPS (MiB/s for the 1M rows), the server's CPU time per I/O in µs"
     echo "(all its threads), fio's CPU use (usr+sys % per job, \"fio %\") and"
     echo "the whole machine's busy share (all cores, \"busy %\"): near 100, the"
     echo "cores, shared by client and server, are the limit, not the client alone."
     echo "One loopback TCP stream (iperf3, same run, ${SECONDS_PER_RUN} s): $TCP_MIBS MiB/s"
-    echo "at the start; the last column holds each 1M row against a stream"
-    echo "measured just before that row (its MiB/s in brackets)."
+    echo "at the start; the last column holds each 1M row against the fastest"
+    echo "of the streams measured just before that row (its MiB/s in brackets)."
     echo "One job is one connection and one libnbd thread,"
     echo "which caps near a core's worth of client work; two jobs, two of each."
     echo "qemu-nbd runs \`--cache=writeback --aio=io_uring --shared=16\` (tmpfs"
@@ -225,26 +279,36 @@ done
         read -r rw bs qd <<<"$row"
         for jobs in $JOBS; do
             printf '| %s %s QD%s | %s |' "$rw" "$bs" "$qd" "$jobs"
-            best=0
             for server in $SERVERS; do
                 IFS='|' read -r iops us bw client busy <<<"${RESULT["$server|$row|$jobs"]}"
                 figure=$iops
                 [ "$bs" = 4k ] || figure="$bw MiB/s"
                 printf ' %s | %s | %s | %s |' "$figure" "$us" "$client" "$busy"
-                value=$iops
-                [ "$bs" = 4k ] || value=$bw
-                if [ "$server" != openarray ] && [[ "$value" =~ ^[0-9]+$ ]] && [ "$value" -gt "$best" ]; then
-                    best=$value
-                fi
             done
-            IFS='|' read -r iops _ bw _ _ <<<"${RESULT["openarray|$row|$jobs"]:-n/a|n/a|n/a|n/a|n/a}"
-            mine=$iops
             stream=-
             [ "$bs" = 4k ] || {
-                mine=$bw
-                stream="$(ratio "$bw" "${STREAM["$row|$jobs"]}") (${STREAM["$row|$jobs"]})"
+                mine=$(figure_of "${RESULT["openarray|$row|$jobs"]:-}" "$bs")
+                stream="$(ratio "$mine" "${STREAM["$row|$jobs"]:-}") (${STREAM["$row|$jobs"]:-n/a})"
             }
-            echo " $(ratio "$mine" "$best") | $stream |"
+            echo " $(against_peers "$row" "$jobs" "$bs" "") | $stream |"
+        done
+    done
+    echo
+    echo "Every round: openarray / best peer in that round (the same servers'"
+    echo "figures of one round, taken minutes apart)."
+    echo
+    printf '| workload | jobs |'
+    for round in $(seq 1 "$ROUNDS"); do printf ' round %s |' "$round"; done
+    echo
+    printf '| --- | --- |'
+    for _ in $(seq 1 "$ROUNDS"); do printf ' ---: |'; done
+    echo
+    for row in "${ROWS[@]}"; do
+        read -r rw bs qd <<<"$row"
+        for jobs in $JOBS; do
+            printf '| %s %s QD%s | %s |' "$rw" "$bs" "$qd" "$jobs"
+            for round in $(seq 1 "$ROUNDS"); do printf ' %s |' "$(against_peers "$row" "$jobs" "$bs" "|$round")"; done
+            echo
         done
     done
 } >"$BENCH_OUT"
