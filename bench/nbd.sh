@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # NBD servers side by side on the same machine and the same 1 GiB file on
 # tmpfs: openarray's NBD export, qemu-nbd and nbdkit's file plugin, driven
-# by fio's nbd engine (libnbd), one job (one connection) and two jobs (two
-# connections) per row:
+# by fio's nbd engine (libnbd), one, two and four jobs (each job its own
+# connection) per row:
 #   - 4K randread and randwrite at QD 1, 32 and 128,
 #   - 1M sequential read and write at QD 8,
 # with IOPS and the server's CPU time per I/O (utime+stime of the server
@@ -13,7 +13,8 @@
 #
 # fio's nbd engine runs one libnbd thread per job, which saturates a core
 # near 80K IOPS on this kind of machine: one-job rows measure the client as
-# much as the server; the two-job rows show more of the server.
+# much as the server; the rows of several jobs show more of the server, and
+# where the cores are full, how much of them the server leaves to clients.
 #
 # All servers run from the start and each row runs on each server in turn,
 # so that the figures of one row are taken minutes apart at most, not a
@@ -27,7 +28,7 @@
 # Environment (all optional):
 #   SECONDS_PER_RUN=5    length of each fio run
 #   SERVERS="openarray qemu-nbd nbdkit"
-#   JOBS="1 2"           fio jobs (connections) per row
+#   JOBS="1 2 4"         fio jobs (connections) per row
 #   ROUNDS=3             times the whole set runs
 #   OPENARRAY=PATH       a built openarray (default: cargo build --release)
 #   BENCH_OUT=docs/bench/nbd.md  where the report goes
@@ -36,7 +37,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 SERVERS=${SERVERS:-"openarray qemu-nbd nbdkit"}
-JOBS=${JOBS:-"1 2"}
+JOBS=${JOBS:-"1 2 4"}
 ROUNDS=${ROUNDS:-3}
 BENCH_OUT=${BENCH_OUT:-$ROOT/docs/bench/nbd.md}
 SIZE_MIB=1024
@@ -263,7 +264,8 @@ against_peers() { # row jobs bs suffix
     echo "at the start; the last column holds each 1M row against the fastest"
     echo "of the streams measured just before that row (its MiB/s in brackets)."
     echo "One job is one connection and one libnbd thread,"
-    echo "which caps near a core's worth of client work; two jobs, two of each."
+    echo "which caps near a core's worth of client work; two and four jobs, two"
+    echo "and four of each."
     echo "qemu-nbd runs \`--cache=writeback --aio=io_uring --shared=16\` (tmpfs"
     echo "refuses the O_DIRECT of \`--cache=none\`); nbdkit the file plugin with"
     echo "its defaults (parallel thread model). Load average (1, 5, 15 min)"
