@@ -214,17 +214,16 @@ def section_matrix(rows, out):
                "| tgt MB/s | openarray MB/s | tgt µs CPU/IO | openarray µs CPU/IO "
                "| CPU oa/tgt | fio µs CPU/IO (tgt / openarray) |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for wl, name in WORKLOADS:
-        for qd in depths(rows):
-            t = find(rows, "matrix", "tgt", wl, qd)
-            o = find(rows, "matrix", "openarray", wl, qd)
-            out.append(
-                f"| {name} | {qd} | {fmt(get(t, 'iops'))} | {fmt(get(o, 'iops'))} "
+
+    def against_tgt(name, qd, t, o):
+        return (f"| {name} | {qd} | {fmt(get(t, 'iops'))} | {fmt(get(o, 'iops'))} "
                 f"| {fmt(ratio(get(o, 'iops'), get(t, 'iops')), 2)} "
                 f"| {fmt(get(t, 'mbps'))} | {fmt(get(o, 'mbps'))} "
                 f"| {fmt(get(t, 'cpu'), 1)} | {fmt(get(o, 'cpu'), 1)} "
                 f"| {fmt(ratio(get(o, 'cpu'), get(t, 'cpu')), 2)} "
                 f"| {fmt(get(t, 'client_cpu'), 1)} / {fmt(get(o, 'client_cpu'), 1)} |")
+
+    out.extend(matrix_lines(rows, ("tgt", "openarray"), against_tgt))
     out.append("")
     out.append("Latency seen by fio from submission to completion (µs): p50 / p99 / p99.9\n")
     systems = matrix_systems(rows)
@@ -236,12 +235,17 @@ def section_matrix(rows, out):
             return "–"
         return " / ".join(fmt(get(r, c)) for c in ("p50", "p99", "p999"))
 
-    for wl, name in WORKLOADS:
-        for qd in depths(rows):
-            out.append(f"| {name} | {qd} | "
-                       + " | ".join(lat(find(rows, "matrix", s, wl, qd)) for s in systems) + " |")
+    out.extend(matrix_lines(rows, systems, lambda name, qd, *found: (
+        f"| {name} | {qd} | " + " | ".join(lat(r) for r in found) + " |")))
     section_matrix_nbd(rows, out)
     out.append("\n![IOPS vs depth](iops-vs-depth.png)\n")
+
+
+def matrix_lines(rows, systems, line):
+    """One table line per workload and depth of the fio matrix: `line`
+    gets the workload's name, the depth and each system's best round."""
+    return [line(name, qd, *(find(rows, "matrix", s, wl, qd) for s in systems))
+            for wl, name in WORKLOADS for qd in depths(rows)]
 
 
 def matrix_systems(rows):
@@ -261,17 +265,15 @@ def section_matrix_nbd(rows, out):
     out.append("| workload | QD | NBD IOPS | NBD / openarray iSCSI | NBD / tgt | NBD MB/s "
                "| NBD µs CPU/IO | iSCSI µs CPU/IO | fio µs CPU/IO (NBD / iSCSI) |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for wl, name in WORKLOADS:
-        for qd in depths(rows):
-            n = find(rows, "matrix", "openarray-nbd", wl, qd)
-            o = find(rows, "matrix", "openarray", wl, qd)
-            t = find(rows, "matrix", "tgt", wl, qd)
-            out.append(
-                f"| {name} | {qd} | {fmt(get(n, 'iops'))} "
+
+    def nbd_line(name, qd, n, o, t):
+        return (f"| {name} | {qd} | {fmt(get(n, 'iops'))} "
                 f"| {fmt(ratio(get(n, 'iops'), get(o, 'iops')), 2)} "
                 f"| {fmt(ratio(get(n, 'iops'), get(t, 'iops')), 2)} | {fmt(get(n, 'mbps'))} "
                 f"| {fmt(get(n, 'cpu'), 1)} | {fmt(get(o, 'cpu'), 1)} "
                 f"| {fmt(get(n, 'client_cpu'), 1)} / {fmt(get(o, 'client_cpu'), 1)} |")
+
+    out.extend(matrix_lines(rows, ("openarray-nbd", "openarray", "tgt"), nbd_line))
 
 
 def section_sessions(rows, out):
