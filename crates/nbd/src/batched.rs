@@ -508,20 +508,7 @@ impl Answerer<'_> {
     fn queue(&self, req: Answering, outcome: Outcome, out: &mut Outbox) {
         if let Outcome::Done = outcome {
             let mark = out.mark();
-            let b = out.scratch();
-            match self.framing {
-                // (See reply::encode: no READ ends here.)
-                Framing::Simple | Framing::Structured => wire::put_simple_reply(b, 0, req.cookie),
-                Framing::Extended => wire::put_chunk_header(
-                    b,
-                    true,
-                    REPLY_FLAG_DONE,
-                    REPLY_TYPE_NONE,
-                    req.cookie,
-                    req.offset,
-                    0,
-                ),
-            }
+            reply::put_done(self.framing, req, out.scratch());
             out.commit(mark);
             return;
         }

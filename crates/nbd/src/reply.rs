@@ -15,24 +15,43 @@ pub(crate) struct Answering {
 }
 
 /// The reply to `req` as buffers to write one after another.
-///
-/// A success without payload gets a simple reply where structured
-/// replies allow one (any request but a READ, which always ends in
-/// `Outcome::Read`): 16 bytes that libnbd takes with one `recv`, where a
-/// chunk header costs it two. Extended headers allow no simple reply.
 pub(crate) fn encode(framing: Framing, req: Answering, outcome: Outcome) -> Vec<Bytes> {
-    match (framing, outcome) {
-        (Framing::Simple, outcome) | (Framing::Structured, outcome @ Outcome::Done) => {
-            simple(req, outcome)
-        }
-        (Framing::Structured, outcome) => structured(false, req, outcome),
-        (Framing::Extended, outcome) => structured(true, req, outcome),
+    match framing {
+        Framing::Simple => simple(req, outcome),
+        Framing::Structured => structured(false, req, outcome),
+        Framing::Extended => structured(true, req, outcome),
+    }
+}
+
+fn done(framing: Framing, req: Answering) -> Vec<Bytes> {
+    let mut b = Vec::with_capacity(32);
+    put_done(framing, req, &mut b);
+    vec![b.into()]
+}
+
+/// Appends the reply to a success without payload (`Outcome::Done`) to
+/// `b`. It is a simple reply wherever structured replies allow one (any
+/// request but a READ, which always ends in `Outcome::Read`): 16 bytes
+/// that libnbd takes with one `recv`, where a chunk header costs it two.
+/// Extended headers allow no simple reply.
+pub(crate) fn put_done(framing: Framing, req: Answering, b: &mut Vec<u8>) {
+    match framing {
+        Framing::Simple | Framing::Structured => wire::put_simple_reply(b, 0, req.cookie),
+        Framing::Extended => wire::put_chunk_header(
+            b,
+            true,
+            REPLY_FLAG_DONE,
+            REPLY_TYPE_NONE,
+            req.cookie,
+            req.offset,
+            0,
+        ),
     }
 }
 
 fn simple(req: Answering, outcome: Outcome) -> Vec<Bytes> {
     match outcome {
-        Outcome::Done => vec![wire::simple_reply(0, req.cookie).into()],
+        Outcome::Done => done(Framing::Simple, req),
         Outcome::Failed { error, .. } => vec![wire::simple_reply(error, req.cookie).into()],
         // Simple replies carry a read as one run of bytes, holes as zeros.
         Outcome::Read { buf, .. } => vec![wire::simple_reply(0, req.cookie).into(), buf.into()],
@@ -46,7 +65,14 @@ fn structured(ext: bool, req: Answering, outcome: Outcome) -> Vec<Bytes> {
         wire::chunk_header(ext, flags, kind, req.cookie, req.offset, len as u64).into()
     };
     match outcome {
-        Outcome::Done => vec![header(REPLY_FLAG_DONE, REPLY_TYPE_NONE, 0)],
+        Outcome::Done => done(
+            if ext {
+                Framing::Extended
+            } else {
+                Framing::Structured
+            },
+            req,
+        ),
         Outcome::Failed { error, message } => {
             let p = wire::error_payload(error, &message);
             vec![header(REPLY_FLAG_DONE, REPLY_TYPE_ERROR, p.len()), p.into()]
