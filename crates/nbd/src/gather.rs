@@ -18,11 +18,12 @@
 //! flight than the batch, or have paused). The batch is then capped at what
 //! had come, or at half the batch if more (a client that stalled for a
 //! moment has not fewer in flight); the cap rises again by one after
-//! [`PATIENCE`] batches filled quickly at it, and that patience doubles with each such timeout, so a
-//! client that keeps fewer in flight meets the timer ever more rarely and a
-//! client that merely paused soon gathers as before. Whether to gather at all is the trial's
-//! call (`crate::spin`): it gathers only where that served at least as
-//! many requests as sleeping on each one.
+//! [`PATIENCE`] batches filled quickly at it, and that patience doubles
+//! with each such timeout, so a client that keeps fewer in flight meets
+//! the timer ever more rarely and a client that merely paused soon gathers
+//! as before. Whether to gather at all is the trial's call (`crate::spin`):
+//! it gathers only where that served nearly as many requests as sleeping
+//! on each one.
 //!
 //! A unix socket reports itself readable at its first byte whatever the
 //! mark, so there every wait "runs out" at once and the batch falls to

@@ -95,7 +95,7 @@ pub(crate) struct SpinPolicy {
 enum Phase {
     /// Polling as the last trial found, until the next.
     Hold,
-    /// The first half of a trial.
+    /// The first part of a trial.
     Sleeping,
     /// The second part, with the requests a second the first served.
     Polling { sleeping_rate: f64 },
