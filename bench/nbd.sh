@@ -234,15 +234,19 @@ done
 # openarray's figure of a row against the best peer's, from results
 # named by suffix $4 ("" for the best rounds, "|N" for round N).
 against_peers() { # row jobs bs suffix
-    local best=0 value server source
+    local best=0 value server
     for server in $SERVERS; do
         [ "$server" != openarray ] || continue
-        if [ -z "$4" ]; then source=${RESULT["$server|$1|$2"]:-}; else source=${ROUND["$server|$1|$2$4"]:-}; fi
-        value=$(figure_of "$source" "$3")
+        value=$(figure_of "$(result_of "$server|$1|$2" "$4")" "$3")
         [ "$value" -le "$best" ] || best=$value
     done
-    if [ -z "$4" ]; then source=${RESULT["openarray|$1|$2"]:-}; else source=${ROUND["openarray|$1|$2$4"]:-}; fi
-    ratio "$(figure_of "$source" "$3")" "$best"
+    ratio "$(figure_of "$(result_of "openarray|$1|$2" "$4")" "$3")" "$best"
+}
+
+# The result of a server's row: its best round (suffix ""), or round N
+# (suffix "|N").
+result_of() { # server|row|jobs suffix
+    if [ -z "$2" ]; then echo "${RESULT["$1"]:-}"; else echo "${ROUND["$1$2"]:-}"; fi
 }
 
 {
