@@ -8,8 +8,8 @@
 # with IOPS and the server's CPU time per I/O (utime+stime of the server
 # process, all threads, from /proc/PID/stat before and after each run), and
 # fio's own CPU use (usr+sys, as fio reports it per job) to tell a client
-# at its limit. One loopback TCP stream (iperf3) measured in the same run
-# is the bound the 1M rows are held against.
+# at its limit. One loopback TCP stream (iperf3), measured before each 1M
+# row in each round, is the bound the 1M rows are held against.
 #
 # fio's nbd engine runs one libnbd thread per job, which saturates a core
 # near 80K IOPS on this kind of machine: one-job rows measure the client as
@@ -20,16 +20,20 @@
 # so that the figures of one row are taken minutes apart at most, not a
 # whole server's rows apart: on a shared machine the load changes faster.
 # The whole set runs ROUNDS times, the servers' order turning each round;
-# the report keeps each server's best round of a row (highest IOPS, with
-# that round's CPU figures), as bench/matrix.sh does, and lists the ratio
-# of every round, so a run shows how far the figures move.
+# the report keeps each server's median round of a row (median IOPS, with
+# that round's CPU figures), gives the ratio of the best rounds beside it,
+# as bench/matrix.sh reports them, and lists the ratio of every round, so
+# a run shows how far the figures move. The median, because the best of a
+# few rounds favours whichever server's figures scatter most: a server
+# whose rounds spread over 100-135K beats one steady at 125-130K by its
+# one lucky round.
 #
 # Usage: bench/nbd.sh
 # Environment (all optional):
 #   SECONDS_PER_RUN=5    length of each fio run
 #   SERVERS="openarray qemu-nbd nbdkit"
 #   JOBS="1 2 4"         fio jobs (connections) per row
-#   ROUNDS=3             times the whole set runs
+#   ROUNDS=5             times the whole set runs
 #   OPENARRAY=PATH       a built openarray (default: cargo build --release)
 #   BENCH_OUT=docs/bench/nbd.md  where the report goes
 set -euo pipefail
@@ -38,7 +42,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 SERVERS=${SERVERS:-"openarray qemu-nbd nbdkit"}
 JOBS=${JOBS:-"1 2 4"}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 BENCH_OUT=${BENCH_OUT:-$ROOT/docs/bench/nbd.md}
 SIZE_MIB=1024
 CLK_TCK=$(getconf CLK_TCK)
@@ -178,9 +182,10 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 log "one loopback TCP stream (iperf3)"
 TCP_MIBS=$(tcp_stream)
 log "TCP stream: $TCP_MIBS MiB/s"
-# RESULT: each server's best round of a row; ROUND: every round's result;
-# STREAM: the fastest stream measured before a 1M row.
-declare -A RESULT ROUND STREAM
+# RESULT: each server's median round of a row; BEST: its best round;
+# ROUND: every round's result; STREAMS: the streams measured before a 1M
+# row, STREAM: their median.
+declare -A RESULT BEST ROUND STREAMS STREAM
 for server in $SERVERS; do
     PORT[$server]=$(free_port)
     log "$server on port ${PORT[$server]}"
@@ -214,25 +219,41 @@ for round in $(seq 1 "$ROUNDS"); do
             if [ "$bs" != 4k ]; then
                 mibs=$(tcp_stream)
                 log "TCP stream: $mibs MiB/s"
-                if [[ "$mibs" =~ ^[0-9]+$ ]] && [ "$mibs" -gt "${STREAM["$row|$jobs"]:-0}" ]; then
-                    STREAM["$row|$jobs"]=$mibs
-                fi
+                [[ ! "$mibs" =~ ^[0-9]+$ ]] || STREAMS["$row|$jobs"]+=" $mibs"
             fi
             for server in $(servers_in_round "$round"); do
                 key="$server|$row|$jobs"
                 ROUND["$key|$round"]=$(run_fio "$server" "$rw" "$bs" "$qd" "$jobs")
                 log "$server $rw $bs QD$qd ${jobs}j: ${ROUND["$key|$round"]}"
-                if [ -z "${RESULT[$key]:-}" ] ||
-                    [ "$(figure_of "${ROUND["$key|$round"]}" "$bs")" -gt "$(figure_of "${RESULT[$key]}" "$bs")" ]; then
-                    RESULT[$key]=${ROUND["$key|$round"]}
-                fi
             done
         done
     done
 done
 
+# A server's rounds of a row, best first: "figure round" lines.
+rounds_by_figure() { # server|row|jobs bs
+    local round
+    for round in $(seq 1 "$ROUNDS"); do
+        echo "$(figure_of "${ROUND["$1|$round"]:-}" "$2") $round"
+    done | sort -rn
+}
+for key in "${!ROUND[@]}"; do
+    [ "${key##*|}" = 1 ] || continue
+    key=${key%|1}
+    IFS='|' read -r _ row _ <<<"$key"
+    read -r _ bs _ <<<"$row"
+    # The lower middle round where the number of rounds is even.
+    RESULT[$key]=${ROUND["$key|$(rounds_by_figure "$key" "$bs" | sed -n "$((ROUNDS / 2 + 1))p" | cut -d' ' -f2)"]}
+    BEST[$key]=${ROUND["$key|$(rounds_by_figure "$key" "$bs" | sed -n 1p | cut -d' ' -f2)"]}
+done
+for key in "${!STREAMS[@]}"; do
+    # shellcheck disable=SC2086 # one stream per word
+    STREAM[$key]=$(printf '%s\n' ${STREAMS[$key]} | sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
+done
+
 # openarray's figure of a row against the best peer's, from results
-# named by suffix $4 ("" for the best rounds, "|N" for round N).
+# named by suffix $4 ("" for the median rounds, "best" for the best
+# rounds, "|N" for round N).
 against_peers() { # row jobs bs suffix
     local best=0 value server
     for server in $SERVERS; do
@@ -243,10 +264,14 @@ against_peers() { # row jobs bs suffix
     ratio "$(figure_of "$(result_of "openarray|$1|$2" "$4")" "$3")" "$best"
 }
 
-# The result of a server's row: its best round (suffix ""), or round N
-# (suffix "|N").
+# The result of a server's row: its median round (suffix ""), its best
+# (suffix "best") or round N (suffix "|N").
 result_of() { # server|row|jobs suffix
-    if [ -z "$2" ]; then echo "${RESULT["$1"]:-}"; else echo "${ROUND["$1$2"]:-}"; fi
+    case "$2" in
+    "") echo "${RESULT["$1"]:-}" ;;
+    best) echo "${BEST["$1"]:-}" ;;
+    *) echo "${ROUND["$1$2"]:-}" ;;
+    esac
 }
 
 {
@@ -258,15 +283,18 @@ result_of() { # server|row|jobs suffix
     echo "$(qemu-nbd --version | head -1), $(nbdkit --version | head -1)."
     echo "All three servers run throughout; each row runs on each in turn,"
     echo "and the whole set $ROUNDS time(s), the servers' order turning each"
-    echo "round. Each server's best round of a row is shown (highest figure,"
-    echo "with that round's CPU figures); the last table gives every round."
+    echo "round. Each server's median round of a row is shown (median figure,"
+    echo "with that round's CPU figures); \"best rounds\" holds openarray's best"
+    echo "round against the best peer's best, and the last table gives every"
+    echo "round."
     echo "IOPS (MiB/s for the 1M rows), the server's CPU time per I/O in µs"
     echo "(all its threads), fio's CPU use (usr+sys % per job, \"fio %\") and"
     echo "the whole machine's busy share (all cores, \"busy %\"): near 100, the"
     echo "cores, shared by client and server, are the limit, not the client alone."
     echo "One loopback TCP stream (iperf3, same run, ${SECONDS_PER_RUN} s): $TCP_MIBS MiB/s"
-    echo "at the start; the last column holds each 1M row against the fastest"
-    echo "of the streams measured just before that row (its MiB/s in brackets)."
+    echo "at the start; the last column holds each 1M row against the median"
+    echo "of the streams measured just before that row in each round (its MiB/s"
+    echo "in brackets)."
     echo "One job is one connection and one libnbd thread,"
     echo "which caps near a core's worth of client work; two and four jobs, two"
     echo "and four of each."
@@ -277,10 +305,10 @@ result_of() { # server|row|jobs suffix
     echo
     printf '| workload | jobs |'
     for server in $SERVERS; do printf ' %s | µs/IO | fio %% | busy %% |' "$server"; done
-    echo " openarray / best peer | openarray / TCP stream |"
+    echo " openarray / best peer | best rounds | openarray / TCP stream |"
     printf '| --- | --- |'
     for _ in $SERVERS; do printf ' ---: | ---: | ---: | ---: |'; done
-    echo " ---: | ---: |"
+    echo " ---: | ---: | ---: |"
     for row in "${ROWS[@]}"; do
         read -r rw bs qd <<<"$row"
         for jobs in $JOBS; do
@@ -296,7 +324,7 @@ result_of() { # server|row|jobs suffix
                 mine=$(figure_of "${RESULT["openarray|$row|$jobs"]:-}" "$bs")
                 stream="$(ratio "$mine" "${STREAM["$row|$jobs"]:-}") (${STREAM["$row|$jobs"]:-n/a})"
             }
-            echo " $(against_peers "$row" "$jobs" "$bs" "") | $stream |"
+            echo " $(against_peers "$row" "$jobs" "$bs" "") | $(against_peers "$row" "$jobs" "$bs" best) | $stream |"
         done
     done
     echo
