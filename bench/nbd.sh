@@ -246,10 +246,23 @@ for key in "${!ROUND[@]}"; do
     RESULT[$key]=${ROUND["$key|$(rounds_by_figure "$key" "$bs" | sed -n "$((ROUNDS / 2 + 1))p" | cut -d' ' -f2)"]}
     BEST[$key]=${ROUND["$key|$(rounds_by_figure "$key" "$bs" | sed -n 1p | cut -d' ' -f2)"]}
 done
+# The median of numbers given one per line (the lower middle one of an
+# even count); nothing for none.
+median() { grep -E '^[0-9.]+$' | sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
 for key in "${!STREAMS[@]}"; do
     # shellcheck disable=SC2086 # one stream per word
-    STREAM[$key]=$(printf '%s\n' ${STREAMS[$key]} | sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
+    STREAM[$key]=$(printf '%s\n' ${STREAMS[$key]} | median)
 done
+# A server's CPU per I/O in a row, the median of its rounds: CPU time
+# moves with the machine's load more than IOPS do, and the CPU of the
+# median-IOPS round is one sample of it.
+cpu_median() { # server|row|jobs
+    local round
+    for round in $(seq 1 "$ROUNDS"); do
+        IFS='|' read -r _ us _ _ _ <<<"${ROUND["$1|$round"]:-}"
+        echo "$us"
+    done | median
+}
 
 # openarray's figure of a row against the best peer's, from results
 # named by suffix $4 ("" for the median rounds, "best" for the best
@@ -325,6 +338,30 @@ result_of() { # server|row|jobs suffix
                 stream="$(ratio "$mine" "${STREAM["$row|$jobs"]:-}") (${STREAM["$row|$jobs"]:-n/a})"
             }
             echo " $(against_peers "$row" "$jobs" "$bs" "") | $(against_peers "$row" "$jobs" "$bs" best) | $stream |"
+        done
+    done
+    echo
+    echo "Server CPU per I/O, µs, each server's median over the rounds (all its"
+    echo "threads), and openarray's against the cheaper peer's."
+    echo
+    printf '| workload | jobs |'
+    for server in $SERVERS; do printf ' %s |' "$server"; done
+    echo " openarray / cheaper peer |"
+    printf '| --- | --- |'
+    for _ in $SERVERS; do printf ' ---: |'; done
+    echo " ---: |"
+    for row in "${ROWS[@]}"; do
+        read -r rw bs qd <<<"$row"
+        for jobs in $JOBS; do
+            printf '| %s %s QD%s | %s |' "$rw" "$bs" "$qd" "$jobs"
+            cheapest=""
+            for server in $SERVERS; do
+                us=$(cpu_median "$server|$row|$jobs")
+                printf ' %s |' "${us:-n/a}"
+                [ "$server" != openarray ] && [ -n "$us" ] || continue
+                if [ -z "$cheapest" ] || awk -v a="$us" -v b="$cheapest" 'BEGIN { exit !(a < b) }'; then cheapest=$us; fi
+            done
+            echo " $(ratio "$(cpu_median "openarray|$row|$jobs")" "$cheapest") |"
         done
     done
     echo
