@@ -230,25 +230,23 @@ for round in $(seq 1 "$ROUNDS"); do
     done
 done
 
-# A server's rounds of a row, best first: "figure round" lines.
-rounds_by_figure() { # server|row|jobs bs
-    local round
-    for round in $(seq 1 "$ROUNDS"); do
-        echo "$(figure_of "${ROUND["$1|$round"]:-}" "$2") $round"
-    done | sort -rn
-}
-for key in "${!ROUND[@]}"; do
-    [ "${key##*|}" = 1 ] || continue
-    key=${key%|1}
-    IFS='|' read -r _ row _ <<<"$key"
-    read -r _ bs _ <<<"$row"
-    # The lower middle round where the number of rounds is even.
-    RESULT[$key]=${ROUND["$key|$(rounds_by_figure "$key" "$bs" | sed -n "$((ROUNDS / 2 + 1))p" | cut -d' ' -f2)"]}
-    BEST[$key]=${ROUND["$key|$(rounds_by_figure "$key" "$bs" | sed -n 1p | cut -d' ' -f2)"]}
+# The line of median first field among lines that start with a number
+# (the lower middle one of an even count); nothing for none.
+median() { grep -E '^[0-9.]+( |$)' | sort -n | awk '{ v[NR] = $0 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
+# Each server's median and best round of a row, from "figure round" lines.
+for server in $SERVERS; do
+    for row in "${ROWS[@]}"; do
+        read -r _ bs _ <<<"$row"
+        for jobs in $JOBS; do
+            key="$server|$row|$jobs"
+            by_figure=$(for round in $(seq 1 "$ROUNDS"); do
+                echo "$(figure_of "${ROUND["$key|$round"]:-}" "$bs") $round"
+            done | sort -n)
+            RESULT[$key]=${ROUND["$key|$(median <<<"$by_figure" | cut -d' ' -f2)"]}
+            BEST[$key]=${ROUND["$key|$(tail -n 1 <<<"$by_figure" | cut -d' ' -f2)"]}
+        done
+    done
 done
-# The median of numbers given one per line (the lower middle one of an
-# even count); nothing for none.
-median() { grep -E '^[0-9.]+$' | sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
 for key in "${!STREAMS[@]}"; do
     # shellcheck disable=SC2086 # one stream per word
     STREAM[$key]=$(printf '%s\n' ${STREAMS[$key]} | median)
@@ -287,6 +285,54 @@ result_of() { # server|row|jobs suffix
     esac
 }
 
+# Prints a table row for each row and job count: its first two cells,
+# then the rest of the line from function $1, given row, jobs and bs.
+table_rows() { # cells_function
+    local row rw bs qd jobs
+    for row in "${ROWS[@]}"; do
+        read -r rw bs qd <<<"$row"
+        for jobs in $JOBS; do
+            printf '| %s %s QD%s | %s |' "$rw" "$bs" "$qd" "$jobs"
+            "$1" "$row" "$jobs" "$bs"
+        done
+    done
+}
+
+# The main table's cells: each server's median round, openarray against
+# the best peer, and a 1M row against the stream.
+main_cells() { # row jobs bs
+    local server iops us bw client busy figure stream=-
+    for server in $SERVERS; do
+        IFS='|' read -r iops us bw client busy <<<"${RESULT["$server|$1|$2"]}"
+        figure=$iops
+        [ "$3" = 4k ] || figure="$bw MiB/s"
+        printf ' %s | %s | %s | %s |' "$figure" "$us" "$client" "$busy"
+    done
+    [ "$3" = 4k ] ||
+        stream="$(ratio "$(figure_of "${RESULT["openarray|$1|$2"]:-}" "$3")" "${STREAM["$1|$2"]:-}") (${STREAM["$1|$2"]:-n/a})"
+    echo " $(against_peers "$1" "$2" "$3" "") | $(against_peers "$1" "$2" "$3" best) | $stream |"
+}
+
+# The CPU table's cells: each server's median CPU per I/O, and
+# openarray's against the cheaper peer's.
+cpu_cells() { # row jobs bs
+    local server us cheapest=""
+    for server in $SERVERS; do
+        us=$(cpu_median "$server|$1|$2")
+        printf ' %s |' "${us:-n/a}"
+        [ "$server" != openarray ] && [ -n "$us" ] || continue
+        if [ -z "$cheapest" ] || awk -v a="$us" -v b="$cheapest" 'BEGIN { exit !(a < b) }'; then cheapest=$us; fi
+    done
+    echo " $(ratio "$(cpu_median "openarray|$1|$2")" "$cheapest") |"
+}
+
+# The every-round table's cells.
+round_cells() { # row jobs bs
+    local round
+    for round in $(seq 1 "$ROUNDS"); do printf ' %s |' "$(against_peers "$1" "$2" "$3" "|$round")"; done
+    echo
+}
+
 {
     echo "# NBD: openarray, qemu-nbd and nbdkit on one tmpfs file"
     echo
@@ -322,24 +368,7 @@ result_of() { # server|row|jobs suffix
     printf '| --- | --- |'
     for _ in $SERVERS; do printf ' ---: | ---: | ---: | ---: |'; done
     echo " ---: | ---: | ---: |"
-    for row in "${ROWS[@]}"; do
-        read -r rw bs qd <<<"$row"
-        for jobs in $JOBS; do
-            printf '| %s %s QD%s | %s |' "$rw" "$bs" "$qd" "$jobs"
-            for server in $SERVERS; do
-                IFS='|' read -r iops us bw client busy <<<"${RESULT["$server|$row|$jobs"]}"
-                figure=$iops
-                [ "$bs" = 4k ] || figure="$bw MiB/s"
-                printf ' %s | %s | %s | %s |' "$figure" "$us" "$client" "$busy"
-            done
-            stream=-
-            [ "$bs" = 4k ] || {
-                mine=$(figure_of "${RESULT["openarray|$row|$jobs"]:-}" "$bs")
-                stream="$(ratio "$mine" "${STREAM["$row|$jobs"]:-}") (${STREAM["$row|$jobs"]:-n/a})"
-            }
-            echo " $(against_peers "$row" "$jobs" "$bs" "") | $(against_peers "$row" "$jobs" "$bs" best) | $stream |"
-        done
-    done
+    table_rows main_cells
     echo
     echo "Server CPU per I/O, µs, each server's median over the rounds (all its"
     echo "threads), and openarray's against the cheaper peer's."
@@ -350,20 +379,7 @@ result_of() { # server|row|jobs suffix
     printf '| --- | --- |'
     for _ in $SERVERS; do printf ' ---: |'; done
     echo " ---: |"
-    for row in "${ROWS[@]}"; do
-        read -r rw bs qd <<<"$row"
-        for jobs in $JOBS; do
-            printf '| %s %s QD%s | %s |' "$rw" "$bs" "$qd" "$jobs"
-            cheapest=""
-            for server in $SERVERS; do
-                us=$(cpu_median "$server|$row|$jobs")
-                printf ' %s |' "${us:-n/a}"
-                [ "$server" != openarray ] && [ -n "$us" ] || continue
-                if [ -z "$cheapest" ] || awk -v a="$us" -v b="$cheapest" 'BEGIN { exit !(a < b) }'; then cheapest=$us; fi
-            done
-            echo " $(ratio "$(cpu_median "openarray|$row|$jobs")" "$cheapest") |"
-        done
-    done
+    table_rows cpu_cells
     echo
     echo "Every round: openarray / best peer in that round (the same servers'"
     echo "figures of one round, taken minutes apart)."
@@ -374,13 +390,6 @@ result_of() { # server|row|jobs suffix
     printf '| --- | --- |'
     for _ in $(seq 1 "$ROUNDS"); do printf ' ---: |'; done
     echo
-    for row in "${ROWS[@]}"; do
-        read -r rw bs qd <<<"$row"
-        for jobs in $JOBS; do
-            printf '| %s %s QD%s | %s |' "$rw" "$bs" "$qd" "$jobs"
-            for round in $(seq 1 "$ROUNDS"); do printf ' %s |' "$(against_peers "$row" "$jobs" "$bs" "|$round")"; done
-            echo
-        done
-    done
+    table_rows round_cells
 } >"$BENCH_OUT"
 log "report: $BENCH_OUT"
