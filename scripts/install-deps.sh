@@ -55,8 +55,10 @@ fi
 # scripts/ceph-fixture.sh when it starts one.
 build_missing=()
 [ -e /usr/include/rbd/librbd.h ] || build_missing+=(librbd-dev)
+# libclang-cpp (pulled in by other LLVM packages) is not libclang.
 compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null ||
-  compgen -G '/usr/lib/*/libclang*.so*' >/dev/null || build_missing+=(libclang-dev)
+  compgen -G '/usr/lib/*/libclang.so*' >/dev/null ||
+  compgen -G '/usr/lib/*/libclang-[0-9]*.so*' >/dev/null || build_missing+=(libclang-dev)
 if [ ${#build_missing[@]} -gt 0 ]; then
   echo "installing: ${build_missing[*]}"
   apt_install "${build_missing[@]}"
