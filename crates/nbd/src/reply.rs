@@ -18,8 +18,7 @@ pub(crate) struct Answering {
 pub(crate) fn encode(framing: Framing, req: Answering, outcome: Outcome) -> Vec<Bytes> {
     match framing {
         Framing::Simple => simple(req, outcome),
-        Framing::Structured => structured(false, req, outcome),
-        Framing::Extended => structured(true, req, outcome),
+        Framing::Structured | Framing::Extended => structured(framing, req, outcome),
     }
 }
 
@@ -60,19 +59,14 @@ fn simple(req: Answering, outcome: Outcome) -> Vec<Bytes> {
     }
 }
 
-fn structured(ext: bool, req: Answering, outcome: Outcome) -> Vec<Bytes> {
+/// `framing` is structured or extended.
+fn structured(framing: Framing, req: Answering, outcome: Outcome) -> Vec<Bytes> {
+    let ext = framing == Framing::Extended;
     let header = |flags, kind, len: usize| -> Bytes {
         wire::chunk_header(ext, flags, kind, req.cookie, req.offset, len as u64).into()
     };
     match outcome {
-        Outcome::Done => done(
-            if ext {
-                Framing::Extended
-            } else {
-                Framing::Structured
-            },
-            req,
-        ),
+        Outcome::Done => done(framing, req),
         Outcome::Failed { error, message } => {
             let p = wire::error_payload(error, &message);
             vec![header(REPLY_FLAG_DONE, REPLY_TYPE_ERROR, p.len()), p.into()]
