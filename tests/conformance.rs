@@ -17,13 +17,9 @@ mod outcome;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
 
 use common::Daemon;
 use outcome::{Outcome, Results};
-
-const SUITE_TIMEOUT: Duration = Duration::from_secs(900);
 
 fn spec_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance")
@@ -68,28 +64,7 @@ const ALL_TESTS: usize = 230;
 const MULTIPATH_TESTS: usize = 4;
 
 fn run_suite(scenario: &str, urls: &[String]) -> Results {
-    run_tests(scenario, "ALL", urls)
-}
-
-fn run_tests(scenario: &str, selection: &str, urls: &[String]) -> Results {
-    let mut cmd = Command::new("iscsi-test-cu");
-    cmd.args(["--dataloss", "--allow-sanitize"])
-        .arg(format!("--test={selection}"))
-        .args(urls);
-    let output = common::run_with_timeout(cmd, SUITE_TIMEOUT);
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    let results = outcome::parse(&text);
-
-    let report_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance");
-    std::fs::create_dir_all(&report_dir).expect("create target/conformance");
-    let mut report = format!("scenario {scenario}: {}\n\n", results.summary_line());
-    for (name, outcome) in &results.outcomes {
-        report.push_str(&format!("{outcome:8} {name}\n"));
-    }
-    std::fs::write(report_dir.join(format!("{scenario}.txt")), report).expect("write report");
-    std::fs::write(report_dir.join(format!("{scenario}.log")), &text).expect("write log");
-    results
+    outcome::run_suite(scenario, "ALL", urls)
 }
 
 fn check(scenario: &str, results: &Results) {
@@ -180,7 +155,7 @@ fn default_lun_multipath() {
         .iter()
         .map(|p| format!("iscsi://127.0.0.1:{p}/{iqn}/0"))
         .collect();
-    let results = run_tests("multipath", "ALL.MultipathIO", &urls);
+    let results = outcome::run_suite("multipath", "ALL.MultipathIO", &urls);
     check_count("multipath", &results, MULTIPATH_TESTS);
 }
 
@@ -328,7 +303,7 @@ fn thin_volume_with_4k_physical_blocks() {
     let config = THIN_CONFIG.replace("size = \"1G\"", "size = \"1G\"\nphysical_block_size = 4096");
     let (daemon, _dir) = daemon_in_tempdir(&config);
     let url = format!("iscsi://127.0.0.1:{}/{THIN_IQN}/0", daemon.port());
-    let results = run_tests("thin512e", &PHYSICAL_BLOCK_TESTS.join(","), &[url]);
+    let results = outcome::run_suite("thin512e", &PHYSICAL_BLOCK_TESTS.join(","), &[url]);
     for name in PHYSICAL_BLOCK_TESTS {
         assert_eq!(
             results.outcomes.get(*name),

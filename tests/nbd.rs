@@ -258,37 +258,7 @@ device = "f"
 "#,
     );
     let uri = s.uri("vm");
-    let writers: Vec<_> = (0..2u64)
-        .map(|c| {
-            let uri = uri.clone();
-            std::thread::spawn(move || {
-                let base = c * 32 * MIB;
-                let mut args = vec!["-f".to_string(), "raw".into(), uri];
-                for i in 0..16u64 {
-                    let p = 0x10 + c * 16 + i;
-                    args.push("-c".into());
-                    args.push(format!("aio_write -P {p} {} 1M", base + i * MIB));
-                }
-                args.push("-c".into());
-                args.push("aio_flush".into());
-                for i in 0..16u64 {
-                    let p = 0x10 + c * 16 + i;
-                    args.push("-c".into());
-                    args.push(format!("aio_read -P {p} {} 1M", base + i * MIB));
-                }
-                args.push("-c".into());
-                args.push("aio_flush".into());
-                let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-                let out = run("qemu-io", &refs);
-                let text = String::from_utf8_lossy(&out.stdout).to_string();
-                assert!(!text.contains("fail"), "qemu-io: {text}");
-                assert_eq!(text.matches("read 1048576/1048576").count(), 16, "{text}");
-            })
-        })
-        .collect();
-    for w in writers {
-        w.join().unwrap();
-    }
+    client_tools::qemu_io_two_connections(&uri);
     // What one connection wrote, another reads.
     let mut c = s.raw("vm");
     assert_eq!(

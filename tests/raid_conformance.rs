@@ -13,7 +13,6 @@ mod common;
 mod outcome;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -22,7 +21,6 @@ use common::Daemon;
 use outcome::Outcome;
 use serde_json::Value;
 
-const SUITE_TIMEOUT: Duration = Duration::from_secs(900);
 const IQN: &str = "iqn.2026-11.org.openarray:raid";
 /// Tests in the whole suite.
 const ALL_TESTS: usize = 230;
@@ -77,20 +75,7 @@ fn run(scenario: &str, config: &str, dir: &Path) {
 fn run_suite(scenario: &str, port: u16) -> outcome::Results {
     let url = format!("iscsi://127.0.0.1:{port}/{IQN}/0");
     let started = Instant::now();
-    let mut cmd = Command::new("iscsi-test-cu");
-    cmd.args(["--dataloss", "--allow-sanitize", "--test=ALL", &url]);
-    let output = common::run_with_timeout(cmd, SUITE_TIMEOUT);
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    let results = outcome::parse(&text);
-    let report_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance");
-    std::fs::create_dir_all(&report_dir).expect("create target/conformance");
-    let mut report = format!("scenario {scenario}: {}\n\n", results.summary_line());
-    for (name, outcome) in &results.outcomes {
-        report.push_str(&format!("{outcome:8} {name}\n"));
-    }
-    std::fs::write(report_dir.join(format!("{scenario}.txt")), report).expect("write report");
-    std::fs::write(report_dir.join(format!("{scenario}.log")), &text).expect("write log");
+    let results = outcome::run_suite(scenario, "ALL", &[url]);
     println!(
         "conformance {scenario}: {} in {:.0} s",
         results.summary_line(),

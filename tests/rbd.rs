@@ -28,7 +28,6 @@ mod fixture;
 mod outcome;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::admin::AdminDaemon;
@@ -42,7 +41,6 @@ use outcome::Outcome;
 
 const IQN: &str = "iqn.2026-11.org.openarray:rbd";
 const BLOCK: usize = 512;
-const SUITE_TIMEOUT: Duration = Duration::from_secs(900);
 /// The tests of libiscsi's suite that must really pass on an RBD LUN; it
 /// only rises. Of the 230, the rest skip as on a file LUN (removable
 /// media, write-protect, WRITE ATOMIC, crypto erase, multipath, LBPPB).
@@ -176,16 +174,7 @@ fn conformance_suite_on_an_rbd_lun() {
     let image = f.image_name("conformance");
     let (daemon, _dir) = rbd_daemon(f, &image, "1G");
     let began = Instant::now();
-    let mut cmd = Command::new("iscsi-test-cu");
-    cmd.args(["--dataloss", "--allow-sanitize", "--test=ALL"])
-        .arg(daemon.url(IQN, 0));
-    let output = common::run_with_timeout(cmd, SUITE_TIMEOUT);
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    let results = outcome::parse(&text);
-    let report = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance");
-    std::fs::create_dir_all(&report).expect("create target/conformance");
-    std::fs::write(report.join("rbd.log"), &text).expect("write log");
+    let results = outcome::run_suite("rbd", "ALL", &[daemon.url(IQN, 0)]);
     println!(
         "conformance rbd: {} in {:.0}s",
         results.summary_line(),

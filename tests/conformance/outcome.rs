@@ -6,6 +6,35 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// How long one run of the whole suite may take.
+const SUITE_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// Runs the `selection` of libiscsi's suite (`ALL` for all of it) against
+/// `urls`, and writes the outcome of every test and the suite's whole
+/// output to target/conformance/`scenario`.{txt,log}.
+pub fn run_suite(scenario: &str, selection: &str, urls: &[String]) -> Results {
+    let mut cmd = Command::new("iscsi-test-cu");
+    cmd.args(["--dataloss", "--allow-sanitize"])
+        .arg(format!("--test={selection}"))
+        .args(urls);
+    let output = crate::common::run_with_timeout(cmd, SUITE_TIMEOUT);
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    let results = parse(&text);
+    let report_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance");
+    std::fs::create_dir_all(&report_dir).expect("create target/conformance");
+    let mut report = format!("scenario {scenario}: {}\n\n", results.summary_line());
+    for (name, outcome) in &results.outcomes {
+        report.push_str(&format!("{outcome:8} {name}\n"));
+    }
+    std::fs::write(report_dir.join(format!("{scenario}.txt")), report).expect("write report");
+    std::fs::write(report_dir.join(format!("{scenario}.log")), &text).expect("write log");
+    results
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {

@@ -160,6 +160,40 @@ pub fn fio_verified_writes(uri: &str, size: &str, depth: u32) -> u64 {
     written
 }
 
+/// qemu-io on two connections at once, 16 asynchronous 1 MiB writes in
+/// flight on each, flushed and read back: connection `c` writes its own
+/// 32 MiB from `c * 32 MiB` on, MiB `i` of it filled with `0x10 + c * 16 +
+/// i`. Fails the test on any failed or short request.
+pub fn qemu_io_two_connections(uri: &str) {
+    const MIB: u64 = 1 << 20;
+    let writers: Vec<_> = (0..2u64)
+        .map(|c| {
+            let uri = uri.to_string();
+            std::thread::spawn(move || {
+                let base = c * 32 * MIB;
+                let mut args = vec!["-f".to_string(), "raw".into(), uri];
+                for op in ["aio_write", "aio_read"] {
+                    for i in 0..16u64 {
+                        let pattern = 0x10 + c * 16 + i;
+                        args.push("-c".into());
+                        args.push(format!("{op} -P {pattern} {} 1M", base + i * MIB));
+                    }
+                    args.push("-c".into());
+                    args.push("aio_flush".into());
+                }
+                let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+                let out = run("qemu-io", &refs);
+                let text = String::from_utf8_lossy(&out.stdout).to_string();
+                assert!(!text.contains("fail"), "qemu-io: {text}");
+                assert_eq!(text.matches("read 1048576/1048576").count(), 16, "{text}");
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().expect("a qemu-io connection failed");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

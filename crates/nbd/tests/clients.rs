@@ -144,38 +144,7 @@ fn nbdcopy_of_a_sparse_export_copies_data_and_skips_holes() {
 fn qemu_io_with_requests_in_flight_on_two_connections() {
     let dev = Arc::new(MemDevice::new(64 * MIB));
     let srv = Running::start(vec![("vm", export(dev.clone()))]);
-    let uri = srv.uri("vm");
-    let writers: Vec<_> = (0..2u64)
-        .map(|c| {
-            let uri = uri.clone();
-            std::thread::spawn(move || {
-                let base = c * 32 * MIB;
-                let mut args = vec!["-f".to_string(), "raw".into(), uri];
-                for i in 0..16u64 {
-                    let pattern = 0x10 + c * 16 + i;
-                    args.push("-c".into());
-                    args.push(format!("aio_write -P {pattern} {} 1M", base + i * MIB));
-                }
-                args.push("-c".into());
-                args.push("aio_flush".into());
-                for i in 0..16u64 {
-                    let pattern = 0x10 + c * 16 + i;
-                    args.push("-c".into());
-                    args.push(format!("aio_read -P {pattern} {} 1M", base + i * MIB));
-                }
-                args.push("-c".into());
-                args.push("aio_flush".into());
-                let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-                let out = run("qemu-io", &refs);
-                let text = String::from_utf8_lossy(&out.stdout).to_string();
-                assert!(!text.contains("fail"), "qemu-io: {text}");
-                assert_eq!(text.matches("read 1048576/1048576").count(), 16, "{text}");
-            })
-        })
-        .collect();
-    for w in writers {
-        w.join().unwrap();
-    }
+    client_tools::qemu_io_two_connections(&srv.uri("vm"));
     let mut b = vec![0; MIB as usize];
     dev.read_at(&mut b, 33 * MIB).unwrap();
     assert!(b.iter().all(|&x| x == 0x21));
