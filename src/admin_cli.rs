@@ -196,14 +196,5 @@ fn run_inner(api: &Endpoint, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run(api: &ApiArgs, cmd: ConfigCommand) -> ExitCode {
-    match api
-        .endpoint()
-        .and_then(|endpoint| run_inner(&endpoint, cmd))
-    {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("openarray: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    api.run(|e| run_inner(e, cmd))
 }

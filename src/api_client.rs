@@ -2,6 +2,7 @@
 //! connection, over the daemon's unix socket or over TCP with a token.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
@@ -48,6 +49,19 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
+    /// Runs `command` against the daemon these options name: its exit
+    /// status, or 2 with the error printed when the daemon could not be
+    /// asked or its answer not read.
+    pub fn run(&self, command: impl FnOnce(&Endpoint) -> anyhow::Result<ExitCode>) -> ExitCode {
+        match self.endpoint().and_then(|e| command(&e)) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("openarray: {e:#}");
+                ExitCode::from(2)
+            }
+        }
+    }
+
     pub fn endpoint(&self) -> anyhow::Result<Endpoint> {
         let from_env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
         let api = self

@@ -239,13 +239,7 @@ fn run_inner(api: &Endpoint, cmd: RaidCommand) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run(api: &ApiArgs, cmd: RaidCommand) -> ExitCode {
-    match api.endpoint().and_then(|e| run_inner(&e, cmd)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("openarray: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    api.run(|e| run_inner(e, cmd))
 }
 
 #[cfg(test)]

@@ -234,13 +234,7 @@ fn run_inner(api: &Endpoint, cmd: SessionCommand) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run(api: &ApiArgs, cmd: SessionCommand) -> ExitCode {
-    match api.endpoint().and_then(|e| run_inner(&e, cmd)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("openarray: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    api.run(|e| run_inner(e, cmd))
 }
 
 #[cfg(test)]
