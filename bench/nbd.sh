@@ -11,6 +11,16 @@
 # at its limit. One loopback TCP stream (iperf3), measured before each 1M
 # row in each round, is the bound the 1M rows are held against.
 #
+# Beside the peers runs the least a server can do for the same rows
+# (crates/nbd-minimal-server: a thread per connection, one recv and one
+# writev per batch, reads from a mapping of the file, writes by pwrite, no
+# checks, locks or statistics), once sleeping between requests
+# ("minimal") and once polling for 50 µs first ("minimal-polling"). The
+# better of the two in a row is about the most any server can reach there
+# with this client on this machine: the "bound" the report holds
+# openarray and the best peer against. Where the bound itself is under
+# 1.5x the best peer, no server reaches that ratio in the row.
+#
 # fio's nbd engine runs one libnbd thread per job, which saturates a core
 # near 80K IOPS on this kind of machine: one-job rows measure the client as
 # much as the server; the rows of several jobs show more of the server, and
@@ -31,16 +41,17 @@
 # Usage: bench/nbd.sh
 # Environment (all optional):
 #   SECONDS_PER_RUN=5    length of each fio run
-#   SERVERS="openarray qemu-nbd nbdkit"
+#   SERVERS="openarray qemu-nbd nbdkit minimal minimal-polling"
 #   JOBS="1 2 4"         fio jobs (connections) per row
 #   ROUNDS=5             times the whole set runs
 #   OPENARRAY=PATH       a built openarray (default: cargo build --release)
+#   MINIMAL=PATH         a built nbd-minimal-server (the same default)
 #   BENCH_OUT=docs/bench/nbd.md  where the report goes
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
-SERVERS=${SERVERS:-"openarray qemu-nbd nbdkit"}
+SERVERS=${SERVERS:-"openarray qemu-nbd nbdkit minimal minimal-polling"}
 JOBS=${JOBS:-"1 2 4"}
 ROUNDS=${ROUNDS:-5}
 BENCH_OUT=${BENCH_OUT:-$ROOT/docs/bench/nbd.md}
@@ -67,12 +78,17 @@ for tool in fio qemu-nbd nbdkit nbdinfo iperf3; do
 done
 fio --enghelp=nbd >/dev/null 2>&1 || die "this fio has no nbd engine"
 
-if [ -z "${OPENARRAY:-}" ]; then
-    log "building openarray (release)"
-    (cd "$ROOT" && cargo build --release --quiet --bin openarray)
-    OPENARRAY=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
-        python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/openarray
+if [ -z "${OPENARRAY:-}" ] || [ -z "${MINIMAL:-}" ]; then
+    log "building openarray and nbd-minimal-server (release)"
+    (cd "$ROOT" && cargo build --release --quiet --bin openarray --bin nbd-minimal-server)
+    TARGET=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+    OPENARRAY=${OPENARRAY:-$TARGET/release/openarray}
+    MINIMAL=${MINIMAL:-$TARGET/release/nbd-minimal-server}
 fi
+
+# Whether server $1 is a peer: not openarray, and not a bound.
+is_peer() { case "$1" in openarray | minimal*) return 1 ;; esac; }
 
 # tmpfs, so that the device costs nothing and the servers are compared.
 WORK=$(mktemp -d /dev/shm/openarray-nbd-bench.XXXXXX)
@@ -117,6 +133,9 @@ EOF
         nbdkit --foreground --exit-with-parent -i 127.0.0.1 -p "$port" --exportname d \
             file "$DISK" >"$WORK/nbdkit.log" 2>&1 &
         ;;
+    minimal) "$MINIMAL" "127.0.0.1:$port" "$DISK" 0 >"$WORK/minimal.log" 2>&1 & ;;
+    minimal-polling) "$MINIMAL" "127.0.0.1:$port" "$DISK" 50 >"$WORK/minimal-polling.log" 2>&1 & ;;
+    *) die "no such server: $name" ;;
     esac
     SERVER_PID[$name]=$!
     wait_for_port "$port" "${SERVER_PID[$name]}" "$name"
@@ -266,13 +285,21 @@ cpu_median() { # server|row|jobs
 # named by suffix $4 ("" for the median rounds, "best" for the best
 # rounds, "|N" for round N).
 against_peers() { # row jobs bs suffix
+    local best
+    best=$(best_of peer "$1" "$2" "$3" "$4")
+    ratio "$(figure_of "$(result_of "openarray|$1|$2" "$4")" "$3")" "$best"
+}
+
+# The best figure of a row among the peers ($1 = peer) or the bounds
+# ($1 = bound), 0 for none; results named as for against_peers.
+best_of() { # peer|bound row jobs bs suffix
     local best=0 value server
     for server in $SERVERS; do
-        [ "$server" != openarray ] || continue
-        value=$(figure_of "$(result_of "$server|$1|$2" "$4")" "$3")
+        case "$server" in openarray) continue ;; minimal*) [ "$1" = bound ] ;; *) [ "$1" = peer ] ;; esac || continue
+        value=$(figure_of "$(result_of "$server|$2|$3" "$5")" "$4")
         [ "$value" -le "$best" ] || best=$value
     done
-    ratio "$(figure_of "$(result_of "openarray|$1|$2" "$4")" "$3")" "$best"
+    echo "$best"
 }
 
 # The result of a server's row: its median round (suffix ""), its best
@@ -313,6 +340,16 @@ main_cells() { # row jobs bs
     echo " $(against_peers "$1" "$2" "$3" "") | $(against_peers "$1" "$2" "$3" best) | $stream |"
 }
 
+# The bound table's cells: the best peer, the bound and openarray against
+# the bound (median rounds), and the best peer against it.
+bound_cells() { # row jobs bs
+    local peer bound own
+    peer=$(best_of peer "$1" "$2" "$3" "")
+    bound=$(best_of bound "$1" "$2" "$3" "")
+    own=$(figure_of "${RESULT["openarray|$1|$2"]:-}" "$3")
+    echo " $own | $peer | $bound | $(ratio "$bound" "$peer") | $(ratio "$own" "$bound") |"
+}
+
 # The CPU table's cells: each server's median CPU per I/O, and
 # openarray's against the cheaper peer's.
 cpu_cells() { # row jobs bs
@@ -320,7 +357,7 @@ cpu_cells() { # row jobs bs
     for server in $SERVERS; do
         us=$(cpu_median "$server|$1|$2")
         printf ' %s |' "${us:-n/a}"
-        [ "$server" != openarray ] && [ -n "$us" ] || continue
+        is_peer "$server" && [ -n "$us" ] || continue
         if [ -z "$cheapest" ] || awk -v a="$us" -v b="$cheapest" 'BEGIN { exit !(a < b) }'; then cheapest=$us; fi
     done
     echo " $(ratio "$(cpu_median "openarray|$1|$2")" "$cheapest") |"
@@ -340,7 +377,7 @@ round_cells() { # row jobs bs
     echo "($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), ${SECONDS_PER_RUN} s per row"
     echo "after a 1 s ramp; fio $(fio --version | sed 's/fio-//') with its nbd engine (libnbd),"
     echo "$(qemu-nbd --version | head -1), $(nbdkit --version | head -1)."
-    echo "All three servers run throughout; each row runs on each in turn,"
+    echo "All servers ($SERVERS) run throughout; each row runs on each in turn,"
     echo "and the whole set $ROUNDS time(s), the servers' order turning each"
     echo "round. Each server's median round of a row is shown (median figure,"
     echo "with that round's CPU figures); \"best rounds\" holds openarray's best"
@@ -359,7 +396,11 @@ round_cells() { # row jobs bs
     echo "and four of each."
     echo "qemu-nbd runs \`--cache=writeback --aio=io_uring --shared=16\` (tmpfs"
     echo "refuses the O_DIRECT of \`--cache=none\`); nbdkit the file plugin with"
-    echo "its defaults (parallel thread model). Load average (1, 5, 15 min)"
+    echo "its defaults (parallel thread model). \"minimal\" and \"minimal-polling\""
+    echo "are the least a server can do (crates/nbd-minimal-server), sleeping"
+    echo "between requests or polling 50 µs first: the better of the two is"
+    echo "the row's bound, the table after the CPU table."
+    echo "Load average (1, 5, 15 min)"
     echo "before the runs: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)."
     echo
     printf '| workload | jobs |'
@@ -381,6 +422,17 @@ round_cells() { # row jobs bs
     echo " ---: |"
     table_rows cpu_cells
     echo
+    if [[ " $SERVERS " == *" minimal"* ]]; then
+        echo "The bound: the better of the two minimal servers' median rounds,"
+        echo "about the most any server reaches in the row here; the best peer"
+        echo "against it (under 1.5, no server is 1.5x the best peer in the row),"
+        echo "and openarray against it."
+        echo
+        echo "| workload | jobs | openarray | best peer | bound | best peer / bound | openarray / bound |"
+        echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+        table_rows bound_cells
+        echo
+    fi
     echo "Every round: openarray / best peer in that round (the same servers'"
     echo "figures of one round, taken minutes apart)."
     echo
