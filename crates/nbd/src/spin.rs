@@ -25,7 +25,7 @@
 //! letting requests gather in the socket ([`crate::gather`]), and until
 //! the next trial it polls where polling served at least [`PAYS`] times
 //! the requests of either other way, or [`LEANS`] times on the average of
-//! the trials so far (two clients on two busy CPUs gain 10-20 % from
+//! the trials so far (two clients on two busy CPUs gained 8-27 % from
 //! polling, less than one 20 ms trial can tell from noise, but they gain
 //! it trial after trial), or else gathers where gathering
 //! served at least [`GATHER_KEEPS`] times what sleeping did, in this trial
