@@ -133,29 +133,55 @@ pub fn run(
     };
     let handles = connection_runtimes
         .iter()
-        .map(|r| r.handle().clone())
+        .map(|r| r.handle.clone())
         .collect();
     let served = tokio.block_on(serve(current, admin_socket, metrics_listen, api, handles));
-    // Every session has ended by now; what is left on these runtimes
-    // (a task still closing its socket) is cut short.
+    // Every session has ended by now.
     for runtime in connection_runtimes {
-        runtime.shutdown_timeout(Duration::from_secs(1));
+        let _ = runtime.stop.send(());
+        let _ = runtime.thread.join();
     }
     served
 }
 
-/// One single-worker runtime per core for the iSCSI connections (why: the
-/// iscsi crate's `shards` module).
-fn connection_runtimes() -> anyhow::Result<Vec<tokio::runtime::Runtime>> {
+/// One single-threaded runtime per core for the iSCSI and NBD connections
+/// (why: the iscsi crate's `shards` module), each driven by a thread of its
+/// own. A current-thread runtime, not a multi-threaded one of one worker:
+/// that one also times each batch of tasks it runs (two clock reads per
+/// wake-up) and looks for work to steal, per request of a connection
+/// waiting for its client.
+struct ConnectionRuntime {
+    handle: tokio::runtime::Handle,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+fn connection_runtimes() -> anyhow::Result<Vec<ConnectionRuntime>> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     (0..cores)
         .map(|i| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name(format!("oa-conn-{i}"))
+            let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .context("cannot start a connection runtime")
+                .context("cannot start a connection runtime")?;
+            let handle = runtime.handle().clone();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let thread = std::thread::Builder::new()
+                .name(format!("oa-conn-{i}"))
+                .spawn(move || {
+                    runtime.block_on(async {
+                        let _ = stopped.await;
+                    });
+                    // What is left (a task still closing its socket) is
+                    // cut short.
+                    runtime.shutdown_timeout(Duration::from_secs(1));
+                })
+                .context("cannot start a connection runtime's thread")?;
+            Ok(ConnectionRuntime {
+                handle,
+                stop,
+                thread,
+            })
         })
         .collect()
 }

@@ -33,7 +33,7 @@ pub use delay::{Delay, DelayDevice, DelayLimits};
 pub use faulty::{Faults, FaultyDevice};
 pub use file::{FileDevice, FileOptions};
 pub use mem::MemDevice;
-pub use memory_map::{MappedBytes, MemoryMap};
+pub use memory_map::{LentBytes, MappedBytes, MemoryMap};
 pub use null::NullDevice;
 pub use sys::path_on_memory_file_system as on_memory_file_system;
 pub use threshold::SpaceThreshold;

@@ -122,6 +122,19 @@ impl MappedBytes {
     }
 }
 
+/// [`MappedBytes`] borrowed from a mapping its holder keeps alive, for a
+/// transport that holds the device: no reference count is touched per
+/// request, which on several CPUs serving one device passes a cache line
+/// between them. The same rule: hand them to a system call only.
+#[derive(Clone, Copy)]
+pub struct LentBytes<'a>(&'a [u8]);
+
+impl AsRef<[u8]> for LentBytes<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self.0
+    }
+}
+
 impl AsRef<[u8]> for MappedBytes {
     fn as_ref(&self) -> &[u8] {
         // SAFETY: `bytes` checked the range against the mapping, which the
@@ -244,6 +257,21 @@ impl MemoryMap {
             len,
             _hold: None,
         })
+    }
+
+    /// [`MemoryMap::bytes`] borrowed for as long as the mapping is.
+    pub fn lend(&self, offset: u64, len: usize) -> Option<LentBytes<'_>> {
+        if !self.allocated.all_marked(offset, len as u64) {
+            return None;
+        }
+        let start = usize::try_from(offset).ok()?;
+        if start.checked_add(len)? > self.len {
+            return None;
+        }
+        // SAFETY: within the mapping, which lives as long as `self`; the
+        // memory is plain shared file memory.
+        let bytes = unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(start), len) };
+        Some(LentBytes(bytes))
     }
 
     /// The file's pages in `[offset, offset + len)` were written.

@@ -12,6 +12,7 @@
 //! on every change; the frontend serves what concerns it.
 
 mod range_lock;
+pub mod thread_slots;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

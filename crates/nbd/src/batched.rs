@@ -15,7 +15,7 @@ use std::cell::Cell;
 use std::future::poll_fn;
 use std::io::{self, IoSlice};
 use std::pin::{pin, Pin};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use export::Backing;
@@ -225,6 +225,25 @@ where
                 closing = Some(Ok(()));
             }
         }
+        if out.queued() > 0 || out.unflushed() {
+            // Replies go out before the wait: the client gets them now, and
+            // the wait is for its next requests alone (one per request at
+            // QD1, not one to write and one to read).
+            let mut cx = Context::from_waker(Waker::noop());
+            let nothing = &mut Read::Nothing;
+            let io = poll_io(
+                &mut cx,
+                &mut reader,
+                &mut writer,
+                &mut out,
+                &mut input,
+                nothing,
+                answerer.backing,
+            );
+            if let Poll::Ready(Event::WriteFailed(e)) = io {
+                return Err(write_failed(closing, e));
+            }
+        }
         if closing.is_some() && out.queued() == 0 && !out.unflushed() {
             break;
         }
@@ -263,7 +282,7 @@ where
             (Some(fd), Read::Upto(_)) if spin.way() == Way::Gather => {
                 let gathering = gather.prepare(fd, idle, answerer.taken());
                 if idle && gathering {
-                    ExportCounters::add(&answerer.counters.gathered_waits, 1);
+                    ExportCounters::add(&answerer.counters.requests().gathered_waits, 1);
                 }
                 gathering
             }
@@ -294,7 +313,8 @@ where
             _ = tokio::time::sleep_until(stalled_at), if writing => Event::Stalled,
             _ = gather.expired(), if gathering => Event::Gathered,
         };
-        if idle && budget.is_none() {
+        // (Only polling asks how long sleeps last: a clock read saved.)
+        if idle && budget.is_none() && spin.way() == Way::Poll {
             spin.slept(started.elapsed());
         }
         if gathering {
@@ -327,16 +347,20 @@ where
                 ))
             }
             Event::ReadFailed(e) => return Err(gone(format!("reading a request: {e}"))),
-            Event::WriteFailed(e) => {
-                return match closing {
-                    Some(Err(why)) => Err(why),
-                    _ => Err(gone(format!("writing replies: {e}"))),
-                }
-            }
+            Event::WriteFailed(e) => return Err(write_failed(closing, e)),
             Event::Stalled => return Err(gone("the client stopped reading replies".into())),
         }
     }
     closing.unwrap_or(Ok(()))
+}
+
+/// Why a connection whose replies could not be written ended: the
+/// protocol error that was closing it, if one was.
+fn write_failed(closing: Option<Result<(), Ended>>, e: io::Error) -> Ended {
+    match closing {
+        Some(Err(why)) => why,
+        _ => gone(format!("writing replies: {e}")),
+    }
 }
 
 /// What one wait for the socket reads.
@@ -355,7 +379,7 @@ fn poll_io<R, W>(
     cx: &mut Context<'_>,
     reader: &mut R,
     writer: &mut W,
-    out: &mut Outbox,
+    out: &mut Outbox<'_>,
     input: &mut Input,
     read: &mut Read<'_>,
     backing: &Backing,
@@ -421,7 +445,7 @@ where
     }
 }
 
-impl Answerer<'_> {
+impl<'a> Answerer<'a> {
     /// A request of `bytes` on the wire is taken.
     fn taking(&self, bytes: usize) {
         self.request_bytes
@@ -435,7 +459,7 @@ impl Answerer<'_> {
 
     /// Runs request `h` with its `payload` and queues its reply; true for
     /// NBD_CMD_DISC, which has none.
-    fn answer(&self, h: &RequestHeader, payload: &[u8], out: &mut Outbox) -> bool {
+    fn answer(&self, h: &RequestHeader, payload: &[u8], out: &mut Outbox<'a>) -> bool {
         self.requests.set(self.requests.get() + 1);
         let req = Answering {
             cookie: h.cookie,
@@ -445,7 +469,7 @@ impl Answerer<'_> {
             Ok(Command::Disconnect) => return true,
             Ok(cmd) => cmd,
             Err(refused) => {
-                ExportCounters::add(&self.counters.errors, 1);
+                ExportCounters::add(&self.counters.requests().errors, 1);
                 let outcome = Outcome::Failed {
                     error: refused.error,
                     message: refused.why.to_string(),
@@ -491,7 +515,7 @@ impl Answerer<'_> {
     }
 
     /// Answers a placed write whose payload is all in.
-    fn finish_placed(&self, p: PlacedWrite, out: &mut Outbox) {
+    fn finish_placed(&self, p: PlacedWrite, out: &mut Outbox<'a>) {
         self.requests.set(self.requests.get() + 1);
         let req = Answering {
             cookie: p.cookie,
@@ -505,7 +529,7 @@ impl Answerer<'_> {
 
     /// Queues the reply of `outcome`; `Done` straight into the scratch
     /// buffer, the rest as the reply module frames it.
-    fn queue(&self, req: Answering, outcome: Outcome, out: &mut Outbox) {
+    fn queue(&self, req: Answering, outcome: Outcome, out: &mut Outbox<'a>) {
         if let Outcome::Done = outcome {
             let mark = out.mark();
             reply::put_done(self.framing, req, out.scratch());
@@ -520,7 +544,7 @@ impl Answerer<'_> {
     /// A read answered as one run of data, from the file's pages where
     /// the device offers them, otherwise read into the scratch buffer.
     /// `Done` once its reply is queued.
-    fn read_whole(&self, req: Answering, offset: u64, len: usize, out: &mut Outbox) -> Outcome {
+    fn read_whole(&self, req: Answering, offset: u64, len: usize, out: &mut Outbox<'a>) -> Outcome {
         let device = self.backing.device();
         // Held like every transport's read (a COMPARE AND WRITE of these
         // bytes cannot interleave with taking them).
@@ -543,6 +567,11 @@ impl Answerer<'_> {
             }
         }
         if self.zero_copy {
+            if let Some(bytes) = device.memory_map().and_then(|m| m.lend(offset, len)) {
+                out.commit(mark);
+                out.push_lent(bytes);
+                return Outcome::Done;
+            }
             if let Some(bytes) = device.mapped_bytes(offset, len) {
                 out.commit(mark);
                 out.push_mapped(bytes);

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use block::BlockDevice;
+use export::thread_slots::PerSlot;
 use export::Backing;
 use parking_lot::RwLock;
 
@@ -61,6 +62,20 @@ impl Export {
 /// replacements of the export under the same name.
 #[derive(Debug, Default)]
 pub struct ExportCounters {
+    /// Kept per thread slot: connections on several CPUs count every
+    /// request without sharing a cache line.
+    requests: PerSlot<RequestCounters>,
+    /// Connections that entered transmission on this export.
+    pub connections: AtomicU64,
+    /// Connections open now.
+    pub open_connections: AtomicU64,
+    /// Clients refused by the allow list.
+    pub refused: AtomicU64,
+}
+
+/// What the requests of one thread slot did.
+#[derive(Debug, Default)]
+pub struct RequestCounters {
     pub reads: AtomicU64,
     pub read_bytes: AtomicU64,
     pub writes: AtomicU64,
@@ -71,12 +86,6 @@ pub struct ExportCounters {
     pub block_status: AtomicU64,
     /// Requests answered with an error.
     pub errors: AtomicU64,
-    /// Connections that entered transmission on this export.
-    pub connections: AtomicU64,
-    /// Connections open now.
-    pub open_connections: AtomicU64,
-    /// Clients refused by the allow list.
-    pub refused: AtomicU64,
     /// Waits that let requests gather in the socket (`crate::gather`).
     pub gathered_waits: AtomicU64,
 }
@@ -105,23 +114,31 @@ impl ExportCounters {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// The request counters of the calling thread's slot.
+    pub(crate) fn requests(&self) -> &RequestCounters {
+        self.requests.mine()
+    }
+
     fn snapshot(&self, name: &str) -> ExportStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let sum = |of: fn(&RequestCounters) -> &AtomicU64| -> u64 {
+            self.requests.iter().map(|r| get(of(r))).sum()
+        };
         ExportStats {
             name: name.to_string(),
-            reads: get(&self.reads),
-            read_bytes: get(&self.read_bytes),
-            writes: get(&self.writes),
-            write_bytes: get(&self.write_bytes),
-            flushes: get(&self.flushes),
-            trims: get(&self.trims),
-            zeroes: get(&self.zeroes),
-            block_status: get(&self.block_status),
-            errors: get(&self.errors),
+            reads: sum(|r| &r.reads),
+            read_bytes: sum(|r| &r.read_bytes),
+            writes: sum(|r| &r.writes),
+            write_bytes: sum(|r| &r.write_bytes),
+            flushes: sum(|r| &r.flushes),
+            trims: sum(|r| &r.trims),
+            zeroes: sum(|r| &r.zeroes),
+            block_status: sum(|r| &r.block_status),
+            errors: sum(|r| &r.errors),
             connections: get(&self.connections),
             open_connections: get(&self.open_connections),
             refused: get(&self.refused),
-            gathered_waits: get(&self.gathered_waits),
+            gathered_waits: sum(|r| &r.gathered_waits),
         }
     }
 }
@@ -204,7 +221,7 @@ mod tests {
             Export::new(dev.clone()),
         )]));
         let served = table.find("").expect("the default export");
-        ExportCounters::add(&served.counters.reads, 3);
+        ExportCounters::add(&served.counters.requests().reads, 3);
         table.replace(BTreeMap::from([
             (DEFAULT_EXPORT.to_string(), Export::new(dev.clone())),
             ("other".to_string(), Export::new(dev)),

@@ -6,15 +6,17 @@
 use std::collections::VecDeque;
 use std::io::IoSlice;
 
-use block::MappedBytes;
+use block::{LentBytes, MappedBytes};
 use bytes::Bytes;
 
 /// One run of bytes of the outgoing stream.
-enum Run {
+enum Run<'a> {
     /// `start..end` of the scratch buffer.
     Scratch { start: usize, end: usize },
     /// Pages of the device's file, copied by the kernel when sent.
     Mapped(MappedBytes),
+    /// The same, from a mapping the connection's device keeps.
+    Lent(LentBytes<'a>),
     /// Bytes built elsewhere (rare replies: errors, block status, holes).
     Owned(Bytes),
 }
@@ -24,9 +26,9 @@ enum Run {
 const SCRATCH_KEPT: usize = 8 << 20;
 
 #[derive(Default)]
-pub(crate) struct Outbox {
+pub(crate) struct Outbox<'a> {
     scratch: Vec<u8>,
-    runs: VecDeque<Run>,
+    runs: VecDeque<Run<'a>>,
     /// Bytes of the first run already written.
     sent_of_first: usize,
     /// Bytes not yet written.
@@ -35,7 +37,7 @@ pub(crate) struct Outbox {
     unflushed: bool,
 }
 
-impl Outbox {
+impl<'a> Outbox<'a> {
     pub fn queued(&self) -> usize {
         self.queued
     }
@@ -94,6 +96,11 @@ impl Outbox {
         self.runs.push_back(Run::Mapped(bytes));
     }
 
+    pub fn push_lent(&mut self, bytes: LentBytes<'a>) {
+        self.queued += bytes.as_ref().len();
+        self.runs.push_back(Run::Lent(bytes));
+    }
+
     pub fn push_owned(&mut self, bytes: Bytes) {
         if bytes.is_empty() {
             return;
@@ -104,7 +111,7 @@ impl Outbox {
 
     /// The unwritten bytes, in order, in as many of `slots` as they fill;
     /// returns how many.
-    pub fn slices<'a>(&'a self, slots: &mut [IoSlice<'a>]) -> usize {
+    pub fn slices<'s>(&'s self, slots: &mut [IoSlice<'s>]) -> usize {
         let mut n = 0;
         for (i, run) in self.runs.iter().enumerate() {
             if n == slots.len() {
@@ -113,6 +120,7 @@ impl Outbox {
             let bytes: &[u8] = match run {
                 Run::Scratch { start, end } => &self.scratch[*start..*end],
                 Run::Mapped(m) => m.as_ref(),
+                Run::Lent(l) => l.as_ref(),
                 Run::Owned(b) => b,
             };
             let skip = if i == 0 { self.sent_of_first } else { 0 };
@@ -146,10 +154,11 @@ impl Outbox {
     }
 }
 
-fn run_len(run: &Run) -> usize {
+fn run_len(run: &Run<'_>) -> usize {
     match run {
         Run::Scratch { start, end } => end - start,
         Run::Mapped(m) => m.as_ref().len(),
+        Run::Lent(l) => l.as_ref().len(),
         Run::Owned(b) => b.len(),
     }
 }

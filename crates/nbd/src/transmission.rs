@@ -154,7 +154,7 @@ where
             }
             Ok(cmd) => cmd,
             Err(refused) => {
-                ExportCounters::add(&counters.errors, 1);
+                ExportCounters::add(&counters.requests().errors, 1);
                 let outcome = Outcome::Failed {
                     error: refused.error,
                     message: refused.why.to_string(),
@@ -230,6 +230,7 @@ pub(crate) fn run_guarded(
 }
 
 pub(crate) fn count(c: &ExportCounters, cmd: Command, outcome: &Outcome) {
+    let c = c.requests();
     if matches!(outcome, Outcome::Failed { .. }) {
         ExportCounters::add(&c.errors, 1);
         return;
