@@ -225,10 +225,11 @@ where
                 closing = Some(Ok(()));
             }
         }
-        if out.queued() > 0 || out.unflushed() {
+        if (out.queued() > 0 || out.unflushed()) && spin.way() != Way::Gather {
             // Replies go out before the wait: the client gets them now, and
             // the wait is for its next requests alone (one per request at
-            // QD1, not one to write and one to read).
+            // QD1, not one to write and one to read). Gathering writes
+            // them in the wait, whose read then takes what came meanwhile.
             let mut cx = Context::from_waker(Waker::noop());
             let nothing = &mut Read::Nothing;
             let io = poll_io(
