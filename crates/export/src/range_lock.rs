@@ -4,7 +4,7 @@
 //! every transport and logical unit over it locks the same thing.
 //!
 //! Shared holds are nearly all there is (reads and writes; exclusive ones
-//! are COMPARE AND WRITE and SANITIZE), so while no exclusive holder or
+//! are COMPARE AND WRITE, ORWRITE, WRITE ATOMIC and SANITIZE), so while no exclusive holder or
 //! waiter exists a shared holder only counts itself in its thread's slot
 //! ([`crate::thread_slots`]): connections served on two CPUs then touch no
 //! common cache line per request. An exclusive locker first turns that
@@ -135,19 +135,12 @@ impl RangeLock {
 
     fn hold(
         &self,
-        mut state: parking_lot::MutexGuard<'_, State>,
+        state: parking_lot::MutexGuard<'_, State>,
         start: u64,
         end: u64,
         exclusive: bool,
     ) -> RangeGuard<'_> {
-        let id = state.next_id;
-        state.next_id = state.next_id.wrapping_add(1) & !COUNTED;
-        state.held.push(Held {
-            id,
-            start,
-            end,
-            exclusive,
-        });
+        let id = register(state, start, end, exclusive);
         RangeGuard {
             lock: self,
             id,
@@ -160,16 +153,7 @@ impl RangeLock {
     /// keeps it past the call (an exclusive locker waits for counted holds
     /// whatever their ranges, so only short ones may stay counted).
     fn register_counted(&self, id: u64, start: u64, end: u64) -> u64 {
-        let mut state = self.state.lock();
-        let registered = state.next_id;
-        state.next_id = state.next_id.wrapping_add(1) & !COUNTED;
-        state.held.push(Held {
-            id: registered,
-            start,
-            end,
-            exclusive: false,
-        });
-        drop(state);
+        let registered = register(self.state.lock(), start, end, false);
         self.release(id);
         registered
     }
@@ -198,6 +182,24 @@ impl RangeLock {
         drop(state);
         self.released.notify_all();
     }
+}
+
+/// Records a hold of `[start, end)` in `state`; returns its id.
+fn register(
+    mut state: parking_lot::MutexGuard<'_, State>,
+    start: u64,
+    end: u64,
+    exclusive: bool,
+) -> u64 {
+    let id = state.next_id;
+    state.next_id = state.next_id.wrapping_add(1) & !COUNTED;
+    state.held.push(Held {
+        id,
+        start,
+        end,
+        exclusive,
+    });
+    id
 }
 
 impl RangeGuard<'_> {
