@@ -12,7 +12,7 @@
 //! than [`OUT_HIGH`] bytes of replies wait to be written.
 
 use std::cell::Cell;
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::io::{self, IoSlice};
 use std::pin::{pin, Pin};
 use std::task::{Context, Poll, Waker};
@@ -23,6 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use crate::alone::{self, Alone, Waited};
 use crate::exports::ExportCounters;
 use crate::gather::{Gather, Taken};
 use crate::handshake::Negotiated;
@@ -47,6 +48,10 @@ const INPUT_KEPT: usize = 8 << 20;
 /// Replies waiting beyond this stop the taking of requests until the
 /// client reads them.
 const OUT_HIGH: usize = 8 << 20;
+
+/// How often a connection whose waits all end at once asks whether its
+/// session is to end.
+const END_ASKED: Duration = Duration::from_millis(1);
 
 /// Byte runs handed to one `writev` (IOV_MAX is 1024).
 const SLOTS: usize = 256;
@@ -169,6 +174,10 @@ where
     let mut header_only = false;
     let mut spin = SpinPolicy::default();
     let mut gather = Gather::default();
+    let mut alone = Alone::default();
+    let mut end_asked = Instant::now();
+    // Whether the last replies were few bytes.
+    let mut small_replies = true;
     loop {
         while closing.is_none() && out.queued() < OUT_HIGH {
             if let Some(p) = &mut placing {
@@ -225,11 +234,22 @@ where
                 closing = Some(Ok(()));
             }
         }
-        if (out.queued() > 0 || out.unflushed()) && spin.way() != Way::Gather {
+        // A blocking send of large replies would keep the thread from the
+        // requests that come meanwhile.
+        if out.queued() > 0 {
+            small_replies = out.queued() <= alone::REPLIES_MOST;
+        }
+        if !small_replies {
+            alone.leave();
+        }
+        let write_first = spin.way() != Way::Gather || alone.blocking();
+        let held_back = out.queued() >= OUT_HIGH;
+        if (out.queued() > 0 || out.unflushed()) && write_first {
             // Replies go out before the wait: the client gets them now, and
             // the wait is for its next requests alone (one per request at
             // QD1, not one to write and one to read). Gathering writes
-            // them in the wait, whose read then takes what came meanwhile.
+            // them in the wait, whose read then takes what came meanwhile,
+            // unless it did not gather last time and waits alone.
             let mut cx = Context::from_waker(Waker::noop());
             let nothing = &mut Read::Nothing;
             let io = poll_io(
@@ -243,6 +263,12 @@ where
             );
             if let Poll::Ready(Event::WriteFailed(e)) = io {
                 return Err(write_failed(closing, e));
+            }
+            // Room for replies again: the requests waiting in the buffer
+            // are taken before any wait (which, the buffer full and every
+            // reply out, would wait for nothing).
+            if held_back && out.queued() < OUT_HIGH {
+                continue;
             }
         }
         if closing.is_some() && out.queued() == 0 && !out.unflushed() {
@@ -267,6 +293,17 @@ where
         let mut started = Instant::now();
         if spin.served(answerer.requests.get(), started.into_std()) {
             gather.restart();
+        }
+        // A wait whose bytes are there at once (polling, a blocking
+        // receive, a ready socket) does not ask whether the session is to
+        // end: a client that always has its next request there would keep
+        // it going.
+        if closing.is_none() && started >= end_asked + END_ASKED {
+            end_asked = started;
+            if ready(stop.as_mut()) || ready(ending.as_mut()) {
+                closing = Some(Ok(()));
+                continue;
+            }
         }
         let budget = spin.budget().filter(|_| idle);
         let fd = reader.raw_fd();
@@ -293,6 +330,25 @@ where
             }
             (None, _) => false,
         };
+        // Sleeping, alone on the thread: in a blocking receive.
+        match (&read, fd) {
+            (Read::Upto(upto), Some(fd)) if idle && !gathering && small_replies => {
+                let space = &mut input.buf[input.end..*upto];
+                match alone.recv(fd, space, started.into_std()) {
+                    Waited::Bytes(0) => return Err(closed_without_disc()),
+                    Waited::Bytes(n) => {
+                        if budget.is_none() && spin.way() == Way::Poll {
+                            spin.slept(started.elapsed());
+                        }
+                        input.end += n;
+                        continue;
+                    }
+                    Waited::Failed(e) => return Err(gone(format!("reading a request: {e}"))),
+                    Waited::InRuntime => {}
+                }
+            }
+            _ => alone.leave(),
+        }
         let stalled_at = started + write_deadline;
         let backing = answerer.backing;
         let io = poll_fn(|cx| {
@@ -342,17 +398,22 @@ where
         match event {
             Event::Progress | Event::Gathered => {}
             Event::Stop => closing = Some(Ok(())),
-            Event::Eof => {
-                return Err(gone(
-                    "the client closed the connection without NBD_CMD_DISC".into(),
-                ))
-            }
+            Event::Eof => return Err(closed_without_disc()),
             Event::ReadFailed(e) => return Err(gone(format!("reading a request: {e}"))),
             Event::WriteFailed(e) => return Err(write_failed(closing, e)),
             Event::Stalled => return Err(gone("the client stopped reading replies".into())),
         }
     }
     closing.unwrap_or(Ok(()))
+}
+
+/// Whether `f` is done, asked without waiting for it.
+fn ready(f: Pin<&mut impl Future>) -> bool {
+    f.poll(&mut Context::from_waker(Waker::noop())).is_ready()
+}
+
+fn closed_without_disc() -> Ended {
+    gone("the client closed the connection without NBD_CMD_DISC".into())
 }
 
 /// Why a connection whose replies could not be written ended: the

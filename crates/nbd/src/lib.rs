@@ -19,6 +19,8 @@
 //! - `spin`: how a connection waits for its client, decided by trial:
 //!   sleeping on the socket, polling it for a moment while a client turns
 //!   replies into requests quickly and the CPU is free, or gathering;
+//! - `alone`: a connection alone on its runtime's thread waiting in a
+//!   blocking receive;
 //! - `gather`: letting requests gather in the socket, for a client with
 //!   many in flight that sends them one at a time;
 //! - `ops`: the device work of each command: holes found through
@@ -35,6 +37,7 @@
 //!   of a device shares (one range lock, one write-cache policy).
 
 mod access;
+mod alone;
 mod batched;
 mod config;
 mod exports;

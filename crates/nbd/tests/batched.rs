@@ -324,3 +324,65 @@ fn a_large_write_behind_replies_that_back_up_is_answered_after_them() {
     assert_eq!((r.cookie(), r.error()), (100, 0));
     assert_eq!(file_bytes(&dev, 12 * MIB, written.len()), written);
 }
+
+/// A connection alone on its runtime's thread waits for each request in
+/// a blocking receive: it answers every request, through pauses longer
+/// than one such wait, and it still ends soon when the server shuts down
+/// while its client keeps sending (the runtime gets its thread back).
+#[test]
+fn a_connection_alone_on_its_runtime_answers_each_request_and_ends_on_shutdown() {
+    use std::time::{Duration, Instant};
+    let (_dir, dev, data) = tmpfs_device();
+    let srv = Running::start(vec![("t", export(dev))]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    srv.server
+        .set_connection_runtimes(vec![runtime.handle().clone()]);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        runtime.block_on(async {
+            let _ = stopped.await;
+        });
+    });
+    let mut c = Raw::connect(srv.addr).unwrap();
+    c.go("t", false, false, false).unwrap();
+    for i in 0..2000u64 {
+        let offset = (i * 7919 % 2048) * 4096;
+        let expected = &data[offset as usize..offset as usize + 4096];
+        assert!(c.read(i, offset, 4096).unwrap() == expected, "read {i}");
+        if i % 500 == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let fresh = random_bytes(4096, 23);
+    c.request(CMD_WRITE, 0, 5000, 4096, 4096, &fresh);
+    assert_eq!(c.reply(0).unwrap().error(), 0);
+    assert_eq!(c.read(5001, 4096, 4096).unwrap(), fresh);
+    let hammer = std::thread::spawn(move || {
+        let mut served = 0u64;
+        loop {
+            let read = request(false, CMD_READ, served, 0, 4096, &[]);
+            if c.s.write_all(&read).is_err() {
+                return served;
+            }
+            match c.reply(4096) {
+                Ok(r) if r.error() == 0 => served += 1,
+                _ => return served,
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let asked = Instant::now();
+    srv.server.shutdown();
+    let served = hammer.join().unwrap();
+    let took = asked.elapsed();
+    assert!(served > 100, "{served} reads before the shutdown");
+    assert!(
+        took < Duration::from_millis(200),
+        "the connection ended {took:?} after"
+    );
+    let _ = stop.send(());
+    thread.join().unwrap();
+}
