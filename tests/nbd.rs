@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::admin::{http_exchange, AdminDaemon};
-use common::free_port;
 use common::iscsi::{LoginParams, Session};
 use common::nbd_clients::{self, run};
+use common::{free_port, retrying_taken_ports};
 use nbd::proto::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -44,14 +44,16 @@ struct Served {
 impl Served {
     fn start(body: &str) -> Served {
         let dir = tempfile::tempdir().unwrap();
-        let (port, nbd_port) = (free_port(), free_port());
-        let text = format!(
-            "[[portal]]\nlisten = \"127.0.0.1:{port}\"\n\n[nbd]\nlisten = [\"127.0.0.1:{nbd_port}\"]\n{}",
-            body.replace("{d}", &dir.path().display().to_string())
-        );
-        let cfg = dir.path().join("openarray.toml");
-        std::fs::write(&cfg, text).unwrap();
-        let daemon = AdminDaemon::start(&cfg, dir.path(), port);
+        let body = body.replace("{d}", &dir.path().display().to_string());
+        let (daemon, nbd_port) = retrying_taken_ports(|| {
+            let (port, nbd_port) = (free_port(), free_port());
+            let text = format!(
+                "[[portal]]\nlisten = \"127.0.0.1:{port}\"\n\n[nbd]\nlisten = [\"127.0.0.1:{nbd_port}\"]\n{body}"
+            );
+            let cfg = dir.path().join("openarray.toml");
+            std::fs::write(&cfg, text).unwrap();
+            AdminDaemon::try_start(&cfg, dir.path(), port).map(|d| (d, nbd_port))
+        });
         Served {
             daemon,
             nbd: SocketAddr::from(([127, 0, 0, 1], nbd_port)),

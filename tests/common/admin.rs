@@ -123,7 +123,25 @@ impl AdminDaemon {
         AdminDaemon::spawn(config, dir, port, &["--listen", &listen])
     }
 
+    /// [`AdminDaemon::start`], or the daemon's log where it exited before
+    /// it listened (a port taken meanwhile: [`retrying_taken_ports`]).
+    ///
+    /// [`retrying_taken_ports`]: super::retrying_taken_ports
+    pub fn try_start(config: &Path, dir: &Path, port: u16) -> Result<AdminDaemon, String> {
+        AdminDaemon::try_spawn(config, dir, port, &[])
+    }
+
     fn spawn(config: &Path, dir: &Path, port: u16, extra: &[&str]) -> AdminDaemon {
+        AdminDaemon::try_spawn(config, dir, port, extra)
+            .unwrap_or_else(|log| panic!("daemon exited before listening:\n{log}"))
+    }
+
+    fn try_spawn(
+        config: &Path,
+        dir: &Path,
+        port: u16,
+        extra: &[&str],
+    ) -> Result<AdminDaemon, String> {
         let socket = dir.join("admin.sock");
         let seq = LOG_SEQ.fetch_add(1, Ordering::Relaxed);
         let log = dir.join(format!("daemon-{seq}.log"));
@@ -150,7 +168,7 @@ impl AdminDaemon {
         // killed with SIGKILL leaves the file behind.
         while !listening_on(&d.log(), port) || UnixStream::connect(&d.socket).is_err() {
             if let Ok(Some(status)) = d.child.try_wait() {
-                panic!("daemon exited with {status}:\n{}", d.log());
+                return Err(format!("exit {status}:\n{}", d.log()));
             }
             assert!(
                 start.elapsed() < Duration::from_secs(20),
@@ -159,7 +177,7 @@ impl AdminDaemon {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        d
+        Ok(d)
     }
 
     /// The daemon's process id.

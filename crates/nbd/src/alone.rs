@@ -1,8 +1,8 @@
 //! A connection alone on its runtime's thread waits for its client in a
 //! blocking `recv`. The thread has nothing else to run, and the runtime's
-//! wait costs three system calls per request at QD1 (the read that finds
-//! nothing, `epoll_wait`, the read) and a task wake-up; the blocking
-//! receive costs one. The socket blocks only between such waits: it is
+//! wait costs up to three system calls per request at QD1 (a read that
+//! finds nothing, `epoll_wait`, the read) and a task wake-up; the
+//! blocking receive costs one. The socket blocks only between such waits: it is
 //! non-blocking again before the connection waits in the runtime, so
 //! nothing else ever blocks on it. Each blocking wait is bounded, and the
 //! runtime gets the thread back at least every [`SLICE`], for a
