@@ -12,6 +12,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
+use crate::placed::set_socket_option;
+
 /// The longest a blocking wait lasts, and how long the runtime may be
 /// kept from its thread.
 pub(crate) const SLICE: Duration = Duration::from_millis(1);
@@ -126,20 +128,7 @@ fn set_timeout(fd: RawFd, option: libc::c_int) -> io::Result<()> {
         tv_sec: SLICE.as_secs() as libc::time_t,
         tv_usec: SLICE.subsec_micros() as libc::suseconds_t,
     };
-    // SAFETY: `value` lives through the call and its size is given.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            option,
-            (&value as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    set_socket_option(fd, option, value)
 }
 
 #[cfg(test)]

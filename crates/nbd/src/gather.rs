@@ -35,6 +35,8 @@ use std::time::{Duration, Instant};
 
 use tokio::io::unix::AsyncFd;
 
+use crate::placed::set_socket_option;
+
 /// About the longest a request waits for others to join it.
 const FILL: Duration = Duration::from_micros(150);
 
@@ -298,20 +300,7 @@ fn set_mark(fd: RawFd, mark: &mut u64, want: u64) -> io::Result<()> {
     if *mark == want {
         return Ok(());
     }
-    let value = want as libc::c_int;
-    // SAFETY: `value` lives through the call and its size is given.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    set_socket_option(fd, libc::SO_RCVLOWAT, want as libc::c_int)?;
     *mark = want;
     Ok(())
 }

@@ -45,6 +45,29 @@ pub(crate) trait RecvInto {
     fn raw_fd(&self) -> Option<RawFd>;
 }
 
+/// Sets the socket-level option `option` of `fd` to `value` (a plain C
+/// value: an int, a timeval).
+pub(crate) fn set_socket_option<T: Copy>(
+    fd: RawFd,
+    option: libc::c_int,
+    value: T,
+) -> io::Result<()> {
+    // SAFETY: `value` lives through the call and its size is given.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            option,
+            (&value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// One `recv` from `fd` that does not wait, into `buf`.
 pub(crate) fn recv_now(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is writable memory of `buf.len()` bytes.
