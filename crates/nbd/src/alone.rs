@@ -131,6 +131,63 @@ fn set_timeout(fd: RawFd, option: libc::c_int) -> io::Result<()> {
     set_socket_option(fd, option, value)
 }
 
+/// Writes of at least this many bytes are received into the file's pages
+/// when the client sends one request at a time.
+pub(crate) const LOCKSTEP_PLACED_MIN: usize = 4096;
+
+/// Header-only receives in lockstep before a whole receive checks again
+/// that the client still sends one request at a time.
+const LOCKSTEP_RUN: u32 = 64;
+
+/// Whether the client sends one request and waits for its reply before
+/// the next (QD1), as the blocking receives see it. A connection in
+/// lockstep receives one header at a time, so that a write's payload can
+/// go from the socket straight into the file's pages: a second receive in
+/// place of `pwrite`, with one copy fewer and none of tmpfs's per-write
+/// locking (2-job QD1 4K writes: 0.5-1.5 µs less server CPU each). A
+/// client that sends several requests at once would pay a receive per
+/// request instead of one per batch; every [`LOCKSTEP_RUN`] requests a
+/// whole receive checks, and one that brings more than one request (or
+/// part of one) ends lockstep.
+#[derive(Default)]
+pub(crate) struct Lockstep {
+    /// Header-only receives left; `Some(0)`: the next is a whole receive.
+    left: Option<u32>,
+    /// Requests answered before the last whole receive.
+    probe: Option<u64>,
+}
+
+impl Lockstep {
+    /// Whether the next receive is of one header.
+    pub fn on(&self) -> bool {
+        self.left.is_some_and(|n| n > 0)
+    }
+
+    /// Whether the next receive is a whole one, to check.
+    pub fn probing(&self) -> bool {
+        self.left == Some(0)
+    }
+
+    /// A blocking receive brought bytes: a whole one (up to the buffer's
+    /// end) after `requests` requests answered, or one header.
+    pub fn received(&mut self, whole: bool, requests: u64) {
+        if whole {
+            self.probe = Some(requests);
+        } else if let Some(n) = &mut self.left {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Before the next wait, with `requests` answered and whether nothing
+    /// received is left over: a whole receive that brought exactly one
+    /// request puts the connection in lockstep, any other ends it.
+    pub fn judge(&mut self, requests: u64, drained: bool) {
+        if let Some(before) = self.probe.take() {
+            self.left = (requests == before + 1 && drained).then_some(LOCKSTEP_RUN);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +199,33 @@ mod tests {
             .enable_all()
             .build()
             .unwrap()
+    }
+
+    #[test]
+    fn one_request_per_whole_receive_is_lockstep_until_a_check_finds_more() {
+        let mut l = Lockstep::default();
+        assert!(!l.on() && !l.probing(), "a new connection is not");
+        l.received(true, 10);
+        l.judge(12, true);
+        assert!(!l.on(), "two requests came in one receive");
+        l.received(true, 12);
+        l.judge(12, false);
+        assert!(!l.on(), "part of one came");
+        l.received(true, 12);
+        l.judge(13, true);
+        assert!(l.on(), "exactly one came");
+        for i in 0..LOCKSTEP_RUN {
+            assert!(l.on() && !l.probing(), "header {i}");
+            l.received(false, 13 + u64::from(i));
+            l.judge(14 + u64::from(i), true);
+        }
+        assert!(!l.on() && l.probing(), "a whole receive checks");
+        l.received(true, 200);
+        l.judge(203, true);
+        assert!(
+            !l.on() && !l.probing(),
+            "the client sends several at once now"
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::alone::{self, Alone, Waited};
+use crate::alone::{self, Alone, Lockstep, Waited, LOCKSTEP_PLACED_MIN};
 use crate::exports::ExportCounters;
 use crate::gather::{Gather, Taken};
 use crate::handshake::Negotiated;
@@ -175,6 +175,7 @@ where
     let mut spin = SpinPolicy::default();
     let mut gather = Gather::default();
     let mut alone = Alone::default();
+    let mut lockstep = Lockstep::default();
     let mut end_asked = Instant::now();
     // Whether the last replies were few bytes.
     let mut small_replies = true;
@@ -217,7 +218,7 @@ where
             };
             let whole = header_len + h.payload_len(agreed.extended) as usize;
             if pending.len() < whole {
-                if let Some(p) = answerer.place(&h, whole - header_len) {
+                if let Some(p) = answerer.place(&h, whole - header_len, lockstep.on()) {
                     answerer.taking(whole);
                     input.consume(header_len);
                     placing = Some(p);
@@ -274,13 +275,16 @@ where
         if closing.is_some() && out.queued() == 0 && !out.unflushed() {
             break;
         }
+        lockstep.judge(answerer.requests.get(), input.pending().is_empty());
         let mut read = match &mut placing {
             _ if closing.is_some() => Read::Nothing,
             // (A payload all in is answered above before anything is read.)
             Some(p) if p.direct && p.remaining() > 0 => Read::Placed(p),
             _ if !input.has_space() => Read::Nothing,
-            // Up to the end of the next header.
-            _ if header_only && input.pending().len() < header_len => {
+            // Up to the end of the next header: in lockstep
+            // (`alone::Lockstep`), and after a placed write.
+            _ if lockstep.on() && input.pending().is_empty() => Read::Upto(input.end + header_len),
+            _ if header_only && !lockstep.probing() && input.pending().len() < header_len => {
                 Read::Upto(input.end + header_len - input.pending().len())
             }
             _ => Read::Upto(input.buf.len()),
@@ -331,12 +335,14 @@ where
             (None, _) => false,
         };
         // Sleeping, alone on the thread: in a blocking receive.
-        match (&read, fd) {
+        match (&mut read, fd) {
             (Read::Upto(upto), Some(fd)) if idle && !gathering && small_replies => {
+                let whole = *upto == input.buf.len();
                 let space = &mut input.buf[input.end..*upto];
                 match alone.recv(fd, space, started.into_std()) {
                     Waited::Bytes(0) => return Err(closed_without_disc()),
                     Waited::Bytes(n) => {
+                        lockstep.received(whole, answerer.requests.get());
                         if budget.is_none() && spin.way() == Way::Poll {
                             spin.slept(started.elapsed());
                         }
@@ -347,8 +353,21 @@ where
                     Waited::InRuntime => {}
                 }
             }
+            // A payload behind its header, there already as a rule: taken
+            // without the runtime's wait (and the socket's mode changes).
+            (Read::Placed(p), Some(fd)) if alone.blocking() => {
+                match p.receive_now(fd, answerer.backing) {
+                    Some(Received::Bytes(0)) => return Err(closed_without_disc()),
+                    Some(Received::Failed(e)) => {
+                        return Err(gone(format!("reading a request: {e}")))
+                    }
+                    Some(Received::Bytes(_) | Received::Declined) => continue,
+                    None => alone.leave(),
+                }
+            }
             _ => alone.leave(),
         }
+        lockstep = Lockstep::default();
         let stalled_at = started + write_deadline;
         let backing = answerer.backing;
         let io = poll_fn(|cx| {
@@ -565,8 +584,13 @@ impl<'a> Answerer<'a> {
     /// to receive straight into the file's pages; `None` where it is
     /// refused (answered once its payload is in), too short to gain from
     /// it, or the device or the stream cannot.
-    fn place(&self, h: &RequestHeader, payload_len: usize) -> Option<PlacedWrite> {
-        if !self.zero_copy || payload_len < PLACED_WRITE_MIN {
+    fn place(&self, h: &RequestHeader, payload_len: usize, lockstep: bool) -> Option<PlacedWrite> {
+        let least = if lockstep {
+            LOCKSTEP_PLACED_MIN
+        } else {
+            PLACED_WRITE_MIN
+        };
+        if !self.zero_copy || payload_len < least {
             return None;
         }
         let Ok(Command::Write { offset, len, fua }) = wire::check_request(h, self.agreed) else {

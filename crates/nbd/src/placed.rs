@@ -3,7 +3,9 @@
 //! its Data-Out: each byte is copied once, socket to page, instead of
 //! into the connection's buffer and from there into the page with
 //! `pwrite`. Used by [`crate::batched`] for a write of at least
-//! [`PLACED_WRITE_MIN`] bytes whose payload is not all in its buffer yet.
+//! [`PLACED_WRITE_MIN`] bytes whose payload is not all in its buffer yet,
+//! and for smaller ones from a client that sends one request at a time
+//! ([`crate::alone::Lockstep`]).
 //!
 //! The same rules as iSCSI's (docs/design.md, "WRITEs received into the
 //! file's pages"): no range lock while the data travels, each `recv` or
@@ -208,6 +210,31 @@ impl PlacedWrite {
         reader: &R,
         backing: &Backing,
     ) -> Poll<Received> {
+        self.receive(backing, |recv| reader.poll_recv_with(cx, recv))
+    }
+
+    /// Receives what `fd` has of the rest straight into the pages, without
+    /// waiting: `None` when nothing was there.
+    pub fn receive_now(&mut self, fd: RawFd, backing: &Backing) -> Option<Received> {
+        let polled = self.receive(backing, |recv| {
+            Some(match recv(fd) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Poll::Pending,
+                r => Poll::Ready(r),
+            })
+        });
+        match polled {
+            Poll::Ready(r) => Some(r),
+            Poll::Pending => None,
+        }
+    }
+
+    /// One receive into the pages through `with`, which hands the socket's
+    /// descriptor to the `recv` it is given (`None`: it cannot).
+    fn receive(
+        &mut self,
+        backing: &Backing,
+        with: impl FnOnce(&mut dyn FnMut(RawFd) -> io::Result<usize>) -> Option<Poll<io::Result<usize>>>,
+    ) -> Poll<Received> {
         let Some(map) = backing.device().memory_map() else {
             return Poll::Ready(Received::Declined);
         };
@@ -226,7 +253,7 @@ impl PlacedWrite {
                 })
             })
         };
-        let Some(polled) = reader.poll_recv_with(cx, &mut recv) else {
+        let Some(polled) = with(&mut recv) else {
             return Poll::Ready(Received::Declined);
         };
         Poll::Ready(match ready!(polled) {

@@ -334,18 +334,7 @@ fn a_connection_alone_on_its_runtime_answers_each_request_and_ends_on_shutdown()
     use std::time::{Duration, Instant};
     let (_dir, dev, data) = tmpfs_device();
     let srv = Running::start(vec![("t", export(dev))]);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    srv.server
-        .set_connection_runtimes(vec![runtime.handle().clone()]);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let thread = std::thread::spawn(move || {
-        runtime.block_on(async {
-            let _ = stopped.await;
-        });
-    });
+    let thread = OneThread::serving(&srv);
     let mut c = Raw::connect(srv.addr).unwrap();
     c.go("t", false, false, false).unwrap();
     for i in 0..2000u64 {
@@ -383,6 +372,95 @@ fn a_connection_alone_on_its_runtime_answers_each_request_and_ends_on_shutdown()
         took < Duration::from_millis(200),
         "the connection ended {took:?} after"
     );
-    let _ = stop.send(());
-    thread.join().unwrap();
+    thread.stop();
+}
+
+/// A runtime of its own thread for the server's connections, as the
+/// daemon gives one per core.
+struct OneThread {
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl OneThread {
+    fn serving(srv: &Running) -> OneThread {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        srv.server
+            .set_connection_runtimes(vec![runtime.handle().clone()]);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(async {
+                let _ = stopped.await;
+            });
+        });
+        OneThread { stop, thread }
+    }
+
+    fn stop(self) {
+        let _ = self.stop.send(());
+        self.thread.join().unwrap();
+    }
+}
+
+/// A client that sends one request at a time, alone on its thread: its
+/// small writes, received one header at a time with the payload straight
+/// into the file's pages, land where they belong, with FUA, with the
+/// payload sent after a pause, and when the client turns to sending many
+/// requests at once.
+#[test]
+fn one_request_at_a_time_small_writes_land_in_the_file() {
+    use std::time::Duration;
+    let (_dir, dev, data) = tmpfs_device();
+    let srv = Running::start(vec![("t", export(dev.clone()))]);
+    let thread = OneThread::serving(&srv);
+    let mut c = Raw::connect(srv.addr).unwrap();
+    c.go("t", false, false, false).unwrap();
+    // (Header and payload are sent apart: without this, the payload
+    // would wait for the header's acknowledgement.)
+    c.s.set_nodelay(true).unwrap();
+    let mut model = data;
+    model.resize(16 * MIB as usize, 0);
+    let write = |c: &mut Raw, model: &mut Vec<u8>, i: u64, pause: bool| {
+        let len = [4096, 8192, 512, 12288][i as usize % 4];
+        // Over the data and the hole.
+        let offset = (i * 7919 % 4000) * 4096;
+        let payload = random_bytes(len, 1000 + i);
+        let mut req = request(false, CMD_WRITE, i, offset, len as u64, &payload);
+        if i % 100 == 7 {
+            req[5] |= CMD_FLAG_FUA as u8;
+        }
+        let header = req.len() - len;
+        c.s.write_all(&req[..header]).unwrap();
+        if pause {
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        c.s.write_all(&req[header..]).unwrap();
+        model[offset as usize..offset as usize + len].copy_from_slice(&payload);
+        (offset, len)
+    };
+    for i in 0..3000u64 {
+        let (offset, len) = write(&mut c, &mut model, i, i % 250 == 13);
+        let r = c.reply(0).unwrap();
+        assert_eq!((r.cookie(), r.error()), (i, 0));
+        if i % 10 == 0 {
+            let back = c.read(100_000 + i, offset, len).unwrap();
+            assert!(back == model[offset as usize..][..len], "write {i}");
+        }
+    }
+    // Many at once, after a long run of one at a time.
+    for i in 3000..3064u64 {
+        write(&mut c, &mut model, i, false);
+    }
+    for i in 3000..3064u64 {
+        let r = c.reply(0).unwrap();
+        assert_eq!((r.cookie(), r.error()), (i, 0));
+    }
+    assert!(
+        file_bytes(&dev, 0, model.len()) == model,
+        "the file holds every write"
+    );
+    thread.stop();
 }
