@@ -149,8 +149,9 @@ const LOCKSTEP_RUN: u32 = 64;
 /// request instead of one per batch; every [`LOCKSTEP_RUN`] requests a
 /// whole receive checks, and one that brings more than one request (or
 /// part of one) ends lockstep.
-#[derive(Default)]
 pub(crate) struct Lockstep {
+    /// Whether lockstep may begin: writes can go into the file's pages.
+    allowed: bool,
     /// Header-only receives left; `Some(0)`: the next is a whole receive.
     left: Option<u32>,
     /// Requests answered before the last whole receive.
@@ -158,6 +159,20 @@ pub(crate) struct Lockstep {
 }
 
 impl Lockstep {
+    pub fn new(allowed: bool) -> Lockstep {
+        Lockstep {
+            allowed,
+            left: None,
+            probe: None,
+        }
+    }
+
+    /// The connection waits in the runtime: lockstep ends.
+    pub fn end(&mut self) {
+        self.left = None;
+        self.probe = None;
+    }
+
     /// Whether the next receive is of one header.
     pub fn on(&self) -> bool {
         self.left.is_some_and(|n| n > 0)
@@ -183,7 +198,8 @@ impl Lockstep {
     /// request puts the connection in lockstep, any other ends it.
     pub fn judge(&mut self, requests: u64, drained: bool) {
         if let Some(before) = self.probe.take() {
-            self.left = (requests == before + 1 && drained).then_some(LOCKSTEP_RUN);
+            let one = self.allowed && requests == before + 1 && drained;
+            self.left = one.then_some(LOCKSTEP_RUN);
         }
     }
 }
@@ -203,7 +219,7 @@ mod tests {
 
     #[test]
     fn one_request_per_whole_receive_is_lockstep_until_a_check_finds_more() {
-        let mut l = Lockstep::default();
+        let mut l = Lockstep::new(true);
         assert!(!l.on() && !l.probing(), "a new connection is not");
         l.received(true, 10);
         l.judge(12, true);
@@ -226,6 +242,16 @@ mod tests {
             !l.on() && !l.probing(),
             "the client sends several at once now"
         );
+        l.received(true, 203);
+        l.judge(204, true);
+        assert!(l.on());
+        l.end();
+        assert!(!l.on() && !l.probing(), "a wait in the runtime ends it");
+
+        let mut never = Lockstep::new(false);
+        never.received(true, 0);
+        never.judge(1, true);
+        assert!(!never.on(), "writes cannot go into the file's pages");
     }
 
     #[test]

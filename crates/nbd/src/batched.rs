@@ -175,7 +175,10 @@ where
     let mut spin = SpinPolicy::default();
     let mut gather = Gather::default();
     let mut alone = Alone::default();
-    let mut lockstep = Lockstep::default();
+    // (Where writes cannot go into the file's pages, receiving one header
+    // at a time would only add a receive per write.)
+    let placing_small = zero_copy && answerer.backing.device().memory_map().is_some();
+    let mut lockstep = Lockstep::new(placing_small);
     let mut end_asked = Instant::now();
     // Whether the last replies were few bytes.
     let mut small_replies = true;
@@ -367,7 +370,7 @@ where
             }
             _ => alone.leave(),
         }
-        lockstep = Lockstep::default();
+        lockstep.end();
         let stalled_at = started + write_deadline;
         let backing = answerer.backing;
         let io = poll_fn(|cx| {
