@@ -350,23 +350,22 @@ minimal_cells() { # row jobs bs
     peer=$(best_of peer "$1" "$2" "$3" "")
     minimal=$(best_of minimal "$1" "$2" "$3" "")
     own=$(figure_of "${RESULT["openarray|$1|$2"]:-}" "$3")
-    echo " $own | $peer | $minimal | $(ratio "$minimal" "$peer") | $(ratio "$own" "$minimal") | $(bar_of "$1" "$2" "$3") |"
+    echo " $own | $peer | $minimal | $(ratio "$minimal" "$peer") | $(ratio "$own" "$minimal") | $(bar_of "$1" "$2" "$3" "$own" "$peer" "$minimal") |"
 }
 
 # Where openarray's median round stands against "1.5x the best peer where
 # the client is not the limit": "met"; else what limits the row, as
 # measured in this run (one job's libnbd thread near a core, one job's 1M
 # transfers near one loopback TCP stream, or at QD1 the minimal server
-# itself under 1.5x); else "missed".
-bar_of() { # row jobs bs
-    local own peer versus client qd stream minimal
-    own=$(figure_of "${RESULT["openarray|$1|$2"]:-}" "$3")
-    peer=$(best_of peer "$1" "$2" "$3" "")
+# itself under 1.5x); else "missed". Given the row's median figures of
+# openarray, the best peer and the better minimal server.
+bar_of() { # row jobs bs own peer minimal
+    local own=$4 peer=$5 versus client qd stream minimal
     versus=$(ratio "$own" "$peer")
     IFS='|' read -r _ _ _ client _ <<<"${RESULT["openarray|$1|$2"]:-}"
     read -r _ _ qd <<<"$1"
     stream=$(ratio "$own" "${STREAM["$1|$2"]:-}")
-    minimal=$(ratio "$(best_of minimal "$1" "$2" "$3" "")" "$peer")
+    minimal=$(ratio "$6" "$peer")
     if at_least "$versus" 1.5; then
         echo "met"
     elif [ "$2" = 1 ] && at_least "${client:-0}" 90; then
