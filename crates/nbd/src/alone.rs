@@ -144,7 +144,8 @@ const LOCKSTEP_RUN: u32 = 64;
 /// lockstep receives one header at a time, so that a write's payload can
 /// go from the socket straight into the file's pages: a second receive in
 /// place of `pwrite`, with one copy fewer and none of tmpfs's per-write
-/// locking (2-job QD1 4K writes: 0.5-1.5 µs less server CPU each). A
+/// locking (2-job QD1 4K writes: 1.2 µs less server CPU each, as
+/// docs/design.md measures it). A
 /// client that sends several requests at once would pay a receive per
 /// request instead of one per batch; every [`LOCKSTEP_RUN`] requests a
 /// whole receive checks, and one that brings more than one request (or
