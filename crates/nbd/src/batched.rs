@@ -337,6 +337,11 @@ where
             }
             (None, _) => false,
         };
+        // A gathering wait takes the whole batch: one header of it (as in
+        // lockstep) would look to the gathering like a batch cut short.
+        if let (true, Read::Upto(upto)) = (gathering, &mut read) {
+            *upto = input.buf.len();
+        }
         // Sleeping, alone on the thread: in a blocking receive.
         match (&mut read, fd) {
             (Read::Upto(upto), Some(fd)) if idle && !gathering && small_replies => {

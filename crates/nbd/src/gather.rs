@@ -20,8 +20,12 @@
 //! moment has not fewer in flight); the cap rises again by one after
 //! [`PATIENCE`] batches filled quickly at it, and that patience doubles
 //! with each such timeout, so a client that keeps fewer in flight meets
-//! the timer ever more rarely and a client that merely paused soon gathers
-//! as before. Whether to gather at all is the trial's call (`crate::spin`):
+//! the timer ever more rarely. A batch that fills quickly at a raised cap
+//! shows the timeouts were stalls (a few a second from fio on a busy
+//! machine, which had driven the patience into the thousands): the
+//! patience is as at first again, and a client that merely paused soon
+//! gathers as before. A batch fallen to one gathers nothing, so waits
+//! count toward the patience there. Whether to gather at all is the trial's call (`crate::spin`):
 //! it gathers only where that served nearly as many requests as sleeping
 //! on each one.
 //!
@@ -69,6 +73,8 @@ pub(crate) struct Gather {
     /// raise it.
     at_cap: u32,
     patience: u32,
+    /// The cap rose and no batch has filled at it yet.
+    raised: bool,
     /// Bytes of one request, as the last batch averaged them.
     request_bytes: u64,
     /// The low-water mark the socket has now.
@@ -108,6 +114,7 @@ impl Default for Gather {
             cap: MOST,
             at_cap: 0,
             patience: PATIENCE,
+            raised: false,
             request_bytes: 0,
             mark: 1,
             at_wait: None,
@@ -226,6 +233,9 @@ impl Gather {
             self.request_bytes = each;
         }
         if then.gathered.is_none() {
+            if self.batch < 2 {
+                self.waited_at_one();
+            }
             return;
         }
         if requests == 0 {
@@ -239,17 +249,37 @@ impl Gather {
             self.batch = self.cap;
             self.at_cap = 0;
             self.patience = self.patience.saturating_mul(2);
+            self.raised = false;
         } else if then.filled.is_some_and(|f| f <= FILL) {
+            if self.batch == self.cap && std::mem::take(&mut self.raised) {
+                self.patience = PATIENCE;
+            }
             if self.batch == self.cap && self.cap < MOST {
                 self.at_cap += 1;
                 if self.at_cap >= self.patience {
                     self.cap += 1;
                     self.at_cap = 0;
+                    self.raised = true;
                 }
             }
             self.batch = (self.batch + 1).min(self.cap);
         } else {
             self.batch = (self.batch - 1).max(1);
+        }
+    }
+
+    /// A wait at a batch of one, which does not gather, so no batch
+    /// filled quickly can raise it: after as many such waits as the cap's
+    /// patience, the next wait asks for two again. (Without it a batch
+    /// fallen to one, by a timeout or slow fills, stayed there until the
+    /// next trial, answering each request as it came.)
+    fn waited_at_one(&mut self) {
+        self.at_cap += 1;
+        if self.at_cap >= self.patience {
+            self.raised |= self.cap < 2;
+            self.cap = self.cap.max(2);
+            self.batch = 2;
+            self.at_cap = 0;
         }
     }
 
@@ -366,6 +396,14 @@ mod tests {
         });
     }
 
+    /// A gathering wait that took `filled` and in which `came` requests
+    /// came, learnt from.
+    fn one_wait(g: &mut Gather, requests: &mut u64, filled: Duration, came: u64) {
+        gathered_wait(g, taken(*requests, *requests * 28), filled);
+        *requests += came;
+        g.learn(taken(*requests, *requests * 28));
+    }
+
     const QUICKLY: Duration = Duration::from_micros(40);
 
     #[test]
@@ -389,12 +427,22 @@ mod tests {
         assert_eq!((g.batch, g.cap), (2, MOST));
     }
 
-    /// Runs gathering waits of `batch` requests each, all filled quickly;
-    /// returns how many ran before the batch grew past `batch`.
+    /// Runs waits as the batch asks, each filled quickly (at a batch of
+    /// one, a wait that does not gather); returns how many ran before the
+    /// batch grew.
     fn quick_waits_until_it_grows(g: &mut Gather, requests: &mut u64) -> u32 {
         let before = g.batch;
         for n in 1..10_000 {
-            gathered_wait(g, taken(*requests, *requests * 28), QUICKLY);
+            let at = taken(*requests, *requests * 28);
+            if g.batch < 2 {
+                g.at_wait = Some(Wait {
+                    taken: at,
+                    gathered: None,
+                    filled: None,
+                });
+            } else {
+                gathered_wait(g, at, QUICKLY);
+            }
             *requests += g.batch;
             g.learn(taken(*requests, *requests * 28));
             if g.batch > before {
@@ -409,23 +457,34 @@ mod tests {
         let mut g = learnt();
         let mut requests = 1;
         g.batch = 5;
-        // A timeout with three in: capped at three.
-        gathered_wait(&mut g, taken(requests, requests * 28), BACKSTOP);
-        requests += 3;
-        g.learn(taken(requests, requests * 28));
-        assert_eq!((g.batch, g.cap), (3, 3));
-        assert_eq!(
-            quick_waits_until_it_grows(&mut g, &mut requests),
-            2 * PATIENCE
-        );
-        // The client has three in flight after all: the next timeout.
-        gathered_wait(&mut g, taken(requests, requests * 28), BACKSTOP);
-        requests += 3;
-        g.learn(taken(requests, requests * 28));
+        // A timeout with three in caps the batch at three; the cap then
+        // rises to four, which a client with three in flight cuts short
+        // again: twice the patience.
+        for patience in [2 * PATIENCE, 4 * PATIENCE] {
+            one_wait(&mut g, &mut requests, BACKSTOP, 3);
+            assert_eq!((g.batch, g.cap), (3, 3));
+            assert_eq!(quick_waits_until_it_grows(&mut g, &mut requests), patience);
+        }
+    }
+
+    #[test]
+    fn a_batch_that_fills_at_a_raised_cap_restores_the_patience() {
+        let mut g = learnt();
+        let mut requests = 1;
+        g.batch = 8;
+        // Two stalls in a row, each cutting the batch short.
+        for _ in 0..2 {
+            one_wait(&mut g, &mut requests, BACKSTOP, 1);
+        }
+        assert_eq!((g.batch, g.cap, g.patience), (2, 2, 4 * PATIENCE));
         assert_eq!(
             quick_waits_until_it_grows(&mut g, &mut requests),
             4 * PATIENCE
         );
+        assert_eq!((g.batch, g.cap), (3, 3));
+        // The client had more in flight: filled quickly at the new cap.
+        assert_eq!(quick_waits_until_it_grows(&mut g, &mut requests), PATIENCE);
+        assert_eq!(g.patience, PATIENCE);
     }
 
     /// A wait the timer ended, by the batch it asked for and the requests
@@ -458,6 +517,36 @@ mod tests {
         g.learn(taken(2, 56));
         assert_eq!((g.batch, g.cap), (1, 1));
         assert_eq!(g.mark_wanted(), 1);
+    }
+
+    #[test]
+    fn a_batch_fallen_to_one_tries_two_again_ever_more_rarely() {
+        let mut g = learnt();
+        let mut requests = 1;
+        one_wait(&mut g, &mut requests, BACKSTOP, 1);
+        assert_eq!((g.batch, g.cap), (1, 1));
+        assert_eq!(
+            quick_waits_until_it_grows(&mut g, &mut requests),
+            2 * PATIENCE
+        );
+        assert_eq!((g.batch, g.cap, g.mark_wanted()), (2, 2, 56));
+        // One in flight: the timer again, and twice the waits before the
+        // next try.
+        one_wait(&mut g, &mut requests, BACKSTOP, 1);
+        assert_eq!((g.batch, g.cap), (1, 1));
+        assert_eq!(
+            quick_waits_until_it_grows(&mut g, &mut requests),
+            4 * PATIENCE
+        );
+        // Two after all: it gathers on, as patient as at first.
+        one_wait(&mut g, &mut requests, QUICKLY, 2);
+        assert_eq!((g.batch, g.patience), (2, PATIENCE));
+        // A batch shrunk to one by slow fills tries two as well.
+        let mut g = learnt();
+        g.batch = 2;
+        one_wait(&mut g, &mut requests, FILL * 2, 2);
+        assert_eq!((g.batch, g.cap), (1, MOST));
+        assert_eq!(quick_waits_until_it_grows(&mut g, &mut requests), PATIENCE);
     }
 
     #[test]
