@@ -12,7 +12,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use crate::placed::set_socket_option;
+use crate::socket::set_socket_option;
 
 /// The longest a blocking wait lasts, and how long the runtime may be
 /// kept from its thread.

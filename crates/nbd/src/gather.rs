@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::unix::AsyncFd;
 
-use crate::placed::set_socket_option;
+use crate::socket::set_socket_option;
 
 /// About the longest a request waits for others to join it.
 const FILL: Duration = Duration::from_micros(150);
@@ -599,7 +599,7 @@ mod tests {
         // Below the mark the runtime sees no readiness: what came is
         // taken with a `recv` of its own, as the connection does.
         let mut buf = [0u8; 64];
-        assert_eq!(crate::placed::recv_now(fd, &mut buf).unwrap(), 28);
+        assert_eq!(crate::socket::recv_now(fd, &mut buf).unwrap(), 28);
         g.restart();
         assert!(g.prepare(fd, true, taken(2, 56)));
         client.write_all(&[2; 56]).unwrap();

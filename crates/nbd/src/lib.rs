@@ -23,6 +23,8 @@
 //!   blocking receive;
 //! - `gather`: letting requests gather in the socket, for a client with
 //!   many in flight that sends them one at a time;
+//! - `socket`: receives that do not wait and socket options, on the
+//!   descriptor beside the runtime;
 //! - `ops`: the device work of each command: holes found through
 //!   `allocation()` become hole chunks and block status extents; a flush
 //!   flushes the device, so it covers writes of every connection
@@ -52,6 +54,7 @@ pub mod proto;
 mod reply;
 mod server;
 mod sessions;
+mod socket;
 mod spin;
 mod started_async;
 mod tls;

@@ -23,6 +23,7 @@ use export::Backing;
 use tokio::io::Interest;
 
 use crate::ops::{self, Outcome};
+use crate::socket::recv_now_into;
 use crate::wire::Command;
 
 /// Writes of at least this many bytes are received into the file's pages;
@@ -45,47 +46,6 @@ pub(crate) trait RecvInto {
     /// The socket's descriptor, for receiving without waiting on it
     /// ([`crate::spin`]); `None` for a stream that cannot.
     fn raw_fd(&self) -> Option<RawFd>;
-}
-
-/// Sets the socket-level option `option` of `fd` to `value` (a plain C
-/// value: an int, a timeval).
-pub(crate) fn set_socket_option<T: Copy>(
-    fd: RawFd,
-    option: libc::c_int,
-    value: T,
-) -> io::Result<()> {
-    // SAFETY: `value` lives through the call and its size is given.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            option,
-            (&value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// One `recv` from `fd` that does not wait, into `buf`.
-pub(crate) fn recv_now(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: `buf` is writable memory of `buf.len()` bytes.
-    unsafe { recv_now_into(fd, buf.as_mut_ptr(), buf.len()) }
-}
-
-/// One `recv` from `fd` that does not wait, into `len` bytes at `to`.
-///
-/// # Safety
-/// `to` must be valid for writes of `len` bytes.
-unsafe fn recv_now_into(fd: RawFd, to: *mut u8, len: usize) -> io::Result<usize> {
-    let got = libc::recv(fd, to.cast(), len, libc::MSG_DONTWAIT);
-    if got < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(got as usize)
 }
 
 macro_rules! recv_into_socket {

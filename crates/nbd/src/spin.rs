@@ -36,7 +36,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use crate::placed::recv_now;
+use crate::socket::recv_now;
 
 /// How long a connection polls before it sleeps: several times what a
 /// client takes to turn a reply into its next request.
