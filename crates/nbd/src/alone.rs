@@ -145,11 +145,10 @@ const LOCKSTEP_RUN: u32 = 64;
 /// go from the socket straight into the file's pages: a second receive in
 /// place of `pwrite`, with one copy fewer and none of tmpfs's per-write
 /// locking (2-job QD1 4K writes: 1.2 µs less server CPU each, as
-/// docs/design.md measures it). A
-/// client that sends several requests at once would pay a receive per
-/// request instead of one per batch; every [`LOCKSTEP_RUN`] requests a
-/// whole receive checks, and one that brings more than one request (or
-/// part of one) ends lockstep.
+/// docs/design.md measures it). A client that sends several requests at
+/// once would pay a receive per request instead of one per batch; every
+/// [`LOCKSTEP_RUN`] requests a whole receive checks, and one that brings
+/// more than one request (or part of one) ends lockstep.
 pub(crate) struct Lockstep {
     /// Whether lockstep may begin: writes can go into the file's pages.
     allowed: bool,

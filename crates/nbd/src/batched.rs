@@ -178,8 +178,7 @@ where
     let mut alone = Alone::default();
     // (Where writes cannot go into the file's pages, receiving one header
     // at a time would only add a receive per write.)
-    let placing_small = zero_copy && answerer.backing.device().memory_map().is_some();
-    let mut lockstep = Lockstep::new(placing_small);
+    let mut lockstep = Lockstep::new(answerer.places_writes());
     let mut end_asked = Instant::now();
     // Whether the last replies were few bytes.
     let mut small_replies = true;
@@ -589,6 +588,12 @@ impl<'a> Answerer<'a> {
         false
     }
 
+    /// Whether write payloads can be received into the file's pages: a
+    /// device with a memory map, on a plain socket.
+    fn places_writes(&self) -> bool {
+        self.zero_copy && self.backing.device().memory_map().is_some()
+    }
+
     /// A write of `payload_len` bytes, not all of them in the buffer yet,
     /// to receive straight into the file's pages; `None` where it is
     /// refused (answered once its payload is in), too short to gain from
@@ -599,13 +604,12 @@ impl<'a> Answerer<'a> {
         } else {
             PLACED_WRITE_MIN
         };
-        if !self.zero_copy || payload_len < least {
+        if payload_len < least || !self.places_writes() {
             return None;
         }
         let Ok(Command::Write { offset, len, fua }) = wire::check_request(h, self.agreed) else {
             return None;
         };
-        self.backing.device().memory_map()?;
         Some(PlacedWrite::new(h.cookie, offset, len as usize, fua))
     }
 

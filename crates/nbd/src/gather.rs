@@ -25,9 +25,9 @@
 //! machine, which had driven the patience into the thousands): the
 //! patience is as at first again, and a client that merely paused soon
 //! gathers as before. A batch fallen to one gathers nothing, so waits
-//! count toward the patience there. Whether to gather at all is the trial's call (`crate::spin`):
-//! it gathers only where that served nearly as many requests as sleeping
-//! on each one.
+//! count toward the patience there. Whether to gather at all is the
+//! trial's call (`crate::spin`): it gathers only where that served nearly
+//! as many requests as sleeping on each one.
 //!
 //! A unix socket reports itself readable at its first byte whatever the
 //! mark, so there every wait "runs out" at once and the batch falls to
@@ -69,8 +69,8 @@ pub(crate) struct Gather {
     batch: u64,
     /// The most a wait may ask for now.
     cap: u64,
-    /// Batches filled quickly at the cap since it last moved, and how many
-    /// raise it.
+    /// Batches filled quickly at the cap since it last moved (at a batch
+    /// of one, waits), and how many raise it.
     at_cap: u32,
     patience: u32,
     /// The cap rose and no batch has filled at it yet.
@@ -251,14 +251,12 @@ impl Gather {
             self.patience = self.patience.saturating_mul(2);
             self.raised = false;
         } else if then.filled.is_some_and(|f| f <= FILL) {
-            if self.batch == self.cap && std::mem::take(&mut self.raised) {
-                self.patience = PATIENCE;
-            }
-            if self.batch == self.cap && self.cap < MOST {
-                self.at_cap += 1;
-                if self.at_cap >= self.patience {
+            if self.batch == self.cap {
+                if std::mem::take(&mut self.raised) {
+                    self.patience = PATIENCE;
+                }
+                if self.cap < MOST && self.patience_spent() {
                     self.cap += 1;
-                    self.at_cap = 0;
                     self.raised = true;
                 }
             }
@@ -274,13 +272,22 @@ impl Gather {
     /// fallen to one, by a timeout or slow fills, stayed there until the
     /// next trial, answering each request as it came.)
     fn waited_at_one(&mut self) {
-        self.at_cap += 1;
-        if self.at_cap >= self.patience {
+        if self.patience_spent() {
             self.raised |= self.cap < 2;
             self.cap = self.cap.max(2);
             self.batch = 2;
+        }
+    }
+
+    /// Counts one more wait at the cap; true when that spends the
+    /// patience, and the count starts over.
+    fn patience_spent(&mut self) -> bool {
+        self.at_cap += 1;
+        let spent = self.at_cap >= self.patience;
+        if spent {
             self.at_cap = 0;
         }
+        spent
     }
 
     /// The mark for the batch, or one byte where gathering cannot pay.
