@@ -14,7 +14,9 @@
 # Beside the peers runs the least a server can do for the same rows
 # (crates/nbd-minimal-server: a thread per connection, one recv and one
 # writev per batch, reads from a mapping of the file, writes by pwrite, no
-# checks, locks or statistics), once sleeping between requests
+# checks, locks or statistics; structured replies, as the peers give fio's
+# libnbd, whose client takes a data chunk's header and offset in receives
+# of their own), once sleeping between requests
 # ("minimal") and once polling for 50 µs first ("minimal-polling"). Where
 # each request's round trip sets the pace (QD1), the better of the two is
 # about the most any server can reach with this client on this machine,

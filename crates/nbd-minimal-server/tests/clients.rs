@@ -15,8 +15,9 @@ impl Drop for Server {
     }
 }
 
-/// The server on a free port serving `file`, polling `poll_us`.
-fn start(file: &std::path::Path, poll_us: u32) -> (Server, String) {
+/// The server on a free port serving `file`, polling `poll_us`, with
+/// the arguments `more` after that.
+fn start(file: &std::path::Path, poll_us: u32, more: &[&str]) -> (Server, String) {
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
@@ -25,6 +26,7 @@ fn start(file: &std::path::Path, poll_us: u32) -> (Server, String) {
         .arg(format!("127.0.0.1:{port}"))
         .arg(file)
         .arg(poll_us.to_string())
+        .args(more)
         .spawn()
         .expect("start nbd-minimal-server");
     let server = Server(child);
@@ -48,8 +50,15 @@ fn fio_writes_read_back_verified_and_nbdcopy_reads_the_file() {
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
     std::fs::write(&file, &bytes).unwrap();
-    for poll_us in [0, 50] {
-        let (_server, uri) = start(&file, poll_us);
+    for (poll_us, more) in [(0, &[][..]), (50, &[][..]), (0, &["simple"][..])] {
+        let (_server, uri) = start(&file, poll_us, more);
+        let structured = !more.contains(&"simple");
+        let info = client_tools::run("nbdinfo", &["--json", &uri]);
+        let info = String::from_utf8_lossy(&info.stdout);
+        assert!(
+            info.contains(&format!("\"structured\": {structured}")),
+            "structured replies {structured} expected: {info}"
+        );
         let copy = dir.path().join("copy.img");
         client_tools::run("nbdcopy", &[&uri, copy.to_str().unwrap()]);
         assert!(
