@@ -48,26 +48,42 @@ pub struct MemoryMap {
 }
 
 /// One bit per page of the file: set when the page is known to exist.
+///
+/// A random read over a large file finds its word of these bits out of
+/// the CPU's caches, which a request's own page copy and the kernel's
+/// socket work keep churning (one miss was most of this check's time,
+/// under 1 % of a 4K read's). So a summary holds one bit per word, set
+/// while all its 64 pages are marked: 1/64 the size, it stays cached, and
+/// a file written through is answered from it alone.
 pub(crate) struct PageBits {
     words: Box<[AtomicU64]>,
-    page: u64,
+    /// Bit `w % 64` of `full[w / 64]`: `words[w]` is all ones.
+    full: Box<[AtomicU64]>,
+    page_shift: u32,
     len: u64,
 }
 
 impl PageBits {
+    /// For a file of `len` bytes in pages of `page` bytes (a power of two).
     pub(crate) fn new(len: u64, page: u64) -> PageBits {
+        assert!(page.is_power_of_two(), "a page of {page} bytes");
         let pages = len.div_ceil(page);
+        let words = pages.div_ceil(64);
+        let zeros = |n: u64| (0..n).map(|_| AtomicU64::new(0)).collect();
         PageBits {
-            words: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-            page,
+            words: zeros(words),
+            full: zeros(words.div_ceil(64)),
+            page_shift: page.trailing_zeros(),
             len,
         }
     }
 
     /// The pages `[offset, offset + len)` touches, if it is inside.
     fn pages(&self, offset: u64, len: u64) -> Option<Range<u64>> {
-        let end = offset.checked_add(len).filter(|&end| end <= self.len)?;
-        (len > 0).then(|| offset / self.page..end.div_ceil(self.page))
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| len > 0 && end <= self.len)?;
+        Some(offset >> self.page_shift..((end - 1) >> self.page_shift) + 1)
     }
 
     /// Each word of `pages` with the mask of its bits among them.
@@ -81,21 +97,37 @@ impl PageBits {
         })
     }
 
+    /// The summary word and bit of word `w`.
+    fn summary(&self, w: usize) -> (&AtomicU64, u64) {
+        (&self.full[w / 64], 1 << (w % 64))
+    }
+
     pub(crate) fn mark(&self, offset: u64, len: u64) {
         for (w, mask) in self.pages(offset, len).into_iter().flat_map(Self::masks) {
-            self.words[w].fetch_or(mask, Ordering::Release);
+            if self.words[w].fetch_or(mask, Ordering::Release) | mask == u64::MAX {
+                let (summary, bit) = self.summary(w);
+                summary.fetch_or(bit, Ordering::Release);
+            }
         }
     }
 
     pub(crate) fn unmark(&self, offset: u64, len: u64) {
         for (w, mask) in self.pages(offset, len).into_iter().flat_map(Self::masks) {
+            // (The summary first: no reader finds it set once a page's
+            // bit is clear.)
+            let (summary, bit) = self.summary(w);
+            summary.fetch_and(!bit, Ordering::Release);
             self.words[w].fetch_and(!mask, Ordering::Release);
         }
     }
 
     pub(crate) fn all_marked(&self, offset: u64, len: u64) -> bool {
         self.pages(offset, len).is_some_and(|pages| {
-            Self::masks(pages).all(|(w, mask)| self.words[w].load(Ordering::Acquire) & mask == mask)
+            Self::masks(pages).all(|(w, mask)| {
+                let (summary, bit) = self.summary(w);
+                summary.load(Ordering::Acquire) & bit != 0
+                    || self.words[w].load(Ordering::Acquire) & mask == mask
+            })
         })
     }
 }
@@ -533,5 +565,32 @@ mod tests {
         assert_eq!(bits.words[3].load(Ordering::Relaxed), 0b1_1111_1111);
         bits.unmark(1, 200 * 4096);
         assert!(bits.words.iter().all(|w| w.load(Ordering::Relaxed) == 0));
+    }
+
+    #[test]
+    fn page_bits_summary_follows_whole_words() {
+        // 64 * 70 pages: two summary words.
+        let bits = PageBits::new(64 * 70 * 4096, 4096);
+        let word = 64 * 4096;
+        let summary = |w: usize| bits.full[w / 64].load(Ordering::Relaxed) >> (w % 64) & 1;
+        bits.mark(66 * word, word - 4096);
+        assert_eq!(summary(66), 0, "one page short");
+        assert!(!bits.all_marked(66 * word, word));
+        bits.mark(67 * word - 4096, 4096);
+        assert_eq!(summary(66), 1, "all 64 pages");
+        assert!(bits.all_marked(66 * word, word));
+        bits.mark(0, 70 * word);
+        assert!((0..70).all(|w| summary(w) == 1));
+        assert!(bits.all_marked(0, 70 * word));
+        // A page unmarked clears its word's summary, and only its own.
+        bits.unmark(66 * word + 3 * 4096, 1);
+        assert_eq!((summary(65), summary(66), summary(67)), (1, 0, 1));
+        assert!(!bits.all_marked(66 * word, word));
+        assert!(bits.all_marked(66 * word, 3 * 4096));
+        assert!(bits.all_marked(66 * word + 4 * 4096, 60 * 4096));
+        assert!(!bits.all_marked(65 * word, 3 * word), "across it");
+        bits.unmark(0, 70 * word);
+        assert!((0..70).all(|w| summary(w) == 0));
+        assert!(!bits.all_marked(5 * word, 1));
     }
 }

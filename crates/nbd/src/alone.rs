@@ -49,8 +49,12 @@ impl Alone {
     /// used up; otherwise, or where nothing came, the connection is to
     /// wait in the runtime, and the socket is non-blocking again.
     pub fn recv(&mut self, fd: RawFd, buf: &mut [u8], now: Instant) -> Waited {
+        // (Whether another task came is asked as a slice begins: one that
+        // comes in its course waits for its end, as it would for a poll.)
+        let begins = self.since.is_none();
         let since = *self.since.get_or_insert(now);
-        if now.duration_since(since) >= SLICE || !alone_on_runtime() || self.block(fd).is_err() {
+        let beside = begins && !alone_on_runtime();
+        if beside || now.duration_since(since) >= SLICE || self.block(fd).is_err() {
             self.leave();
             return Waited::InRuntime;
         }

@@ -13,7 +13,8 @@
 
 use std::cell::Cell;
 use std::future::{poll_fn, Future};
-use std::io::{self, IoSlice};
+use std::io;
+use std::os::fd::RawFd;
 use std::pin::{pin, Pin};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -32,7 +33,7 @@ use crate::outbox::Outbox;
 use crate::placed::{PlacedWrite, Received, RecvInto, PLACED_WRITE_MIN};
 use crate::proto::*;
 use crate::reply::{self, Answering};
-use crate::socket::recv_now;
+use crate::socket::{self, recv_now};
 use crate::spin::{self, Polled, SpinPolicy, Way};
 use crate::transmission::{count, gone, run_guarded, Ended};
 use crate::wire::{self, Agreed, Command, Framing, RequestHeader};
@@ -53,9 +54,6 @@ const OUT_HIGH: usize = 8 << 20;
 /// How often a connection whose waits all end at once asks whether its
 /// session is to end.
 const END_ASKED: Duration = Duration::from_millis(1);
-
-/// Byte runs handed to one `writev` (IOV_MAX is 1024).
-const SLOTS: usize = 256;
 
 /// Bytes received and not yet taken as requests.
 struct Input {
@@ -182,6 +180,8 @@ where
     let mut end_asked = Instant::now();
     // Whether the last replies were few bytes.
     let mut small_replies = true;
+    // A plain socket's, for system calls made past the runtime.
+    let fd = reader.raw_fd();
     loop {
         while closing.is_none() && out.queued() < OUT_HIGH {
             if let Some(p) = &mut placing {
@@ -254,17 +254,22 @@ where
             // QD1, not one to write and one to read). Gathering writes
             // them in the wait, whose read then takes what came meanwhile,
             // unless it did not gather last time and waits alone.
-            let mut cx = Context::from_waker(Waker::noop());
-            let nothing = &mut Read::Nothing;
-            let io = poll_io(
-                &mut cx,
-                &mut reader,
-                &mut writer,
-                &mut out,
-                &mut input,
-                nothing,
-                answerer.backing,
-            );
+            let io = match fd.filter(|_| alone.blocking()) {
+                Some(fd) => write_blocking(fd, &mut out),
+                None => {
+                    let mut cx = Context::from_waker(Waker::noop());
+                    let nothing = &mut Read::Nothing;
+                    poll_io(
+                        &mut cx,
+                        &mut reader,
+                        &mut writer,
+                        &mut out,
+                        &mut input,
+                        nothing,
+                        answerer.backing,
+                    )
+                }
+            };
             if let Poll::Ready(Event::WriteFailed(e)) = io {
                 return Err(write_failed(closing, e));
             }
@@ -313,7 +318,6 @@ where
             }
         }
         let budget = spin.budget().filter(|_| idle);
-        let fd = reader.raw_fd();
         if let (Some(budget), Read::Upto(upto), Some(fd)) = (budget, &read, fd) {
             let polled = spin::poll(fd, &mut input.buf[input.end..*upto], budget).await;
             spin.polled(&polled);
@@ -452,6 +456,33 @@ fn write_failed(closing: Option<Result<(), Ended>>, e: io::Error) -> Ended {
     }
 }
 
+/// Writes what it can of `out` to `fd`, a plain socket blocking alone on
+/// its thread (`alone::Alone`), straight to the kernel rather than
+/// through the runtime's readiness bookkeeping; ready once that made
+/// progress. (A blocked send ends within the socket's timeout.)
+fn write_blocking(fd: RawFd, out: &mut Outbox<'_>) -> Poll<Event> {
+    if out.queued() > 0 {
+        match out.with_slices(|slots| socket::writev(fd, slots)) {
+            Ok(0) => return Poll::Ready(Event::WriteFailed(io::ErrorKind::WriteZero.into())),
+            Ok(written) => out.advance(written),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                return Poll::Pending
+            }
+            Err(e) => return Poll::Ready(Event::WriteFailed(e)),
+        }
+    }
+    if out.queued() == 0 {
+        // (Nothing is buffered above a plain socket.)
+        out.flushed();
+    }
+    Poll::Ready(Event::Progress)
+}
+
 /// What one wait for the socket reads.
 enum Read<'a> {
     Nothing,
@@ -479,9 +510,8 @@ where
 {
     let mut progress = false;
     if out.queued() > 0 {
-        let mut slots = [IoSlice::new(&[]); SLOTS];
-        let n = out.slices(&mut slots);
-        match Pin::new(&mut *writer).poll_write_vectored(cx, &slots[..n]) {
+        let wrote = out.with_slices(|slots| Pin::new(&mut *writer).poll_write_vectored(cx, slots));
+        match wrote {
             Poll::Ready(Ok(0)) => {
                 return Poll::Ready(Event::WriteFailed(io::ErrorKind::WriteZero.into()))
             }

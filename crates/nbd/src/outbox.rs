@@ -21,6 +21,15 @@ enum Run<'a> {
     Owned(Bytes),
 }
 
+/// Byte runs handed to one `writev` (IOV_MAX is 1024).
+const SLOTS: usize = 256;
+
+/// Runs a reply or two take (a read: its header and its data): slots for
+/// these many are all a connection answering one request at a time
+/// fills, and setting up all [`SLOTS`] of them costs more than its
+/// request's parsing.
+const FEW_SLOTS: usize = 4;
+
 /// A scratch buffer grown past this is given back once emptied, so that
 /// one large read does not keep its memory for the connection's life.
 const SCRATCH_KEPT: usize = 8 << 20;
@@ -109,9 +118,23 @@ impl<'a> Outbox<'a> {
         self.runs.push_back(Run::Owned(bytes));
     }
 
+    /// Calls `write` with the unwritten bytes, in order, as up to
+    /// [`SLOTS`] slices.
+    pub fn with_slices<R>(&self, write: impl FnOnce(&[IoSlice<'_>]) -> R) -> R {
+        if self.runs.len() <= FEW_SLOTS {
+            let mut slots = [IoSlice::new(&[]); FEW_SLOTS];
+            let n = self.slices(&mut slots);
+            write(&slots[..n])
+        } else {
+            let mut slots = [IoSlice::new(&[]); SLOTS];
+            let n = self.slices(&mut slots);
+            write(&slots[..n])
+        }
+    }
+
     /// The unwritten bytes, in order, in as many of `slots` as they fill;
     /// returns how many.
-    pub fn slices<'s>(&'s self, slots: &mut [IoSlice<'s>]) -> usize {
+    fn slices<'s>(&'s self, slots: &mut [IoSlice<'s>]) -> usize {
         let mut n = 0;
         for (i, run) in self.runs.iter().enumerate() {
             if n == slots.len() {
@@ -200,6 +223,19 @@ mod tests {
         o.advance(5);
         assert_eq!(o.queued(), 0);
         assert!(o.unflushed() && o.runs.is_empty() && o.scratch.is_empty());
+    }
+
+    #[test]
+    fn a_few_runs_or_many_all_go_to_the_writer() {
+        for runs in [1, FEW_SLOTS, FEW_SLOTS + 1, SLOTS + 3] {
+            let mut o = Outbox::default();
+            for i in 0..runs {
+                o.push_owned(Bytes::from(vec![i as u8; 3]));
+            }
+            let given = o.with_slices(|s| s.iter().flat_map(|s| s.to_vec()).collect::<Vec<_>>());
+            let expected: Vec<u8> = (0..runs.min(SLOTS)).flat_map(|i| [i as u8; 3]).collect();
+            assert_eq!(given, expected, "{runs} runs");
+        }
     }
 
     #[test]

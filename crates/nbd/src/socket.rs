@@ -1,9 +1,9 @@
 //! System calls on a connection's socket made beside the runtime, on its
 //! raw descriptor: receives that do not wait (polling, gathering, placing
-//! a write's payload) and socket options (timeouts, the receive
-//! low-water mark).
+//! a write's payload), sends while it blocks, and socket options
+//! (timeouts, the receive low-water mark).
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
 
 /// Sets the socket-level option `option` of `fd` to `value` (a plain C
@@ -45,4 +45,17 @@ pub(crate) unsafe fn recv_now_into(fd: RawFd, to: *mut u8, len: usize) -> io::Re
         return Err(io::Error::last_os_error());
     }
     Ok(got as usize)
+}
+
+/// One `writev` of `slices` to `fd`, waiting as the socket's mode and
+/// send timeout say.
+pub(crate) fn writev(fd: RawFd, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+    let count = slices.len().min(libc::c_int::MAX as usize) as libc::c_int;
+    // SAFETY: an `IoSlice` is an `iovec` (std guarantees its layout on
+    // Unix), and each points at live memory of its length.
+    let sent = unsafe { libc::writev(fd, slices.as_ptr().cast(), count) };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sent as usize)
 }
