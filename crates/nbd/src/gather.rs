@@ -5,11 +5,11 @@
 //! (fio's nbd engine: one libnbd thread at a whole CPU) sends them one at
 //! a time, and a connection that answers each as it comes pays a wake-up
 //! of its thread for every request: most of the 7-8 µs of CPU it spent per
-//! 4K request at QD32 (docs/bench/nbd.md). Raising the socket's receive
-//! low-water mark (`SO_RCVLOWAT`) to a few requests' bytes keeps the kernel
-//! from waking the connection, and the client's `send` from paying for
-//! that wake-up, until they are all there; one wake-up, one `recv` and one
-//! `writev` then serve the lot.
+//! 4K request at QD32 (docs/bench/nbd-history.md). Raising the socket's
+//! receive low-water mark (`SO_RCVLOWAT`) to a few requests' bytes keeps
+//! the kernel from waking the connection, and the client's `send` from
+//! paying for that wake-up, until they are all there; one wake-up, one
+//! `recv` and one `writev` then serve the lot.
 //!
 //! The batch asked for follows the client: it grows by one each time its
 //! requests came within [`FILL`] and shrinks by one when they took longer,

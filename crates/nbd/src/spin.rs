@@ -6,9 +6,10 @@
 //! woken from sleep. Where an idle CPU halts, as the vCPUs of a virtual
 //! machine do, that is most of the request's time: fio's nbd engine at QD1
 //! did 17K 4K reads a second against a sleeping server, and 56K with
-//! server and client on one CPU, where nobody sleeps (docs/bench/nbd.md).
-//! So while requests follow each other quickly, the connection polls for
-//! up to [`SPIN`] before it sleeps, as the iSCSI reader does.
+//! server and client on one CPU, where nobody sleeps
+//! (docs/bench/nbd-history.md). So while requests follow each other
+//! quickly, the connection polls for up to [`SPIN`] before it sleeps, as
+//! the iSCSI reader does.
 //!
 //! Polling must not take a CPU that someone else wants: two clients and
 //! two polling connections on two CPUs would each wait for the other's
