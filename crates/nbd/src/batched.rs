@@ -462,17 +462,20 @@ fn write_failed(closing: Option<Result<(), Ended>>, e: io::Error) -> Ended {
 /// progress. (A blocked send ends within the socket's timeout.)
 fn write_blocking(fd: RawFd, out: &mut Outbox<'_>) -> Poll<Event> {
     if out.queued() > 0 {
-        match out.with_slices(|slots| socket::writev(fd, slots)) {
-            Ok(0) => return Poll::Ready(Event::WriteFailed(io::ErrorKind::WriteZero.into())),
-            Ok(written) => out.advance(written),
+        let wrote = match out.with_slices(|slots| socket::writev(fd, slots)) {
             Err(e)
                 if matches!(
                     e.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
                 ) =>
             {
-                return Poll::Pending
+                Poll::Pending
             }
+            wrote => Poll::Ready(wrote),
+        };
+        match count_written(out, wrote) {
+            Ok(true) => {}
+            Ok(false) => return Poll::Pending,
             Err(e) => return Poll::Ready(Event::WriteFailed(e)),
         }
     }
@@ -481,6 +484,20 @@ fn write_blocking(fd: RawFd, out: &mut Outbox<'_>) -> Poll<Event> {
         out.flushed();
     }
     Poll::Ready(Event::Progress)
+}
+
+/// Counts a write of `out`'s bytes against it: whether it wrote any, or
+/// why the replies cannot go out (a write of none fails).
+fn count_written(out: &mut Outbox<'_>, wrote: Poll<io::Result<usize>>) -> io::Result<bool> {
+    match wrote {
+        Poll::Ready(Ok(0)) => Err(io::ErrorKind::WriteZero.into()),
+        Poll::Ready(Ok(written)) => {
+            out.advance(written);
+            Ok(true)
+        }
+        Poll::Ready(Err(e)) => Err(e),
+        Poll::Pending => Ok(false),
+    }
 }
 
 /// What one wait for the socket reads.
@@ -511,16 +528,9 @@ where
     let mut progress = false;
     if out.queued() > 0 {
         let wrote = out.with_slices(|slots| Pin::new(&mut *writer).poll_write_vectored(cx, slots));
-        match wrote {
-            Poll::Ready(Ok(0)) => {
-                return Poll::Ready(Event::WriteFailed(io::ErrorKind::WriteZero.into()))
-            }
-            Poll::Ready(Ok(written)) => {
-                out.advance(written);
-                progress = true;
-            }
-            Poll::Ready(Err(e)) => return Poll::Ready(Event::WriteFailed(e)),
-            Poll::Pending => {}
+        match count_written(out, wrote) {
+            Ok(wrote) => progress = wrote,
+            Err(e) => return Poll::Ready(Event::WriteFailed(e)),
         }
     }
     if out.queued() == 0 && out.unflushed() {
