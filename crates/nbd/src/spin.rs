@@ -31,7 +31,11 @@
 //! it trial after trial), or else gathers where gathering
 //! served at least [`GATHER_KEEPS`] times what sleeping did, in this trial
 //! or the one before: it costs the server far less CPU per request, and
-//! the client no more.
+//! the client no more. A new connection's first trials come sooner
+//! ([`FIRST_HOLD`], twice as long each time up to [`HOLD`]): a trial as
+//! a client starts up can misjudge it (one at fio's start found sleeping
+//! as fast as polling, and the second after it served at half the
+//! rate of the next trials, which polled).
 
 use std::io;
 use std::os::fd::RawFd;
@@ -55,6 +59,10 @@ const BACKOFF: u32 = 16;
 
 /// Trials are this far apart.
 const HOLD: Duration = Duration::from_secs(1);
+
+/// How long the first trial's choice holds; each next one holds twice
+/// as long, up to [`HOLD`].
+const FIRST_HOLD: Duration = Duration::from_millis(125);
 
 /// How long each half of a trial lasts.
 const TRIAL: Duration = Duration::from_millis(20);
@@ -100,6 +108,8 @@ pub(crate) struct SpinPolicy {
     /// the trials so far.
     polling_gain: Option<f64>,
     phase: Phase,
+    /// How long the choice of the trial before holds.
+    hold: Duration,
     /// When the phase began, and the requests served by then.
     phase_start: Instant,
     requests_at_start: u64,
@@ -129,6 +139,7 @@ impl Default for SpinPolicy {
             gathering_held: false,
             polling_gain: None,
             phase: Phase::Sleeping,
+            hold: FIRST_HOLD,
             phase_start: Instant::now(),
             requests_at_start: 0,
         }
@@ -170,7 +181,10 @@ impl SpinPolicy {
         let took = now.saturating_duration_since(self.phase_start);
         let rate = || (requests - self.requests_at_start) as f64 / took.as_secs_f64();
         let next = match self.phase {
-            Phase::Hold if took >= HOLD => Phase::Sleeping,
+            Phase::Hold if took >= self.hold => {
+                self.hold = (2 * self.hold).min(HOLD);
+                Phase::Sleeping
+            }
             Phase::Sleeping if took >= TRIAL => Phase::Polling {
                 sleeping_rate: rate(),
             },
@@ -321,15 +335,43 @@ mod tests {
         assert_eq!((p.budget(), p.way()), (None, Way::Gather), "then gathers");
         p.served(280, t + 3 * TRIAL);
         assert_eq!(p.way(), Way::Sleep, "gathering served 20 % less");
-        p.served(5000, t + 3 * TRIAL + HOLD / 2);
+        p.served(5000, t + 3 * TRIAL + FIRST_HOLD / 2);
         assert_eq!(p.way(), Way::Sleep, "held until the next trial");
-        p.served(5000, t + 3 * TRIAL + HOLD);
-        p.served(5100, t + 4 * TRIAL + HOLD);
-        p.served(5300, t + 5 * TRIAL + HOLD);
-        p.served(5400, t + 6 * TRIAL + HOLD);
+        let t = t + FIRST_HOLD;
+        p.served(5000, t + 3 * TRIAL);
+        p.served(5100, t + 4 * TRIAL);
+        p.served(5300, t + 5 * TRIAL);
+        p.served(5400, t + 6 * TRIAL);
         assert_eq!(p.budget(), Some(SPIN), "twice the requests");
-        p.served(9000, t + 6 * TRIAL + HOLD + HOLD / 2);
-        assert_eq!(p.budget(), Some(SPIN), "held");
+        p.served(9000, t + 6 * TRIAL + FIRST_HOLD + FIRST_HOLD / 2);
+        assert_eq!(p.budget(), Some(SPIN), "held twice as long");
+    }
+
+    #[test]
+    fn trials_come_sooner_while_the_connection_is_new() {
+        let mut p = SpinPolicy::default();
+        let mut t = p.phase_start;
+        let mut holds = Vec::new();
+        for _ in 0..6 {
+            p.served(0, t + TRIAL);
+            p.served(0, t + 2 * TRIAL);
+            p.served(0, t + 3 * TRIAL);
+            t += 3 * TRIAL;
+            // The hold ends on the first wait past it: found in steps of
+            // a millisecond.
+            let mut held = Duration::ZERO;
+            while !matches!(p.phase, Phase::Sleeping) {
+                held += Duration::from_millis(1);
+                p.served(0, t + held);
+            }
+            holds.push(held);
+            t += held;
+        }
+        let ms = |n| Duration::from_millis(n);
+        assert_eq!(
+            holds,
+            [ms(125), ms(250), ms(500), ms(1000), ms(1000), ms(1000)]
+        );
     }
 
     /// Runs one whole trial from `requests` at `t` with these counts in
