@@ -8,8 +8,9 @@
 # with IOPS and the server's CPU time per I/O (utime+stime of the server
 # process, all threads, from /proc/PID/stat before and after each run), and
 # fio's own CPU use (usr+sys, as fio reports it per job) to tell a client
-# at its limit. One loopback TCP stream (iperf3), measured before each 1M
-# row in each round, is the bound the 1M rows are held against.
+# at its limit. Loopback TCP streams (iperf3), as many at once as the row
+# has jobs, measured before each 1M row in each round, are the bound the
+# 1M rows are held against.
 #
 # Beside the peers runs the least a server can do for the same rows
 # (crates/nbd-minimal-server: a thread per connection, one recv and one
@@ -47,6 +48,8 @@
 #   SECONDS_PER_RUN=5    length of each fio run
 #   SERVERS="openarray qemu-nbd nbdkit minimal minimal-polling"
 #   JOBS="1 2 4"         fio jobs (connections) per row
+#   ROWS_MATCHING=RE     only the rows whose "rw bs qd" matches this
+#                        extended regex (e.g. "1M", "4k 1$")
 #   ROUNDS=5             times the whole set runs
 #   OPENARRAY=PATH       a built openarray (default: cargo build --release)
 #   MINIMAL=PATH         a built nbd-minimal-server (the same default)
@@ -57,6 +60,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 SERVERS=${SERVERS:-"openarray qemu-nbd nbdkit minimal minimal-polling"}
 JOBS=${JOBS:-"1 2 4"}
+ROWS_MATCHING=${ROWS_MATCHING:-}
 ROUNDS=${ROUNDS:-5}
 BENCH_OUT=${BENCH_OUT:-$ROOT/docs/bench/nbd.md}
 SIZE_MIB=1024
@@ -146,28 +150,48 @@ EOF
     nbdinfo --size "nbd://127.0.0.1:$port/d" >/dev/null || die "$name does not serve export d"
 }
 
-# One loopback TCP stream for SECONDS_PER_RUN: prints its MiB/s.
-tcp_stream() {
-    local port pid mibs
-    port=$(free_port)
-    # Not `-1`: the readiness probe is a client too.
-    iperf3 -s -B 127.0.0.1 -p "$port" >"$WORK/iperf-server.log" 2>&1 &
-    pid=$!
-    wait_for_port "$port" "$pid" iperf3
-    # The server may still be busy with the readiness probe ("the server
-    # is busy running a test"): try again.
-    mibs=n/a
-    for try in 1 2 3; do
-        if iperf3 -c 127.0.0.1 -p "$port" -t "$SECONDS_PER_RUN" -J >"$WORK/iperf.json" 2>"$WORK/iperf.err" &&
-            mibs=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8 / 2**20))' "$WORK/iperf.json" 2>/dev/null); then
-            break
-        fi
-        mibs=n/a
-        log "iperf3 attempt $try failed: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("error", ""))' "$WORK/iperf.json" 2>/dev/null) $(cat "$WORK/iperf.err")"
-        sleep 1
+# $1 loopback TCP streams at once for SECONDS_PER_RUN, each between an
+# iperf3 client and server of its own (one iperf3 is one thread, as one
+# fio job is): prints their MiB/s together, or n/a. The most $1
+# connections' bytes can move on this machine, against which the 1M rows
+# of $1 jobs are held.
+tcp_streams() {
+    local n=$1 i port try total mibs out=$WORK/iperf
+    local -a servers=() clients=()
+    for i in $(seq 1 "$n"); do
+        port=$(free_port)
+        # Not `-1`: the readiness probe is a client too.
+        iperf3 -s -B 127.0.0.1 -p "$port" >"$out-server-$i.log" 2>&1 &
+        servers+=($!)
+        wait_for_port "$port" "$!" iperf3
+        echo "$port" >"$out-port-$i"
     done
-    stop_process "$pid"
-    echo "$mibs"
+    total=n/a
+    for try in 1 2 3; do
+        # A server may still be busy with the readiness probe ("the
+        # server is busy running a test"): the streams start together
+        # after a pause, and all again if any failed.
+        sleep 1
+        clients=()
+        for i in $(seq 1 "$n"); do
+            iperf3 -c 127.0.0.1 -p "$(cat "$out-port-$i")" -t "$SECONDS_PER_RUN" -J \
+                >"$out-$i.json" 2>"$out-$i.err" &
+            clients+=($!)
+        done
+        wait "${clients[@]}" || true
+        total=0
+        for i in $(seq 1 "$n"); do
+            mibs=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8 / 2**20))' "$out-$i.json" 2>/dev/null) || {
+                log "iperf3 attempt $try failed: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("error", ""))' "$out-$i.json" 2>/dev/null) $(cat "$out-$i.err")"
+                total=n/a
+                break
+            }
+            total=$((total + mibs))
+        done
+        [ "$total" = n/a ] || break
+    done
+    for i in "${servers[@]}"; do stop_process "$i"; done
+    echo "$total"
 }
 
 # One fio run against server $1: prints
@@ -200,14 +224,18 @@ for rw in randread randwrite; do
     for qd in 1 32 128; do ROWS+=("$rw 4k $qd"); done
 done
 ROWS+=("read 1M 8" "write 1M 8")
+if [ -n "$ROWS_MATCHING" ]; then
+    mapfile -t ROWS < <(printf '%s\n' "${ROWS[@]}" | grep -E -- "$ROWS_MATCHING" || true)
+    [ "${#ROWS[@]}" -gt 0 ] || die "no row matches ROWS_MATCHING=$ROWS_MATCHING"
+fi
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 log "one loopback TCP stream (iperf3)"
-TCP_MIBS=$(tcp_stream)
+TCP_MIBS=$(tcp_streams 1)
 log "TCP stream: $TCP_MIBS MiB/s"
 # RESULT: each server's median round of a row; BEST: its best round;
 # ROUND: every round's result; STREAMS: the streams measured before a 1M
-# row, STREAM: their median.
+# row (as many at once as it has jobs), STREAM: their median.
 declare -A RESULT BEST ROUND STREAMS STREAM
 for server in $SERVERS; do
     PORT[$server]=$(free_port)
@@ -237,11 +265,11 @@ for round in $(seq 1 "$ROUNDS"); do
     for row in "${ROWS[@]}"; do
         read -r rw bs qd <<<"$row"
         for jobs in $JOBS; do
-            # The stream again just before each 1M row: the load may have
-            # changed since the first.
+            # As many streams as jobs just before each 1M row: the load
+            # may have changed since the first.
             if [ "$bs" != 4k ]; then
-                mibs=$(tcp_stream)
-                log "TCP stream: $mibs MiB/s"
+                mibs=$(tcp_streams "$jobs")
+                log "TCP streams ($jobs): $mibs MiB/s"
                 [[ ! "$mibs" =~ ^[0-9]+$ ]] || STREAMS["$row|$jobs"]+=" $mibs"
             fi
             for server in $(servers_in_round "$round"); do
@@ -357,8 +385,8 @@ minimal_cells() { # row jobs bs
 
 # Where openarray's median round stands against "1.5x the best peer where
 # the client is not the limit": "met"; else what limits the row, as
-# measured in this run (one job's libnbd thread near a core, one job's 1M
-# transfers near one loopback TCP stream, or at QD1 the minimal server
+# measured in this run (one job's libnbd thread near a core, 1M transfers
+# near as many loopback TCP streams as jobs, or at QD1 the minimal server
 # itself under 1.5x); else "missed". Given the row's median figures of
 # openarray, the best peer and the better minimal server.
 bar_of() { # row jobs bs own peer minimal
@@ -372,8 +400,8 @@ bar_of() { # row jobs bs own peer minimal
         echo "met"
     elif [ "$2" = 1 ] && at_least "${client:-0}" 90; then
         echo "client: fio at ${client} %"
-    elif [ "$2" = 1 ] && [ "$3" != 4k ] && at_least "$stream" 0.9; then
-        echo "TCP stream: $stream of it"
+    elif [ "$3" != 4k ] && at_least "$stream" 0.9; then
+        echo "TCP streams: $stream of $2"
     elif [ "$qd" = 1 ] && [ "$minimal" != n/a ] && ! at_least "$minimal" 1.5; then
         echo "no server: minimal at $minimal"
     else
@@ -422,9 +450,10 @@ round_cells() { # row jobs bs
     echo "the whole machine's busy share (all cores, \"busy %\"): near 100, the"
     echo "cores, shared by client and server, are the limit, not the client alone."
     echo "One loopback TCP stream (iperf3, same run, ${SECONDS_PER_RUN} s): $TCP_MIBS MiB/s"
-    echo "at the start; the last column holds each 1M row against the median"
-    echo "of the streams measured just before that row in each round (its MiB/s"
-    echo "in brackets)."
+    echo "at the start; the last column holds each 1M row of N jobs against the"
+    echo "median of N streams at once (N iperf3 pairs, one thread each as one"
+    echo "fio job is), measured just before that row in each round (their MiB/s"
+    echo "together in brackets)."
     echo "One job is one connection and one libnbd thread,"
     echo "which caps near a core's worth of client work; two and four jobs, two"
     echo "and four of each."
@@ -439,7 +468,7 @@ round_cells() { # row jobs bs
     echo
     printf '| workload | jobs |'
     for server in $SERVERS; do printf ' %s | µs/IO | fio %% | busy %% |' "$server"; done
-    echo " openarray / best peer | best rounds | openarray / TCP stream |"
+    echo " openarray / best peer | best rounds | openarray / TCP streams |"
     printf '| --- | --- |'
     for _ in $SERVERS; do printf ' ---: | ---: | ---: | ---: |'; done
     echo " ---: | ---: | ---: |"
@@ -466,9 +495,9 @@ round_cells() { # row jobs bs
         echo
         echo "The last column holds each row against the bar of 1.5x the best"
         echo "peer where the client is not the limit: met, or what limits the row"
-        echo "in this run (one job's fio at 90 % of a core or more, one job's 1M"
-        echo "row at 0.9 of one TCP stream or more, a QD1 row where the minimal"
-        echo "server is under 1.5x itself), or missed."
+        echo "in this run (one job's fio at 90 % of a core or more, a 1M row of N"
+        echo "jobs at 0.9 of N TCP streams at once or more, a QD1 row where the"
+        echo "minimal server is under 1.5x itself), or missed."
         echo
         echo "| workload | jobs | openarray | best peer | minimal | minimal / best peer | openarray / minimal | 1.5x bar |"
         echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"
