@@ -157,14 +157,14 @@ EOF
 # of $1 jobs are held.
 tcp_streams() {
     local n=$1 i port try total mibs out=$WORK/iperf
-    local -a servers=() clients=()
+    local -a servers=() ports=() clients=()
     for i in $(seq 1 "$n"); do
         port=$(free_port)
         # Not `-1`: the readiness probe is a client too.
         iperf3 -s -B 127.0.0.1 -p "$port" >"$out-server-$i.log" 2>&1 &
-        servers+=($!)
+        servers+=("$!")
+        ports+=("$port")
         wait_for_port "$port" "$!" iperf3
-        echo "$port" >"$out-port-$i"
     done
     total=n/a
     for try in 1 2 3; do
@@ -174,9 +174,9 @@ tcp_streams() {
         sleep 1
         clients=()
         for i in $(seq 1 "$n"); do
-            iperf3 -c 127.0.0.1 -p "$(cat "$out-port-$i")" -t "$SECONDS_PER_RUN" -J \
+            iperf3 -c 127.0.0.1 -p "${ports[i - 1]}" -t "$SECONDS_PER_RUN" -J \
                 >"$out-$i.json" 2>"$out-$i.err" &
-            clients+=($!)
+            clients+=("$!")
         done
         wait "${clients[@]}" || true
         total=0
