@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use crate::handshake::{self, HandshakeError, Negotiated, Offer, Step};
 use crate::placed::RecvInto;
 use crate::placement::Placement;
 use crate::sessions::{Session, Sessions};
+use crate::socket::fix_receive_buffer;
 use crate::tls::Tls;
 use crate::transmission::{self, Shared};
 
@@ -243,6 +245,9 @@ impl Server {
                 },
             };
             let _ = stream.set_nodelay(true);
+            if let Err(e) = fix_receive_buffer(stream.as_raw_fd()) {
+                tracing::debug!("nbd: sizing a connection's receive buffer: {e}");
+            }
             let server = self.clone();
             self.inner
                 .placement

@@ -1,7 +1,7 @@
 //! System calls on a connection's socket made beside the runtime, on its
 //! raw descriptor: receives that do not wait (polling, gathering, placing
 //! a write's payload), sends while it blocks, and socket options
-//! (timeouts, the receive low-water mark).
+//! (timeouts, the receive low-water mark, the receive buffer).
 
 use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
@@ -30,6 +30,39 @@ pub(crate) fn set_socket_option<T: Copy>(
 }
 
 /// One `recv` from `fd` that does not wait, into `buf`.
+/// The receive buffer a TCP connection asks for: the kernel doubles it for
+/// its own bookkeeping, and 8 MiB holds twice the 4 MiB a Linux client
+/// sends ahead at most by default (`net.ipv4.tcp_wmem`), so its window
+/// never closes while the server takes what came.
+const RECEIVE_BUFFER: libc::c_int = 4 << 20;
+
+/// Gives a TCP connection a receive buffer of [`RECEIVE_BUFFER`] from the
+/// start, not one the kernel sizes from what the server reads per round
+/// trip: on loopback, with round trips of tens of µs, that misjudges it.
+/// Of two connections taking 1M writes at once, one's buffer had grown to
+/// 25 MB and the other's stayed at 4.7 MB, full, so that client waited for
+/// each window update and the server's receives did its sending too: 200
+/// µs of the server's CPU a write against 80 (docs/bench/nbd.md).
+///
+/// Beyond `net.core.rmem_max` only with CAP_NET_ADMIN; without it, where
+/// that limit is lower, the kernel keeps sizing the buffer: a fixed
+/// smaller one would be worse.
+pub(crate) fn fix_receive_buffer(fd: RawFd) -> io::Result<()> {
+    match set_socket_option(fd, libc::SO_RCVBUFFORCE, RECEIVE_BUFFER) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+        done => return done,
+    }
+    let limit = std::fs::read_to_string("/proc/sys/net/core/rmem_max")?;
+    if limit
+        .trim()
+        .parse::<libc::c_int>()
+        .is_ok_and(|l| l >= RECEIVE_BUFFER)
+    {
+        set_socket_option(fd, libc::SO_RCVBUF, RECEIVE_BUFFER)?;
+    }
+    Ok(())
+}
+
 pub(crate) fn recv_now(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is writable memory of `buf.len()` bytes.
     unsafe { recv_now_into(fd, buf.as_mut_ptr(), buf.len()) }
@@ -58,4 +91,52 @@ pub(crate) fn writev(fd: RawFd, slices: &[IoSlice<'_>]) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     Ok(sent as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+
+    fn receive_buffer(fd: RawFd) -> libc::c_int {
+        let mut size: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `size` and `len` are valid for the call.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&mut size as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0, "{}", io::Error::last_os_error());
+        size
+    }
+
+    #[test]
+    fn a_connection_gets_its_whole_receive_buffer_at_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (served, _) = listener.accept().unwrap();
+        let fd = served.as_raw_fd();
+        let before = receive_buffer(fd);
+        fix_receive_buffer(fd).unwrap();
+        let after = receive_buffer(fd);
+        // SAFETY: geteuid has no preconditions.
+        let privileged = unsafe { libc::geteuid() } == 0;
+        let limit: libc::c_int = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        if privileged || limit >= RECEIVE_BUFFER {
+            assert!(before < 2 * RECEIVE_BUFFER, "{before}");
+            assert_eq!(after, 2 * RECEIVE_BUFFER);
+        } else {
+            assert_eq!(after, before, "left to the kernel");
+        }
+    }
 }
