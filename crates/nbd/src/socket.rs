@@ -29,7 +29,6 @@ pub(crate) fn set_socket_option<T: Copy>(
     Ok(())
 }
 
-/// One `recv` from `fd` that does not wait, into `buf`.
 /// The receive buffer a TCP connection asks for: the kernel doubles it for
 /// its own bookkeeping, and 8 MiB holds twice the 4 MiB a Linux client
 /// sends ahead at most by default (`net.ipv4.tcp_wmem`), so its window
@@ -52,17 +51,24 @@ pub(crate) fn fix_receive_buffer(fd: RawFd) -> io::Result<()> {
         Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
         done => return done,
     }
-    let limit = std::fs::read_to_string("/proc/sys/net/core/rmem_max")?;
-    if limit
-        .trim()
-        .parse::<libc::c_int>()
-        .is_ok_and(|l| l >= RECEIVE_BUFFER)
-    {
+    if rmem_max()? >= RECEIVE_BUFFER {
         set_socket_option(fd, libc::SO_RCVBUF, RECEIVE_BUFFER)?;
     }
     Ok(())
 }
 
+/// The most `SO_RCVBUF` may ask for without CAP_NET_ADMIN.
+fn rmem_max() -> io::Result<libc::c_int> {
+    let limit = std::fs::read_to_string("/proc/sys/net/core/rmem_max")?;
+    limit.trim().parse().map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("net.core.rmem_max: {e}"),
+        )
+    })
+}
+
+/// One `recv` from `fd` that does not wait, into `buf`.
 pub(crate) fn recv_now(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is writable memory of `buf.len()` bytes.
     unsafe { recv_now_into(fd, buf.as_mut_ptr(), buf.len()) }
@@ -127,12 +133,7 @@ mod tests {
         let after = receive_buffer(fd);
         // SAFETY: geteuid has no preconditions.
         let privileged = unsafe { libc::geteuid() } == 0;
-        let limit: libc::c_int = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        if privileged || limit >= RECEIVE_BUFFER {
+        if privileged || rmem_max().unwrap() >= RECEIVE_BUFFER {
             assert!(before < 2 * RECEIVE_BUFFER, "{before}");
             assert_eq!(after, 2 * RECEIVE_BUFFER);
         } else {
