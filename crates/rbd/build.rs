@@ -31,6 +31,11 @@ fn main() {
     }
     let Some(include) = find_header() else {
         println!("cargo::warning=librbd headers not found (install librbd-dev); building without RBD support");
+        // Installing them later must bring RBD in at the next build: watch
+        // where they would appear (a directory is scanned for changes).
+        for dir in header_dirs().into_iter().filter(|d| d.is_dir()) {
+            println!("cargo::rerun-if-changed={}", dir.display());
+        }
         return;
     };
     println!(

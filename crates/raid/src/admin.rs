@@ -50,12 +50,14 @@ impl RaidArray {
                 format!("{} is too small for this array", dev.describe()),
             ));
         }
+        let name = dev.describe();
+        // A new id: whatever slot it held before, it comes in as a spare
+        // with nothing the array trusts, and is rebuilt in full.
+        let member = Member::new(dev, name, SyncState::InSync, self.core.data_offset);
         let events = *self.core.events.lock();
         self.core
-            .superblock_for(SPARE_SLOT, false, events)
-            .write_to(&*dev)?;
-        let name = dev.describe();
-        let member = Member::new(dev, name, SyncState::InSync, self.core.data_offset);
+            .superblock_for(&member, SPARE_SLOT, false, events)
+            .write_to(&*member.dev)?;
         self.core.adopt(&member);
         self.core.spares.lock().push(Arc::new(member));
         self.core.kick();
@@ -90,6 +92,10 @@ impl RaidArray {
                 "{name} was not a member; add it"
             )));
         }
+        if !sb.owns_slot(&core.roster.lock()) {
+            let holder = core.slots.read()[slot].as_ref().map(|m| m.name());
+            return Err(AssembleError::Superseded(name, sb.slot, holder));
+        }
         if let Some(m) = &core.slots.read()[slot] {
             if !m.is_failed() {
                 return Err(AssembleError::DuplicateSlot(name, sb.slot, m.name()));
@@ -109,7 +115,8 @@ impl RaidArray {
                 stale,
             },
             core.data_offset,
-        );
+        )
+        .with_id(sb.member_id);
         core.adopt(&member);
         core.slots.write()[slot] = Some(Arc::new(member));
         core.membership_changed();

@@ -20,8 +20,9 @@ use crate::journal::{Journal, JOURNAL_SLOTS, MAX_ATOMIC_BYTES};
 use crate::locks::StripeLocks;
 use crate::log::Log;
 use crate::member::{Member, SyncState, Zeroing};
+use crate::replace::place_replacements;
 use crate::spread::{spread, SPREAD_MIN_BYTES};
-use crate::superblock::{data_offset, layout, Superblock, BITMAP_OFFSET, LOG_OFFSET};
+use crate::superblock::{data_offset, layout, Superblock, BITMAP_OFFSET, LOG_OFFSET, MAX_MEMBERS};
 
 /// Why members do not make an array.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +43,9 @@ pub enum AssembleError {
     TooFew(Vec<usize>),
     #[error("{0} was replaced and released from the array")]
     Released(String),
+    #[error("{0} no longer owns slot {1}: another device was rebuilt into it{}; \
+             add it again as a spare to have it rebuilt in full", .2.as_ref().map(|h| format!(" (now {h})")).unwrap_or_default())]
+    Superseded(String, u32, Option<String>),
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -70,48 +74,6 @@ fn region_rows_for(chunk: u64, rows: u64, region: u64) -> u64 {
     rr
 }
 
-/// Puts each replacement found at assembly back beside the in-sync
-/// member of its slot (its copy starts over: what it holds is not
-/// trusted), or into the slot when that member is gone, as a rebuild.
-/// Returns the replacements to attach, by slot.
-fn place_replacements(
-    slots: &mut [Option<Arc<Member>>],
-    found: Vec<(usize, Arc<dyn BlockDevice>, String)>,
-    data_offset: u64,
-) -> Result<Vec<(usize, Arc<Member>)>, AssembleError> {
-    let mut attach: Vec<(usize, Arc<Member>)> = Vec::new();
-    for (slot, dev, name) in found {
-        if let Some((_, other)) = attach.iter().find(|(s, _)| *s == slot) {
-            return Err(AssembleError::DuplicateSlot(
-                name,
-                slot as u32,
-                other.name(),
-            ));
-        }
-        let member = Arc::new(Member::new(
-            dev,
-            name,
-            SyncState::Recovering {
-                done_rows: 0,
-                stale: None,
-            },
-            data_offset,
-        ));
-        match &slots[slot] {
-            Some(m) if m.is_in_sync() => attach.push((slot, member)),
-            Some(m) => {
-                return Err(AssembleError::DuplicateSlot(
-                    member.name(),
-                    slot as u32,
-                    m.name(),
-                ))
-            }
-            None => slots[slot] = Some(member),
-        }
-    }
-    Ok(attach)
-}
-
 impl RaidArray {
     /// Makes a new array on `members` (in slot order) with hot `spares`,
     /// writing their superblocks and a clean bitmap. Unless
@@ -127,6 +89,12 @@ impl RaidArray {
                 "RAID{} needs at least {} members, got {}",
                 level.number(),
                 level.min_members(),
+                members.len()
+            )));
+        }
+        if members.len() > MAX_MEMBERS {
+            return Err(AssembleError::Invalid(format!(
+                "an array has at most {MAX_MEMBERS} members, got {}",
                 members.len()
             )));
         }
@@ -271,6 +239,14 @@ impl RaidArray {
             .map(|f| f.2.keep_since)
             .max()
             .unwrap_or(0);
+        // Who owns each slot, by the newest superblocks.
+        let roster = found
+            .iter()
+            .filter(|f| !f.2.is_spare() && f.2.events == events)
+            .filter(|f| f.2.array_id == reference.array_id)
+            .map(|f| f.2.roster.clone())
+            .max_by_key(|r| r.iter().filter(|id| **id != 0).count())
+            .unwrap_or_default();
         let geo = reference.geometry();
         let data_offset = reference.data_offset();
         let mut slots: Vec<Option<Arc<Member>>> = vec![None; geo.members];
@@ -295,12 +271,10 @@ impl RaidArray {
                 return Err(AssembleError::Geometry(name.clone()));
             }
             if sb.is_spare() {
-                spares.push(Arc::new(Member::new(
-                    dev.clone(),
-                    name.clone(),
-                    SyncState::InSync,
-                    data_offset,
-                )));
+                spares.push(Arc::new(
+                    Member::new(dev.clone(), name.clone(), SyncState::InSync, data_offset)
+                        .with_id(sb.member_id),
+                ));
                 continue;
             }
             if sb.released {
@@ -310,7 +284,7 @@ impl RaidArray {
                 if !force {
                     return Err(AssembleError::Stale(name.clone(), sb.events, events));
                 }
-                if forceable(sb, &geo) {
+                if forceable(sb, &geo) && sb.owns_slot(&roster) {
                     stale.push((dev.clone(), name.clone(), sb.slot as usize, sb.events));
                 } else {
                     left_out.push(dev.clone());
@@ -328,6 +302,9 @@ impl RaidArray {
                 replacements.push((slot, dev.clone(), name.clone()));
                 continue;
             }
+            if !sb.owns_slot(&roster) {
+                return Err(AssembleError::Superseded(name.clone(), sb.slot, None));
+            }
             if let Some(other) = &slots[slot] {
                 return Err(AssembleError::DuplicateSlot(
                     name.clone(),
@@ -343,12 +320,9 @@ impl RaidArray {
             } else {
                 SyncState::InSync
             };
-            slots[slot] = Some(Arc::new(Member::new(
-                dev.clone(),
-                name.clone(),
-                state,
-                data_offset,
-            )));
+            slots[slot] = Some(Arc::new(
+                Member::new(dev.clone(), name.clone(), state, data_offset).with_id(sb.member_id),
+            ));
         }
         // Forced members go in before the replacements are placed, which
         // then copy beside them as beside any in-sync member.
@@ -397,6 +371,14 @@ impl RaidArray {
             ),
         );
         core.events.lock().1 = keep_since;
+        {
+            let mut owners = core.roster.lock();
+            for (slot, id) in roster.iter().enumerate().take(owners.len()) {
+                if owners[slot] == 0 {
+                    owners[slot] = *id;
+                }
+            }
+        }
         // The scrub schedule goes on from the last scrub any member saw.
         if let Some(last) = found
             .iter()
@@ -598,6 +580,10 @@ impl Core {
         counts: (u64, u32, u32, u64),
     ) -> Core {
         let (slots, spares) = members;
+        let roster = slots
+            .iter()
+            .map(|m| m.as_ref().map_or(0, |m| m.id))
+            .collect();
         let (events, log_slots, journal_slots, journal_max) = counts;
         let (journal_offset, data_offset) =
             layout(geo.chunk, log_slots, journal_slots, journal_max);
@@ -611,6 +597,7 @@ impl Core {
             slots: RwLock::new(slots),
             spares: Mutex::new(spares),
             events: Mutex::new((events, 0)),
+            roster: Mutex::new(roster),
             locks: StripeLocks::new(),
             bitmap,
             resync: Mutex::new(resync),

@@ -86,6 +86,10 @@ pub struct Core {
     /// keeping bits for an absent member; its lock orders superblock
     /// writes.
     pub events: Mutex<(u64, u64)>,
+    /// The id of the device owning each slot (0: none known). A slot
+    /// emptied by `raid remove` keeps its last owner, which may come
+    /// back; a spare rebuilt into a slot takes it over.
+    pub roster: Mutex<Vec<u128>>,
     pub locks: StripeLocks,
     pub bitmap: Bitmap,
     /// The partial parity log (RAID5/6 unless disabled).
@@ -206,6 +210,10 @@ impl Core {
             let mut ev = self.events.lock();
             if !whole && !self.bitmap_keeping() {
                 ev.1 = ev.0;
+            } else if whole {
+                // The bits are cleared from now on: no device absent
+                // before this change can catch up from them.
+                ev.1 = ev.0 + 1;
             }
         }
         self.bitmap.set_keep(!whole);
@@ -217,7 +225,14 @@ impl Core {
         self.bitmap.keeping()
     }
 
-    pub fn superblock_for(&self, slot: u32, recovering: bool, events: (u64, u64)) -> Superblock {
+    /// The superblock of `member` in `slot`.
+    pub fn superblock_for(
+        &self,
+        member: &Member,
+        slot: u32,
+        recovering: bool,
+        events: (u64, u64),
+    ) -> Superblock {
         Superblock {
             array_id: self.array_id,
             level: self.geo.level,
@@ -236,6 +251,8 @@ impl Core {
             journal_max: self.journal.as_ref().map_or(0, |j| j.max_bytes),
             journal_floor: self.journal.as_ref().map_or(0, |j| j.floor()),
             last_scrub: self.last_scrub_ms.load(Ordering::Relaxed),
+            member_id: member.id,
+            roster: self.roster.lock().clone(),
         }
     }
 
@@ -248,6 +265,15 @@ impl Core {
                 let mut ev = self.events.lock();
                 ev.0 += 1;
                 let events = *ev;
+                {
+                    // Whoever holds a slot owns it, failed or not.
+                    let mut roster = self.roster.lock();
+                    for (slot, m) in self.members().iter().enumerate() {
+                        if let Some(m) = m {
+                            roster[slot] = m.id;
+                        }
+                    }
+                }
                 for (slot, m) in self.members().iter().enumerate() {
                     let Some(m) = m else { continue };
                     let recovering = match &*m.state.read() {
@@ -255,7 +281,7 @@ impl Core {
                         SyncState::Recovering { .. } => true,
                         SyncState::InSync => false,
                     };
-                    let sb = self.superblock_for(slot as u32, recovering, events);
+                    let sb = self.superblock_for(m, slot as u32, recovering, events);
                     if let Err(e) = sb.write_to(&*m.dev) {
                         newly_failed.push((slot, e));
                     }
@@ -263,7 +289,7 @@ impl Core {
                         let sb = Superblock {
                             recovering: true,
                             replacement: true,
-                            ..self.superblock_for(slot as u32, true, events)
+                            ..self.superblock_for(&r, slot as u32, true, events)
                         };
                         if let Err(e) = sb.write_to(&*r.dev) {
                             tracing::error!(replacement = %r.name(), error = %e, "RAID replacement failed");
@@ -272,7 +298,7 @@ impl Core {
                     }
                 }
                 for s in self.spares.lock().iter() {
-                    let sb = self.superblock_for(SPARE_SLOT, false, events);
+                    let sb = self.superblock_for(s, SPARE_SLOT, false, events);
                     if let Err(e) = sb.write_to(&*s.dev) {
                         tracing::warn!(spare = %s.name(), error = %e, "spare superblock write failed");
                     }

@@ -30,6 +30,11 @@ pub enum SyncState {
     Failed,
 }
 
+/// A new member id: random, never 0 (which means "unknown").
+pub fn new_member_id() -> u128 {
+    rand::random::<u128>().max(1)
+}
+
 #[derive(Default)]
 pub struct MemberStats {
     pub read_ops: AtomicU64,
@@ -45,6 +50,9 @@ pub struct MemberStats {
 
 pub struct Member {
     pub dev: Arc<dyn BlockDevice>,
+    /// This device's id in the array, kept in its superblock: the roster
+    /// names slots' owners by it.
+    pub id: u128,
     /// The device's name in the configuration, or its description.
     name: RwLock<String>,
     /// Where the data area starts on the device.
@@ -73,6 +81,7 @@ impl Member {
     ) -> Member {
         Member {
             dev,
+            id: new_member_id(),
             name: RwLock::new(name),
             data_offset,
             state: RwLock::new(state),
@@ -81,6 +90,15 @@ impl Member {
             replacement: RwLock::new(None),
             released: AtomicBool::new(false),
         }
+    }
+
+    /// The member with the id its superblock gave it (0, from a
+    /// superblock written before ids, keeps the new one).
+    pub fn with_id(mut self, id: u128) -> Member {
+        if id != 0 {
+            self.id = id;
+        }
+        self
     }
 
     /// The replacement being copied beside this member, if any.

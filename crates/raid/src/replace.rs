@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use block::BlockDevice;
 
-use crate::array::RaidArray;
+use crate::array::{AssembleError, RaidArray};
 use crate::bitmap::write_image_to;
 use crate::core::Core;
 use crate::member::{Member, SyncState};
@@ -267,7 +267,7 @@ impl Core {
         let events = *self.events.lock();
         let sb = Superblock {
             released: true,
-            ..self.superblock_for(slot as u32, false, events)
+            ..self.superblock_for(old, slot as u32, false, events)
         };
         if let Err(e) = sb.write_to(&*old.dev) {
             tracing::warn!(member = %old.name(), error = %e, "released member's superblock write failed");
@@ -334,4 +334,46 @@ impl Core {
         let bytes = crate::rebuild::STEP_BYTES.min(self.sync_speed.lock().1 / 8);
         (bytes / self.geo.chunk).max(1)
     }
+}
+
+/// Puts each replacement found at assembly back beside the in-sync
+/// member of its slot (its copy starts over: what it holds is not
+/// trusted), or into the slot when that member is gone, as a rebuild.
+/// Returns the replacements to attach, by slot.
+pub(crate) fn place_replacements(
+    slots: &mut [Option<Arc<Member>>],
+    found: Vec<(usize, Arc<dyn BlockDevice>, String)>,
+    data_offset: u64,
+) -> Result<Vec<(usize, Arc<Member>)>, AssembleError> {
+    let mut attach: Vec<(usize, Arc<Member>)> = Vec::new();
+    for (slot, dev, name) in found {
+        if let Some((_, other)) = attach.iter().find(|(s, _)| *s == slot) {
+            return Err(AssembleError::DuplicateSlot(
+                name,
+                slot as u32,
+                other.name(),
+            ));
+        }
+        let member = Arc::new(Member::new(
+            dev,
+            name,
+            SyncState::Recovering {
+                done_rows: 0,
+                stale: None,
+            },
+            data_offset,
+        ));
+        match &slots[slot] {
+            Some(m) if m.is_in_sync() => attach.push((slot, member)),
+            Some(m) => {
+                return Err(AssembleError::DuplicateSlot(
+                    member.name(),
+                    slot as u32,
+                    m.name(),
+                ))
+            }
+            None => slots[slot] = Some(member),
+        }
+    }
+    Ok(attach)
 }

@@ -12,10 +12,13 @@
 //!
 //! Version 2 added the journal (its slots, their size, and the floor of
 //! live sequence numbers). A version 1 superblock reads as an array with
-//! no journal (same layout as before, no atomic writes), and an array
-//! without one keeps writing version 1, so older builds still assemble it.
+//! no journal (same layout as before, no atomic writes).
 //! Version 3 added the time the last scrub ended; an array never scrubbed
-//! does not need it.
+//! does not need it. Version 4 added the member's own id and the roster:
+//! the id of the device that owns each slot. A device whose id no longer
+//! owns its slot was superseded (a spare was rebuilt into it) and holds
+//! nothing the array can trust, whatever its events say. Every array
+//! writes version 4 from its first change on.
 
 use std::io;
 
@@ -58,9 +61,11 @@ pub fn layout(chunk: u64, log_slots: u32, journal_slots: u32, journal_max: u64) 
     (journal, data)
 }
 const MAGIC: &[u8; 8] = b"OARAID01";
-/// Version 2 added the journal; version 3 the last scrub's time. An
-/// array with neither (no journal, never scrubbed) writes version 1.
-const VERSION: u32 = 3;
+/// Version 2 added the journal; version 3 the last scrub's time; version
+/// 4 the member ids and the roster.
+const VERSION: u32 = 4;
+/// The most members whose roster fits the superblock's 4 KiB.
+pub const MAX_MEMBERS: usize = 200;
 
 /// Bits of the flags word after `recovering` (bit 0).
 const FLAG_REPLACEMENT: u32 = 1;
@@ -104,6 +109,11 @@ pub struct Superblock {
     /// When the last scrub ended, milliseconds since the Unix epoch (0:
     /// none recorded), so that `scrub_every` counts across restarts.
     pub last_scrub: u64,
+    /// This device's id in the array (0: a superblock from before ids).
+    pub member_id: u128,
+    /// The id of the device owning each slot when this was written (0:
+    /// none known); empty in a superblock from before ids.
+    pub roster: Vec<u128>,
 }
 
 impl Superblock {
@@ -134,10 +144,22 @@ impl Superblock {
         self.slot == SPARE_SLOT
     }
 
+    /// Whether this member's device still owns its slot by `roster` (the
+    /// newest one the array has). Unknown ids (superblocks from before
+    /// them) own their slot.
+    pub fn owns_slot(&self, roster: &[u128]) -> bool {
+        match roster.get(self.slot as usize) {
+            Some(&owner) if owner != 0 && self.member_id != 0 => owner == self.member_id,
+            _ => true,
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(SUPERBLOCK_SIZE);
-        let version: u32 = if self.last_scrub > 0 {
+        let version: u32 = if self.member_id != 0 {
             VERSION
+        } else if self.last_scrub > 0 {
+            3
         } else if self.journal_slots > 0 {
             2
         } else {
@@ -166,6 +188,13 @@ impl Superblock {
         }
         if version >= 3 {
             b.extend_from_slice(&self.last_scrub.to_le_bytes());
+        }
+        if version >= 4 {
+            b.extend_from_slice(&self.member_id.to_le_bytes());
+            for slot in 0..self.members as usize {
+                let id = self.roster.get(slot).copied().unwrap_or(0);
+                b.extend_from_slice(&id.to_le_bytes());
+            }
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -209,6 +238,23 @@ impl Superblock {
             (0, 0, 0)
         };
         let last_scrub = if version >= 3 { u64_of(take(8)) } else { 0 };
+        let (member_id, roster) = if version >= 4 {
+            if members as usize > MAX_MEMBERS {
+                return Err(format!(
+                    "superblock names {members} members (at most {MAX_MEMBERS})"
+                ));
+            }
+            if b.len() < 136 + 16 * members as usize {
+                return Err("superblock is cut short".into());
+            }
+            let id = u128::from_le_bytes(take(16).try_into().unwrap());
+            let roster = (0..members)
+                .map(|_| u128::from_le_bytes(take(16).try_into().unwrap()))
+                .collect();
+            (id, roster)
+        } else {
+            (0, Vec::new())
+        };
         let end = at;
         let crc = u32_of(&b[end..end + 4]);
         if crc != crc32c::crc32c(&b[..end]) {
@@ -241,6 +287,8 @@ impl Superblock {
             journal_max,
             journal_floor,
             last_scrub,
+            member_id,
+            roster,
         }))
     }
 
@@ -283,6 +331,8 @@ impl Superblock {
             journal_max: 0,
             journal_floor: 0,
             last_scrub: 0,
+            member_id: 0,
+            roster: Vec::new(),
         }
     }
 }
@@ -311,6 +361,8 @@ mod tests {
             journal_max: 128 << 10,
             journal_floor: 17,
             last_scrub: 1_795_000_000_000,
+            member_id: 0xfeed,
+            roster: vec![1, 2, 0, 0xfeed, 5],
         };
         let mut b = sb.encode();
         assert_eq!(b.len(), SUPERBLOCK_SIZE);
@@ -319,7 +371,7 @@ mod tests {
             recovering: false,
             replacement: false,
             released: true,
-            ..sb
+            ..sb.clone()
         };
         assert_eq!(
             Superblock::decode(&released.encode()),
@@ -337,6 +389,8 @@ mod tests {
             journal_slots: 0,
             journal_max: 0,
             journal_floor: 0,
+            member_id: 0,
+            roster: Vec::new(),
             ..released
         };
         assert_eq!(Superblock::decode(&v1), Ok(Some(old)));
@@ -344,6 +398,7 @@ mod tests {
         let plain = Superblock {
             last_scrub: 0,
             journal_slots: 0,
+            member_id: 0,
             ..sb.clone()
         };
         assert_eq!(
@@ -353,6 +408,40 @@ mod tests {
         b[20] ^= 1;
         assert!(Superblock::decode(&b).is_err());
         assert_eq!(Superblock::decode(&[0u8; 4096]), Ok(None));
+    }
+
+    #[test]
+    fn a_member_owns_its_slot_only_while_the_roster_names_it() {
+        let sb = Superblock {
+            member_id: 7,
+            ..Superblock::plain(Level::Raid1, 2, 0, 3)
+        };
+        assert!(sb.owns_slot(&[7, 9]));
+        assert!(!sb.owns_slot(&[8, 9]), "a spare was rebuilt into slot 0");
+        assert!(sb.owns_slot(&[]), "a roster from before ids");
+        assert!(sb.owns_slot(&[0, 9]), "no owner known");
+        let old = Superblock {
+            member_id: 0,
+            ..sb.clone()
+        };
+        assert!(old.owns_slot(&[8, 9]), "an id from before ids");
+        // A roster longer than the 4 KiB block can hold is refused, not
+        // read past the end.
+        let mut big = Superblock {
+            members: 2,
+            roster: vec![1, 2],
+            ..sb
+        }
+        .encode();
+        big[32..36].copy_from_slice(&300u32.to_le_bytes());
+        assert!(Superblock::decode(&big)
+            .unwrap_err()
+            .contains("300 members"));
+        let mut short = big.clone();
+        short[32..36].copy_from_slice(&200u32.to_le_bytes());
+        assert!(Superblock::decode(&short[..1000])
+            .unwrap_err()
+            .contains("cut short"));
     }
 
     #[test]

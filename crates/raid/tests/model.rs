@@ -50,6 +50,10 @@ enum Op {
     ReAdd(usize),
     /// A new device replaces the first failed member (full rebuild).
     Rebuild,
+    /// A device a rebuild superseded comes back healed: re-adding it is
+    /// refused, whatever its events; added, it is a spare that fills the
+    /// first failed slot with a full rebuild.
+    ReturnSuperseded(usize),
     /// Power cut: some members' caches reach their media (by the seed's
     /// bits), the others lose their unflushed writes; the array is
     /// reassembled from its live members in a shuffled order.
@@ -68,6 +72,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..8usize).prop_map(Op::Fail),
         1 => (0..8usize).prop_map(Op::ReAdd),
         1 => Just(Op::Rebuild),
+        1 => (0..8usize).prop_map(Op::ReturnSuperseded),
         1 => any::<u64>().prop_map(Op::Crash),
     ]
 }
@@ -82,6 +87,8 @@ struct Harness {
     array: Option<RaidArray>,
     /// The device in each slot, and whether the harness made it fail.
     slots: Vec<(Arc<FaultyDevice>, bool)>,
+    /// Devices a rebuild superseded, with what they held then.
+    superseded: Vec<Arc<FaultyDevice>>,
     model: Model,
     size: u64,
 }
@@ -104,6 +111,7 @@ impl Harness {
             level,
             array: Some(array),
             slots: members.into_iter().map(|m| (m, false)).collect(),
+            superseded: Vec::new(),
             model: Model {
                 value: vec![0; size as usize],
                 stable: vec![true; size as usize],
@@ -237,8 +245,31 @@ impl Harness {
                 self.sync_failures();
                 let dev = faulty(member_size(ROWS));
                 self.array().add(dev.clone()).unwrap();
-                self.slots[slot] = (dev, false);
+                let old = std::mem::replace(&mut self.slots[slot], (dev, false));
+                self.superseded.push(old.0);
                 self.settle();
+            }
+            Op::ReturnSuperseded(i) => {
+                if self.superseded.is_empty() {
+                    return;
+                }
+                self.sync_failures();
+                let dev = self.superseded.remove(i % self.superseded.len());
+                dev.heal();
+                let err = self.array().re_add(dev.clone()).err();
+                assert!(
+                    matches!(err, Some(raid::AssembleError::Superseded(..))),
+                    "{:?}: a superseded device re-added: {err:?}",
+                    self.level
+                );
+                if self.level == Level::Raid0 {
+                    return;
+                }
+                if let Some(slot) = self.slots.iter().position(|s| s.1) {
+                    self.array().add(dev.clone()).unwrap();
+                    self.slots[slot] = (dev, false);
+                    self.settle();
+                }
             }
             Op::Crash(seed) => {
                 self.sync_failures();

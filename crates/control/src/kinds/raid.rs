@@ -261,8 +261,14 @@ impl RaidSpec {
             Err(e) => return Err(refused(e)),
         };
         for (dev, name) in stale {
-            match array.re_add(dev) {
+            match array.re_add(dev.clone()) {
                 Ok(()) => tracing::warn!(member = %name, "stale RAID member re-added"),
+                // Listed as a spare: what the operator asked it to be.
+                Err(raid::AssembleError::Superseded(..)) if self.spares.contains(&name) => {
+                    array.add(dev)?;
+                    tracing::warn!(member = %name,
+                        "a superseded RAID member listed as a spare is a spare again (rebuilt in full when used)");
+                }
                 Err(e) => tracing::warn!(member = %name, error = %e, "stale RAID member left out"),
             }
         }
@@ -573,6 +579,52 @@ mod tests {
         let mut buf = [0; 4096];
         array.read_at(&mut buf, 0).unwrap();
         assert_eq!(buf, [9; 4096]);
+    }
+
+    /// A member a spare was rebuilt in place of, at the next start: left
+    /// out (not caught up from bits that no longer cover its absence)
+    /// when listed as a member, a spare again when listed as one.
+    #[test]
+    fn a_superseded_member_is_left_out_or_made_a_spare_as_listed() {
+        let spec = spec(1, 2, 0);
+        let named = devices(&spec);
+        let new: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(16 << 20));
+        let expect = {
+            let array = spec.open_array(&named).unwrap();
+            array.wait_idle(Duration::from_secs(30));
+            array.fail(0).unwrap();
+            array.write_at(&[9; 8192], 65536, true).unwrap();
+            array.add(new.clone()).unwrap();
+            assert!(array.wait_idle(Duration::from_secs(30)));
+            let mut data = vec![0; array.size() as usize];
+            array.read_at(&mut data, 0).unwrap();
+            data
+        };
+        // Listed as a member, the new device not listed: left out.
+        let array = spec.open_array(&named).unwrap();
+        array.name_members(&named);
+        let st = array.status();
+        assert_eq!(st.state, raid::ArrayState::Degraded);
+        assert_eq!(st.members[0].state, raid::MemberState::Missing);
+        drop(array);
+        // Listed as a spare beside the new member: a spare.
+        let swapped = RaidSpec {
+            members: vec!["n0".into(), "m1".into()],
+            spares: vec!["m0".into()],
+            ..spec.clone()
+        };
+        let named = vec![(new, "n0".to_string()), named[1].clone(), named[0].clone()];
+        let array = swapped.open_array(&named).unwrap();
+        array.name_members(&named);
+        // n0 missed the degraded start: it catches up first.
+        assert!(array.wait_idle(Duration::from_secs(30)));
+        let st = array.status();
+        assert_eq!(st.state, raid::ArrayState::Clean);
+        let spare = st.members.iter().find(|m| m.name.as_deref() == Some("m0"));
+        assert_eq!(spare.map(|m| m.state), Some(raid::MemberState::Spare));
+        let mut got = vec![0; expect.len()];
+        array.read_at(&mut got, 0).unwrap();
+        assert!(got == expect);
     }
 
     /// Forced assembly's case: slot 0 failed, then slot 1 missed the
