@@ -20,7 +20,14 @@ pub enum RaidCommand {
         format: Format,
     },
     /// Mark a member failed (a hot spare takes its slot and rebuilds).
-    Fail { name: String, member: String },
+    /// Refused when it would take the array past its redundancy.
+    Fail {
+        name: String,
+        member: String,
+        /// Fail it even when that fails the array (its data unreadable).
+        #[arg(long)]
+        force: bool,
+    },
     /// Take a failed member out of its slot.
     Remove { name: String, member: String },
     /// Add a configured device no LUN or pool uses as a hot spare.
@@ -170,9 +177,15 @@ fn request(cmd: &RaidCommand) -> (&'static str, String, Value) {
             format!("/v1/raid/{}", percent_encode(name)),
             json!({}),
         ),
-        RaidCommand::Fail { name, member } => {
-            ("POST", at(name, "fail"), json!({ "member": member }))
-        }
+        RaidCommand::Fail {
+            name,
+            member,
+            force,
+        } => (
+            "POST",
+            at(name, "fail"),
+            json!({ "member": member, "force": force }),
+        ),
         RaidCommand::Remove { name, member } => {
             ("POST", at(name, "remove"), json!({ "member": member }))
         }
@@ -219,23 +232,55 @@ fn run_inner(api: &Endpoint, cmd: RaidCommand) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&answer)?)
         }
         RaidCommand::Status { format, .. } => print!("{}", status_text(&answer, &format)),
+        RaidCommand::Scrub { json, .. } if answer["report"].is_object() => {
+            let r = &answer["report"];
+            if json {
+                println!("{}", serde_json::to_string_pretty(&answer)?);
+            } else {
+                println!("{}", scrub_text(r));
+            }
+            return Ok(scrub_exit(r));
+        }
         RaidCommand::Scrub { json: true, .. } => {
             println!("{}", serde_json::to_string_pretty(&answer)?)
-        }
-        RaidCommand::Scrub { .. } if answer["report"].is_object() => {
-            let r = &answer["report"];
-            println!(
-                "{} stripes checked, {} skipped, {} mismatches, {} repaired, wrong members {}",
-                text(&r["stripes_checked"]),
-                text(&r["stripes_skipped"]),
-                text(&r["mismatches"]),
-                text(&r["repaired"]),
-                r["wrong_members"]
-            );
         }
         _ => println!("{}", text(&answer["done"])),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A scrub's report in words: what was checked, and which members held
+/// the mismatches (by slot), when any did.
+fn scrub_text(r: &Value) -> String {
+    let mut out = format!(
+        "{} stripes checked, {} skipped, {} mismatches, {} repaired",
+        text(&r["stripes_checked"]),
+        text(&r["stripes_skipped"]),
+        text(&r["mismatches"]),
+        text(&r["repaired"]),
+    );
+    let wrong: Vec<String> = r["wrong_members"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(slot, n)| format!("slot {slot}: {}", text(n)))
+        .collect();
+    if !wrong.is_empty() {
+        out += &format!("; wrong copies by member: {}", wrong.join(", "));
+    }
+    out
+}
+
+/// 1 when the scrub left mismatches unrepaired (the convention of every
+/// check: unhealthy is 1), else 0.
+fn scrub_exit(r: &Value) -> ExitCode {
+    let found = r["mismatches"].as_u64().unwrap_or(0);
+    let repaired = r["repaired"].as_u64().unwrap_or(0);
+    if found > repaired {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 pub fn run(api: &ApiArgs, cmd: RaidCommand) -> ExitCode {
@@ -245,6 +290,25 @@ pub fn run(api: &ApiArgs, cmd: RaidCommand) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scrub_that_leaves_mismatches_exits_1_and_names_members_by_slot() {
+        let found = json!({"stripes_checked": 10, "stripes_skipped": 0, "mismatches": 3,
+                           "repaired": 0, "wrong_members": {"1": 3}});
+        assert_eq!(scrub_exit(&found), ExitCode::FAILURE);
+        let t = scrub_text(&found);
+        assert!(
+            t.ends_with("3 mismatches, 0 repaired; wrong copies by member: slot 1: 3"),
+            "{t}"
+        );
+        let repaired = json!({"mismatches": 3, "repaired": 3, "wrong_members": {}});
+        assert_eq!(scrub_exit(&repaired), ExitCode::SUCCESS);
+        assert!(!scrub_text(&repaired).contains("wrong"), "no raw `{{}}`");
+        assert_eq!(
+            scrub_exit(&json!({"mismatches": 0, "repaired": 0})),
+            ExitCode::SUCCESS
+        );
+    }
 
     #[test]
     fn status_text_names_members_progress_and_the_weakest_link() {

@@ -1,6 +1,7 @@
 //! `openarray status`: a running daemon on one screen (`GET /v1/status`),
-//! exit status 0 when healthy, 1 when something is degraded, 2 when the
-//! daemon could not be asked.
+//! exit status 0 when healthy, 1 when something is degraded, 2 when some
+//! data cannot be served (a failed array, a cache with writes stranded)
+//! or the daemon could not be asked.
 
 use std::process::ExitCode;
 
@@ -55,12 +56,22 @@ fn summary(s: &Value) -> String {
         if degraded.is_empty() {
             "healthy".to_string()
         } else {
-            format!("DEGRADED ({} problem(s))", degraded.len())
+            let word = if s["failed"] == true {
+                "FAILED"
+            } else {
+                "DEGRADED"
+            };
+            format!("{word} ({} problem(s))", degraded.len())
         }
     ));
     for d in degraded {
+        let failed = if d["severity"] == "failed" {
+            "FAILED "
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "  {} {}: {}\n",
+            "  {failed}{} {}: {}\n",
             text(&d["kind"]),
             text(&d["name"]),
             text(&d["problem"])
@@ -212,7 +223,15 @@ pub fn run(args: StatusArgs) -> ExitCode {
     } else {
         print!("{}", summary(&s));
     }
-    if s["healthy"] == true {
+    exit_code(&s)
+}
+
+/// As mdadm's `--detail --test`: 0 healthy, 1 degraded, 2 failed (some
+/// data cannot be served).
+fn exit_code(s: &Value) -> ExitCode {
+    if s["failed"] == true {
+        ExitCode::from(2)
+    } else if s["healthy"] == true {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -21,7 +21,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::admin::AdminDaemon;
+use common::admin::{run_openarray, AdminDaemon};
 use common::crash_model::{content, login, openarray, seed, write_piece, Model, PIECE};
 use common::iscsi::{rw10_cdb, Session};
 use common::rng::Rng;
@@ -333,6 +333,28 @@ fn cache_fails_under_io(mode: &str) -> usize {
     assert!(ok && status.contains("health FAILED"), "{status}");
     let (ok, shown) = openarray(&["device", "show", "--socket", &sock, "hybrid"]);
     assert!(ok && shown.contains("health failed"), "{shown}");
+    // `status` names the failed cache: degraded (1) while every block is
+    // still served, failed (2) while writes are stranded on it.
+    let out = run_openarray(["status", "--json", "--socket", &sock]);
+    let page: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status --json");
+    let want = if mode == "writeback" { 2 } else { 1 };
+    assert_eq!(out.status.code(), Some(want), "{mode}: {page:#}");
+    let cache = page["devices"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["name"] == "hybrid"))
+        .unwrap_or_else(|| panic!("no cache in {page:#}"));
+    let state = if mode == "writeback" {
+        "failed"
+    } else {
+        "degraded"
+    };
+    assert_eq!(cache["state"], state, "{page:#}");
+    assert!(
+        cache["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("cache device failed")),
+        "{page:#}"
+    );
     // The daemon still serves, and stops without a panic.
     assert!(
         daemon.terminate().code().is_some(),

@@ -131,8 +131,13 @@ fn scrub(daemon: &AdminDaemon, name: &str, repair: bool) -> Value {
     if repair {
         args.push("--repair");
     }
-    let out: Value = serde_json::from_str(&daemon.ok(&args)).expect("scrub --json");
-    out["report"].clone()
+    let out = daemon.cli(&args);
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("scrub --json");
+    let report = answer["report"].clone();
+    // Mismatches left unrepaired are unhealthy: exit 1, as every check.
+    let left = report["mismatches"].as_u64() > report["repaired"].as_u64();
+    assert_eq!(out.status.code(), Some(i32::from(left)), "{name}: {report}");
+    report
 }
 
 /// Corruption injected into one member of RAID1, RAID5 and RAID6 is
@@ -371,5 +376,85 @@ fn a_failed_member_is_rebuilt_onto_the_spare_under_io_from_two_initiators() {
         assert!(got == pattern(*tag, *mib), "MiB {mib} differs degraded");
     }
     drop(s);
+    daemon.terminate();
+}
+
+/// The daemon's status page as `openarray status --json` gives it, with
+/// its exit code.
+fn status_page(daemon: &AdminDaemon) -> (Option<i32>, Value) {
+    let out = daemon.cli(&["status", "--json"]);
+    let page = serde_json::from_slice(&out.stdout).expect("status --json");
+    (out.status.code(), page)
+}
+
+/// `openarray status` lists a degraded RAID5 and a failed RAID10 by the
+/// LUNs they serve and in its devices, and exits 1 then 2 (as mdadm's
+/// `--detail --test`); `raid fail` of a RAID10's last copy of some data
+/// is refused unless forced, and says what becomes unreadable.
+#[test]
+fn status_reports_degraded_and_failed_arrays_and_fail_needs_force_past_redundancy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m5 = ["b0", "b1", "b2", "b3"];
+    let m10 = ["t0", "t1", "t2", "t3"];
+    let mut config = String::new();
+    for names in [&m5[..], &m10] {
+        config += &faulty_members(dir.path(), names, "16M");
+    }
+    config += &raid_device("r5", 5, &m5, &[]);
+    config += &raid_device("r10", 10, &m10, &[]);
+    config += &target(&[(0, "r5"), (1, "r10")]);
+    let daemon = start(dir.path(), &config);
+    for name in ["r5", "r10"] {
+        wait_clean(&daemon, name, Duration::from_secs(60));
+    }
+    let (code, page) = status_page(&daemon);
+    assert_eq!(code, Some(0), "{page:#}");
+
+    daemon.ok(&["raid", "fail", "r5", "b1"]);
+    let (code, page) = status_page(&daemon);
+    assert_eq!(code, Some(1), "{page:#}");
+    let lun = &page["targets"][0]["luns"][0];
+    assert_eq!(lun["state"], "degraded", "{page:#}");
+    let problem = lun["problem"].as_str().unwrap_or_default();
+    assert!(
+        problem.contains("RAID5 degraded") && problem.contains("b1 failed"),
+        "{problem}"
+    );
+    let r5 = page["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "r5");
+    assert_eq!(
+        r5.map(|d| &d["state"]),
+        Some(&Value::from("degraded")),
+        "{page:#}"
+    );
+
+    // RAID10 near-2 over four: slots 0 and 1 hold the same chunks.
+    daemon.ok(&["raid", "fail", "r10", "t0"]);
+    let out = daemon.cli(&["raid", "fail", "r10", "t1"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("last in-sync copy") && said.contains("--force"),
+        "{said}"
+    );
+    assert_eq!(
+        status(&daemon, "r10")["state"],
+        "degraded",
+        "nothing was failed"
+    );
+    daemon.ok(&["raid", "fail", "r10", "t1", "--force"]);
+    assert_eq!(status(&daemon, "r10")["state"], "failed");
+    let (code, page) = status_page(&daemon);
+    assert_eq!(code, Some(2), "{page:#}");
+    assert_eq!(page["failed"], true);
+    let lun = &page["targets"][0]["luns"][1];
+    assert_eq!(lun["state"], "failed", "{page:#}");
+    let text = daemon.cli(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.starts_with("state: FAILED"), "{text}");
+    assert!(text.contains("RAID10 failed"), "{text}");
     daemon.terminate();
 }

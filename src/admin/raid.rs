@@ -4,7 +4,7 @@
 //! | Route | Body | Answer |
 //! |---|---|---|
 //! | `GET /v1/raid/{name}` | | the array's status: state, members, sync, bitmap, scrub, weakest link |
-//! | `POST /v1/raid/{name}/fail` | `{"member"}` | the member marked failed; a spare takes its slot |
+//! | `POST /v1/raid/{name}/fail` | `{"member", "force"?}` | the member marked failed; a spare takes its slot. Refused (409) when it would fail the array, unless `force` |
 //! | `POST /v1/raid/{name}/remove` | `{"member"}` | a failed member taken out of its slot |
 //! | `POST /v1/raid/{name}/add` | `{"device"}` | a configured device added as a hot spare |
 //! | `POST /v1/raid/{name}/replace` | `{"member", "device"}` | the device (a spare of the array, or unused) copied beside the member, taking its place when complete |
@@ -41,9 +41,17 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Opt
     };
     Some(match (method, action) {
         ("GET", None) => status(name, array),
-        ("POST", Some("fail")) => with_slot(array, &request, |slot| {
-            array.fail(slot).map(|()| "failed".to_string())
-        }),
+        ("POST", Some("fail")) => {
+            let force = request["force"].as_bool().unwrap_or(false);
+            with_slot(array, &request, |slot| {
+                if let Some(loss) = array.loss_if_failed(slot).filter(|_| !force) {
+                    return Err(std::io::Error::other(format!(
+                        "refused: {loss}; fail it with --force if that is meant"
+                    )));
+                }
+                array.fail(slot).map(|()| "failed".to_string())
+            })
+        }
         ("POST", Some("remove")) => with_slot(array, &request, |slot| {
             array.remove(slot).map(|_| "removed".to_string())
         }),

@@ -1,7 +1,12 @@
 //! `GET /v1/status`: the whole daemon on one page, with what is degraded.
 //!
-//! `{"healthy", "degraded": [{"kind", "name", "problem"}], "portals",
-//! "targets", "sessions", "nbd_exports", "pools", "schedules"}`. Degraded means: a configured portal
+//! `{"healthy", "failed", "degraded": [{"kind", "name", "problem",
+//! "severity"}], "portals", "targets", "sessions", "nbd_exports",
+//! "devices", "pools", "schedules"}`. Each device's kind gives its own
+//! verdict (a RAID degraded, rebuilding, resyncing or failed; a cache
+//! failed; a file gone), and a LUN or export is as bad as the worst
+//! device under it. `failed` (severity "failed"): some data cannot be
+//! served. Degraded means too: a configured portal
 //! whose listener is not accepting, a pool above [`POOL_FULL_PERCENT`]
 //! used, a pool that cannot be opened or whose metadata or a data device
 //! file is gone, and a LUN whose file device's path no longer names the
@@ -32,7 +37,47 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str) -> Option<(u16, Val
 
 /// One degraded object.
 fn problem(kind: &str, name: &str, problem: &str) -> Value {
-    json!({ "kind": kind, "name": name, "problem": problem })
+    json!({ "kind": kind, "name": name, "problem": problem, "severity": "degraded" })
+}
+
+/// What is wrong under the device `name` (itself, what it is built on,
+/// and for a pool volume the pool's data devices), nearest first, and
+/// whether any of it is failed (data unreadable).
+fn trouble(
+    current: &Current,
+    devices: &[control::DeviceHealth],
+    name: &str,
+) -> (Option<String>, bool, Vec<String>) {
+    let mut found = control::problems_under(devices, name);
+    let pool = devices
+        .iter()
+        .find(|d| d.name == name)
+        .and_then(|d| d.pool.clone());
+    if let Some(pool) = pool.and_then(|p| current.config.pools.iter().find(|c| c.name == p)) {
+        for member in &pool.devices {
+            if let control::PoolMember::Device(d) = member {
+                found.extend(control::problems_under(devices, d));
+            }
+        }
+    }
+    let text = found.first().map(|d| match d.name == name {
+        true => d.problem.clone().unwrap_or_default(),
+        false => format!(
+            "{} {}: {}",
+            d.kind,
+            d.name,
+            d.problem.clone().unwrap_or_default()
+        ),
+    });
+    let failed = found.iter().any(|d| d.failed);
+    (text, failed, found.iter().map(|d| d.name.clone()).collect())
+}
+
+/// Marks a `degraded` entry failed when it makes data unreadable.
+fn mark(entry: &mut Value, failed: bool) {
+    if failed {
+        entry["severity"] = json!("failed");
+    }
 }
 
 fn status(admin: &Admin) -> Value {
@@ -70,6 +115,8 @@ fn status(admin: &Admin) -> Value {
         .collect();
 
     let devices = current.runtime.device_health();
+    // Devices a LUN's or an export's entry already names.
+    let mut reported: Vec<String> = Vec::new();
     let targets: Vec<Value> = current
         .config
         .targets
@@ -81,13 +128,16 @@ fn status(admin: &Admin) -> Value {
             for (group, map) in maps {
                 for l in map {
                     let device = devices.iter().find(|d| d.name == l.device);
-                    let trouble = device.and_then(|d| d.problem.clone());
+                    let (trouble, failed, under) = trouble(&current, &devices, &l.device);
+                    reported.extend(under);
                     if let Some(p) = &trouble {
                         let name = match group {
                             Some(g) => format!("{} group {g} LUN {}", t.name, l.lun),
                             None => format!("{} LUN {}", t.name, l.lun),
                         };
-                        degraded.push(problem("lun", &name, &format!("device {}: {p}", l.device)));
+                        let mut entry = problem("lun", &name, &format!("device {}: {p}", l.device));
+                        mark(&mut entry, failed);
+                        degraded.push(entry);
                     }
                     luns.push(json!({
                         "lun": l.lun,
@@ -95,7 +145,7 @@ fn status(admin: &Admin) -> Value {
                         "device": l.device,
                         "pool": device.and_then(|d| d.pool.clone()),
                         "read_only": l.read_only,
-                        "state": if trouble.is_some() { "degraded" } else { "ok" },
+                        "state": lun_state(&trouble, failed),
                         "problem": trouble,
                     }));
                 }
@@ -109,8 +159,27 @@ fn status(admin: &Admin) -> Value {
         })
         .collect();
 
-    let nbd_exports = nbd_exports(admin, &current, &devices, &mut degraded);
+    let nbd_exports = nbd_exports(admin, &current, &devices, &mut degraded, &mut reported);
     let pools = pools(&current, &mut degraded);
+    // A RAID, cache or file in trouble that no LUN or export serves yet.
+    for d in devices.iter().filter(|d| !reported.contains(&d.name)) {
+        if let Some(p) = &d.problem {
+            let mut entry = problem("device", &d.name, p);
+            mark(&mut entry, d.failed);
+            degraded.push(entry);
+        }
+    }
+    let device_list: Vec<Value> = devices
+        .iter()
+        .map(|d| {
+            json!({
+                "name": d.name,
+                "kind": d.kind,
+                "state": lun_state(&d.problem, d.failed),
+                "problem": d.problem,
+            })
+        })
+        .collect();
     for sch in schedules.as_array().into_iter().flatten() {
         if let Some(e) = sch["error"].as_str() {
             degraded.push(problem("schedule", sch["volume"].as_str().unwrap_or(""), e));
@@ -133,11 +202,13 @@ fn status(admin: &Admin) -> Value {
         .collect();
     json!({
         "healthy": degraded.is_empty(),
+        "failed": degraded.iter().any(|d| d["severity"] == "failed"),
         "degraded": degraded,
         "portals": portals,
         "targets": targets,
         "sessions": sessions,
         "nbd_exports": nbd_exports,
+        "devices": device_list,
         "pools": pools,
         "schedules": schedules,
     })
@@ -149,17 +220,20 @@ fn nbd_exports(
     current: &Current,
     devices: &[control::DeviceHealth],
     degraded: &mut Vec<Value>,
+    reported: &mut Vec<String>,
 ) -> Vec<Value> {
     let sessions = admin.nbd.sessions();
     current
         .config
         .nbd_exports()
         .map(|e| {
-            let device = devices.iter().find(|d| d.name == e.device);
-            let trouble = device.and_then(|d| d.problem.clone());
+            let (trouble, failed, under) = trouble(current, devices, &e.device);
+            reported.extend(under);
             if let Some(p) = &trouble {
                 let what = format!("device {}: {p}", e.device);
-                degraded.push(problem("nbd_export", &e.name, &what));
+                let mut entry = problem("nbd_export", &e.name, &what);
+                mark(&mut entry, failed);
+                degraded.push(entry);
             }
             let peers: Vec<&str> = sessions
                 .iter()
@@ -172,11 +246,19 @@ fn nbd_exports(
                 "read_only": e.read_only,
                 "sessions": peers.len(),
                 "peers": peers,
-                "state": if trouble.is_some() { "degraded" } else { "ok" },
+                "state": lun_state(&trouble, failed),
                 "problem": trouble,
             })
         })
         .collect()
+}
+
+fn lun_state(trouble: &Option<String>, failed: bool) -> &'static str {
+    match (trouble, failed) {
+        (None, _) => "ok",
+        (Some(_), false) => "degraded",
+        (Some(_), true) => "failed",
+    }
 }
 
 /// Whether a connection that arrived at `local` came through the portal

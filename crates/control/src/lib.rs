@@ -38,7 +38,7 @@ pub use model::{
 };
 pub use names::check_iscsi_name;
 pub use pools::{open_device, open_pool, open_pools_now};
-pub use runtime::{build, rebuild, DeviceHealth, DeviceNode, Runtime};
+pub use runtime::{build, problems_under, rebuild, DeviceHealth, DeviceNode, Runtime};
 pub use show::show_object;
 pub use size::parse_size;
 pub use validate::{parse_listen, MAX_LUN};

@@ -692,7 +692,7 @@ pub use devices::DeviceNode;
 #[cfg(test)]
 pub(crate) use graph::keeps_device;
 pub(crate) use graph::{LiveChange, OpenNode, Opener};
-pub use health::DeviceHealth;
+pub use health::{problems_under, DeviceHealth};
 
 #[cfg(test)]
 #[path = "runtime_tests.rs"]

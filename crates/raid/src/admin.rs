@@ -8,6 +8,7 @@ use block::BlockDevice;
 
 use crate::array::{AssembleError, RaidArray};
 use crate::bitmap::write_image_to;
+use crate::geometry::Level;
 use crate::member::{Member, SyncState};
 use crate::superblock::{Superblock, SPARE_SLOT};
 
@@ -18,6 +19,41 @@ impl RaidArray {
         self.core
             .fail_member(slot, &m, &io::Error::other("failed by the administrator"));
         Ok(())
+    }
+
+    /// Why failing the member in `slot` would take the array past its
+    /// redundancy (its data unreadable), or `None` when it survives it
+    /// (or has failed already). md refuses that without `--force` too.
+    pub fn loss_if_failed(&self, slot: usize) -> Option<String> {
+        let g = self.core.geo;
+        let mut lost: Vec<bool> = self
+            .core
+            .members()
+            .iter()
+            .map(|m| m.as_ref().is_none_or(|m| !m.is_in_sync()))
+            .collect();
+        if !g.survives(&lost) || lost.get(slot).is_none_or(|l| *l) {
+            return None;
+        }
+        lost[slot] = true;
+        if g.survives(&lost) {
+            return None;
+        }
+        let what = match g.level {
+            Level::Raid0 => "its share of every stripe (RAID0 has no redundancy)".to_string(),
+            Level::Raid1 | Level::Raid10 => {
+                "the last in-sync copy of the chunks it holds".to_string()
+            }
+            Level::Raid5 | Level::Raid6 => format!(
+                "a member the array cannot spare ({} of {} lost already)",
+                lost.iter().filter(|l| **l).count() - 1,
+                g.level.parity()
+            ),
+        };
+        Some(format!(
+            "slot {slot} holds {what}: failing it fails the array, whose data becomes \
+             unreadable (its LUNs and exports answer MEDIUM ERROR / EIO)"
+        ))
     }
 
     /// Takes the failed member out of `slot` and returns its device.

@@ -295,6 +295,22 @@ impl DeviceSpec for CacheSpec {
         }
     }
 
+    fn health(&self, device: &dyn BlockDevice) -> super::Verdict {
+        let Some(cache) = as_cache(device) else {
+            return super::Verdict::Ok;
+        };
+        match cache.status().health {
+            Health::Ok => super::Verdict::Ok,
+            Health::Failed {
+                stranded_bytes: 0,
+                effect,
+            } => super::Verdict::Degraded(format!("cache device failed: {effect}")),
+            Health::Failed { effect, .. } => {
+                super::Verdict::Failed(format!("cache device failed: {effect}"))
+            }
+        }
+    }
+
     fn state(&self, device: &dyn BlockDevice) -> Vec<(&'static str, String)> {
         let Some(cache) = as_cache(device) else {
             return Vec::new();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use block::{BlockDevice, FileDevice, FileOptions};
 
-use super::{Change, DeviceSpec, Fields, Kind, OpenContext};
+use super::{Change, DeviceSpec, Fields, Kind, OpenContext, Verdict};
 use crate::render;
 
 pub const KIND: Kind = Kind {
@@ -52,6 +52,24 @@ impl DeviceSpec for FileSpec {
             create_size: self.size,
         };
         Ok(Arc::new(FileDevice::open(&self.path, opts)?))
+    }
+
+    /// A file whose path no longer names the file open (deleted or
+    /// replaced): its LUN still works, on a file nothing finds again
+    /// after a restart.
+    fn health(&self, device: &dyn BlockDevice) -> Verdict {
+        let Some(f) = device.as_any().and_then(|a| a.downcast_ref::<FileDevice>()) else {
+            return Verdict::Ok;
+        };
+        match f.path_names_it() {
+            Ok(true) => Verdict::Ok,
+            Ok(false) => Verdict::Degraded(format!(
+                "{} was removed or replaced: I/O goes to the file opened at start, \
+                 which is lost when the daemon stops",
+                f.path().display()
+            )),
+            Err(e) => Verdict::Degraded(format!("cannot check {}: {e}", f.path().display())),
+        }
     }
 
     fn open_field(&self) -> Option<&'static str> {

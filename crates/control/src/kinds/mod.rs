@@ -36,6 +36,31 @@ pub use null::NullSpec;
 pub use rbd::{rbd_operation, serves_rbd_image, RbdOp, RbdSpec};
 pub use volume::VolumeSpec;
 
+/// What an open device says of its health.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    /// Serving everything, with less redundancy than configured or a
+    /// problem the operator must act on.
+    Degraded(String),
+    /// Some or all of its data cannot be served.
+    Failed(String),
+}
+
+impl Verdict {
+    /// The problem in words, when there is one.
+    pub fn problem(&self) -> Option<&str> {
+        match self {
+            Verdict::Ok => None,
+            Verdict::Degraded(p) | Verdict::Failed(p) => Some(p),
+        }
+    }
+
+    pub fn is_failed(&self) -> bool {
+        matches!(self, Verdict::Failed(_))
+    }
+}
+
 /// Every kind a `[[device]]` may have.
 pub const KINDS: &[Kind] = &[
     file::KIND,
@@ -152,6 +177,13 @@ pub trait DeviceSpec: SameSpec + fmt::Debug + Send + Sync {
     fn state(&self, device: &dyn BlockDevice) -> Vec<(&'static str, String)> {
         let _ = device;
         Vec::new()
+    }
+
+    /// The open device's health, for `status`, `/metrics` and the
+    /// console: a RAID degraded or failed, a cache failed, a file gone.
+    fn health(&self, device: &dyn BlockDevice) -> Verdict {
+        let _ = device;
+        Verdict::Ok
     }
 
     /// Whether the open device can take the settings of `new` (of this

@@ -417,6 +417,13 @@ impl DeviceSpec for RaidSpec {
         )
     }
 
+    fn health(&self, device: &dyn BlockDevice) -> super::Verdict {
+        let Some(array) = as_raid(device) else {
+            return super::Verdict::Ok;
+        };
+        array_health(&array.status())
+    }
+
     fn state(&self, device: &dyn BlockDevice) -> Vec<(&'static str, String)> {
         let Some(array) = as_raid(device) else {
             return Vec::new();
@@ -471,6 +478,56 @@ impl DeviceSpec for RaidSpec {
             out.push(("assembled_by_force", forced.join(", ")));
         }
         out
+    }
+}
+
+/// An array's status as a verdict: which members are down, what sync
+/// runs, what it means for the data.
+pub fn array_health(s: &raid::RaidStatus) -> super::Verdict {
+    let down: Vec<String> = s
+        .members
+        .iter()
+        .filter_map(|m| {
+            let slot = m.slot?;
+            let name = m.name.clone().unwrap_or_else(|| format!("slot {slot}"));
+            match m.state {
+                raid::MemberState::InSync => None,
+                state => Some(format!("{name} {}", member_state(state))),
+            }
+        })
+        .collect();
+    let down = if down.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", down.join(", "))
+    };
+    let sync = s.sync.as_ref().map(|p| {
+        let pct = if p.total_bytes == 0 {
+            100.0
+        } else {
+            p.done_bytes as f64 * 100.0 / p.total_bytes as f64
+        };
+        format!("; {} {pct:.1}% done", p.kind)
+    });
+    let sync = sync.unwrap_or_default();
+    let level = s.level;
+    match s.state {
+        raid::ArrayState::Failed => super::Verdict::Failed(format!(
+            "RAID{level} failed: more members lost than its redundancy{down}; its data is \
+             unreadable until they are back (`raid assemble`, `assemble = \"force\"`)"
+        )),
+        raid::ArrayState::Degraded => super::Verdict::Degraded(format!(
+            "RAID{level} degraded: running without full redundancy{down}{sync}"
+        )),
+        raid::ArrayState::Rebuilding => {
+            super::Verdict::Degraded(format!("RAID{level} rebuilding{down}{sync}"))
+        }
+        raid::ArrayState::Clean => match &s.sync {
+            Some(p) if p.kind == "resync" => {
+                super::Verdict::Degraded(format!("RAID{level} resyncing{sync}"))
+            }
+            _ => super::Verdict::Ok,
+        },
     }
 }
 

@@ -1,7 +1,5 @@
 //! What is wrong with the devices being served, for `openarray status`.
 
-use block::FileDevice;
-
 use super::Runtime;
 
 /// A device the running configuration has open, and its problem if it
@@ -13,41 +11,55 @@ pub struct DeviceHealth {
     /// For a volume device, its pool.
     pub pool: Option<String>,
     pub problem: Option<String>,
+    /// The problem makes some of its data unreadable.
+    pub failed: bool,
+    /// The configured devices it is built on.
+    pub children: Vec<String>,
 }
 
 impl Runtime {
-    /// Every open device, by name. A file device whose path no longer
-    /// names the file it has open (deleted or replaced) is a problem: its
-    /// LUN still works, on a file nothing finds again after a restart.
+    /// Every open device, by name, with the verdict its kind gives.
     pub fn device_health(&self) -> Vec<DeviceHealth> {
         let mut all: Vec<DeviceHealth> = self
             .live
             .devices
             .iter()
             .map(|(name, (dev, device, _))| {
-                let file = device
-                    .as_any()
-                    .and_then(|any| any.downcast_ref::<FileDevice>());
-                let problem = file.and_then(|f| match f.path_names_it() {
-                    Ok(true) => None,
-                    Ok(false) => Some(format!(
-                        "{} was removed or replaced: I/O goes to the file opened at start, \
-                         which is lost when the daemon stops",
-                        f.path().display()
-                    )),
-                    Err(e) => Some(format!("cannot check {}: {e}", f.path().display())),
-                });
+                let verdict = dev.spec.health(&**device);
                 DeviceHealth {
                     name: name.clone(),
                     kind: dev.kind(),
                     pool: dev.spec.pool().map(String::from),
-                    problem,
+                    problem: verdict.problem().map(String::from),
+                    failed: verdict.is_failed(),
+                    children: dev.spec.children().into_iter().map(String::from).collect(),
                 }
             })
             .collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all
     }
+}
+
+/// The problems of `name` and of every device under it, nearest first:
+/// a LUN over a pool volume over a degraded RAID is degraded too.
+pub fn problems_under<'a>(all: &'a [DeviceHealth], name: &str) -> Vec<&'a DeviceHealth> {
+    let mut out = Vec::new();
+    let mut queue = vec![name.to_string()];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(n) = queue.pop() {
+        if !seen.insert(n.clone()) {
+            continue;
+        }
+        let Some(d) = all.iter().find(|d| d.name == n) else {
+            continue;
+        };
+        if d.problem.is_some() {
+            out.push(d);
+        }
+        queue.extend(d.children.iter().rev().cloned());
+    }
+    out
 }
 
 #[cfg(test)]
