@@ -1,4 +1,4 @@
-//! `openarray raid status|add|remove|replace|fail|scrub|speed`: a running
+//! `openarray raid status|add|remove|replace|fail|assemble|scrub|speed`: a running
 //! daemon's RAID devices (`/v1/raid/{name}`).
 
 use std::process::ExitCode;
@@ -39,6 +39,15 @@ pub enum RaidCommand {
         name: String,
         member: String,
         device: String,
+    },
+    /// Put together an array whose members refused assembly at start (it
+    /// stands failed, its LUNs answering NOT READY), once they are back.
+    Assemble {
+        name: String,
+        /// Take the freshest stale members as in sync when too few are
+        /// current (md's --force): writes they missed are lost.
+        #[arg(long)]
+        force: bool,
     },
     /// Change the resync and rebuild speed limits of a running array
     /// (like md's sync_speed_min/max): at least MIN a second even under
@@ -199,6 +208,9 @@ fn request(cmd: &RaidCommand) -> (&'static str, String, Value) {
             at(name, "replace"),
             json!({ "member": member, "device": device }),
         ),
+        RaidCommand::Assemble { name, force } => {
+            ("POST", at(name, "assemble"), json!({ "force": force }))
+        }
         RaidCommand::Speed { name, min, max } => {
             ("POST", at(name, "speed"), json!({ "min": min, "max": max }))
         }

@@ -458,3 +458,82 @@ fn status_reports_degraded_and_failed_arrays_and_fail_needs_force_past_redundanc
     assert!(text.contains("RAID10 failed"), "{text}");
     daemon.terminate();
 }
+
+/// A RAID5 whose members failed one after another (one failed, then
+/// another missed the update of taking it out) is refused at the next
+/// start, but the daemon starts: every other LUN serves, the array's LUN
+/// answers NOT READY, `status` names it failed (exit 2), and `raid
+/// assemble --force` puts it together live from the freshest members.
+#[test]
+fn an_array_that_cannot_assemble_fails_alone_and_assembles_live() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m5 = ["b0", "b1", "b2", "b3"];
+    let mut config = faulty_members(dir.path(), &m5, "16M");
+    config += &raid_device("r5", 5, &m5, &[]);
+    config += &format!(
+        "\n[[device]]\nname = \"other\"\nkind = \"file\"\npath = \"{}/other.img\"\nsize = \"4M\"\n",
+        dir.path().display()
+    );
+    config += &target(&[(0, "r5"), (1, "other")]);
+    let daemon = start(dir.path(), &config);
+    let size = wait_clean(&daemon, "r5", Duration::from_secs(60))["size_bytes"]
+        .as_u64()
+        .unwrap();
+    let mut s = login(&daemon, HOST);
+    write_all(&mut s, 0, size);
+    write_all(&mut s, 1, 4 << 20);
+    // Stable on every member before they start failing.
+    for lun in [0, 1] {
+        s.command_good(lun, &[0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[], 0)
+            .expect("SYNCHRONIZE CACHE");
+    }
+    drop(s);
+    daemon.ok(&["raid", "fail", "r5", "b0"]);
+    daemon.ok(&["device", "fault", "b1", "fail"]);
+    daemon.ok(&["raid", "remove", "r5", "b0"]);
+    assert_eq!(status(&daemon, "r5")["state"], "failed");
+    daemon.terminate();
+
+    let daemon = start(dir.path(), &config);
+    let log = daemon.log();
+    assert!(log.contains("RAID array not assembled"), "{log}");
+    let mut s = login(&daemon, HOST);
+    check_all(&mut s, 1, 4 << 20, "the other LUN, beside a failed array");
+    // The first command of a LUN may get its power-on UNIT ATTENTION.
+    let read = |s: &mut Session| {
+        s.command(0, &[0x28, 0, 0, 0, 0, 0, 0, 0, 8, 0], &[], 4096)
+            .expect("READ(10)")
+    };
+    let mut c = read(&mut s);
+    if c.sense_key() == Some(6) {
+        c = read(&mut s);
+    }
+    assert_eq!(c.sense_key(), Some(2), "NOT READY: {c:?}");
+    assert_eq!(
+        (c.sense.get(12), c.sense.get(13)),
+        (Some(&4), Some(&3)),
+        "{c:?}"
+    );
+    let (code, page) = status_page(&daemon);
+    assert_eq!(code, Some(2), "{page:#}");
+    let problem = page["targets"][0]["luns"][0]["problem"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        problem.contains("not assembled") && problem.contains("too few members"),
+        "{problem}"
+    );
+
+    let out = daemon.cli(&["raid", "assemble", "r5"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("too few members"), "{said}");
+    daemon.ok(&["raid", "assemble", "r5", "--force"]);
+    check_all(&mut s, 0, size, "after a forced assembly");
+    let st = wait_clean(&daemon, "r5", Duration::from_secs(60));
+    assert_eq!(st["forced"].as_array().map(Vec::len), Some(1), "{st:#}");
+    let (code, page) = status_page(&daemon);
+    assert_eq!(code, Some(0), "{page:#}");
+    drop(s);
+    daemon.terminate();
+}

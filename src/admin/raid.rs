@@ -8,6 +8,7 @@
 //! | `POST /v1/raid/{name}/remove` | `{"member"}` | a failed member taken out of its slot |
 //! | `POST /v1/raid/{name}/add` | `{"device"}` | a configured device added as a hot spare |
 //! | `POST /v1/raid/{name}/replace` | `{"member", "device"}` | the device (a spare of the array, or unused) copied beside the member, taking its place when complete |
+//! | `POST /v1/raid/{name}/assemble` | `{"force"?}` | an array whose members refused assembly at start, put together now (`force`: from the freshest stale members) |
 //! | `POST /v1/raid/{name}/scrub` | `{"repair"?, "wait"?}` | with `wait`, the scrub's report |
 //! | `POST /v1/raid/{name}/speed` | `{"min"?, "max"?}` (bytes a second) | the resync and rebuild speed limits, changed live |
 //!
@@ -30,7 +31,6 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Opt
     let Some(device) = raid_device(admin, name) else {
         return Some(error(404, format!("no open RAID device `{name}`")));
     };
-    let array = control::kinds::as_raid(&*device)?;
     let request: Value = if body.is_empty() {
         json!({})
     } else {
@@ -38,6 +38,34 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Opt
             Ok(v) => v,
             Err(e) => return Some(error(400, format!("the body is not JSON: {e}"))),
         }
+    };
+    let pending = control::kinds::as_pending(&*device);
+    if let ("POST", Some("assemble")) = (method, action) {
+        let force = request["force"].as_bool().unwrap_or(false);
+        return Some(match pending {
+            None => error(409, format!("`{name}` is assembled already")),
+            Some(p) if p.array().is_some() => error(409, format!("`{name}` is assembled already")),
+            Some(p) => match p.assemble(name, force) {
+                Ok(_) => (200, json!({ "done": format!("{name} assembled") })),
+                Err(e) => error(409, format!("`{name}` does not assemble: {e}")),
+            },
+        });
+    }
+    let Some(array) = control::kinds::as_raid(&*device) else {
+        let reason = pending.map(|p| p.reason()).unwrap_or_default();
+        return Some(match (method, action) {
+            ("GET", None) => (
+                200,
+                json!({ "name": name, "state": "failed", "assembled": false, "reason": reason }),
+            ),
+            _ => error(
+                409,
+                format!(
+                    "`{name}` is not assembled ({reason}): put it together with \
+                     `openarray raid assemble {name} [--force]` first"
+                ),
+            ),
+        });
     };
     Some(match (method, action) {
         ("GET", None) => status(name, array),
@@ -96,9 +124,10 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Opt
         },
         ("POST", Some("scrub")) => scrub(&device, &request),
         ("POST", Some("speed")) => speed(array, &request),
-        (_, None | Some("fail" | "remove" | "add" | "replace" | "scrub" | "speed")) => {
-            error(405, "method not allowed")
-        }
+        (
+            _,
+            None | Some("fail" | "remove" | "add" | "replace" | "scrub" | "speed" | "assemble"),
+        ) => error(405, "method not allowed"),
         _ => error(404, format!("no such resource {path}")),
     })
 }
@@ -108,7 +137,10 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Opt
 fn raid_device(admin: &Admin, name: &str) -> Option<Arc<dyn BlockDevice>> {
     let current = admin.lock();
     let device = current.runtime.open_device(name)?;
-    control::kinds::as_raid(&*device)?;
+    if control::kinds::as_raid(&*device).is_none() && control::kinds::as_pending(&*device).is_none()
+    {
+        return None;
+    }
     Some(device)
 }
 

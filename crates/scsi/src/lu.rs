@@ -666,6 +666,14 @@ pub(crate) fn io_sense(e: &io::Error, writing: bool) -> Sense {
             crate::sense::asc::NOT_READY_OPERATION_IN_PROGRESS,
         );
     }
+    // A device that is there but cannot serve until an operator acts (an
+    // array whose members refused to assemble).
+    if e.raw_os_error() == Some(libc::ENXIO) {
+        return Sense::new(
+            crate::sense::key::NOT_READY,
+            crate::sense::asc::NOT_READY_MANUAL_INTERVENTION,
+        );
+    }
     // A thin pool (or the file system under a sparse file) out of space:
     // SBC's answer for a write that needs space the LU cannot allocate, so
     // that initiators report a full pool rather than a failing disk.

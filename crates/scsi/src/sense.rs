@@ -22,6 +22,7 @@ pub mod key {
 pub mod asc {
     pub const NO_ADDITIONAL: (u8, u8) = (0x00, 0x00);
     pub const NOT_READY_OPERATION_IN_PROGRESS: (u8, u8) = (0x04, 0x07);
+    pub const NOT_READY_MANUAL_INTERVENTION: (u8, u8) = (0x04, 0x03);
     pub const NOT_READY_SANITIZE_IN_PROGRESS: (u8, u8) = (0x04, 0x1B);
     pub const WRITE_ERROR: (u8, u8) = (0x0C, 0x00);
     pub const COPY_TARGET_NOT_REACHABLE: (u8, u8) = (0x0D, 0x02);

@@ -21,10 +21,11 @@ mod file;
 mod mem;
 mod null;
 mod raid;
+mod raid_pending;
 mod rbd;
 mod volume;
 
-pub use self::raid::{as_raid, member_state, open_arrays_now, RaidSpec};
+pub use self::raid::{as_pending, as_raid, member_state, open_arrays_now, RaidSpec};
 pub use cache::{as_cache, CacheSpec};
 pub use delay::DelaySpec;
 pub use faulty::{inject_fault, Fault, FaultySpec};
@@ -33,6 +34,7 @@ pub(crate) use fields::TableContext;
 pub use file::FileSpec;
 pub use mem::MemSpec;
 pub use null::NullSpec;
+pub use raid_pending::PendingArray;
 pub use rbd::{rbd_operation, serves_rbd_image, RbdOp, RbdSpec};
 pub use volume::VolumeSpec;
 

@@ -12,6 +12,7 @@ use raid::superblock::Superblock;
 use raid::{Level, RaidArray, RaidOptions};
 use toml::Value;
 
+use super::raid_pending::PendingArray;
 use super::{Change, DeviceSpec, Fields, Kind, OpenContext};
 use crate::render;
 
@@ -147,6 +148,13 @@ fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
 /// Arrays open in this process, by device name, for metrics.
 static OPEN: Mutex<Vec<(String, Weak<RaidArray>)>> = Mutex::new(Vec::new());
 
+/// Lists `array` among the open arrays, for metrics.
+pub fn register(name: &str, array: &Arc<RaidArray>) {
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    open.retain(|(_, w)| w.strong_count() > 0);
+    open.push((name.to_string(), Arc::downgrade(array)));
+}
+
 /// Every RAID array open in this process, with its device name.
 pub fn open_arrays_now() -> Vec<(String, Arc<RaidArray>)> {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -156,9 +164,18 @@ pub fn open_arrays_now() -> Vec<(String, Arc<RaidArray>)> {
         .collect()
 }
 
-/// The open device as a RAID array, when it is one.
+/// The open device as a RAID array, when it is one (assembled).
 pub fn as_raid(device: &dyn BlockDevice) -> Option<&RaidArray> {
-    device.as_any()?.downcast_ref::<RaidArray>()
+    let any = device.as_any()?;
+    match any.downcast_ref::<RaidArray>() {
+        Some(a) => Some(a),
+        None => any.downcast_ref::<PendingArray>()?.array(),
+    }
+}
+
+/// The open device as an array that has not assembled (yet).
+pub fn as_pending(device: &dyn BlockDevice) -> Option<&PendingArray> {
+    device.as_any()?.downcast_ref::<PendingArray>()
 }
 
 impl RaidSpec {
@@ -184,7 +201,10 @@ impl RaidSpec {
         self.members.iter().chain(&self.spares)
     }
 
-    fn open_array(&self, named: &[(Arc<dyn BlockDevice>, String)]) -> io::Result<RaidArray> {
+    pub(crate) fn open_array(
+        &self,
+        named: &[(Arc<dyn BlockDevice>, String)],
+    ) -> io::Result<RaidArray> {
         let mut found = Vec::new();
         for (dev, name) in named {
             let sb = Superblock::read_from(&**dev)?
@@ -341,11 +361,24 @@ impl DeviceSpec for RaidSpec {
         if named.len() != self.members.len() + self.spares.len() {
             return Err(invalid("a member or spare is not open"));
         }
-        let array = Arc::new(self.open_array(&named)?);
+        let array = match self.open_array(&named) {
+            Ok(array) => Arc::new(array),
+            // Members that carry the array but refuse to make it: the
+            // array stands failed, and everything else is served.
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                let reason = e.to_string();
+                let Some(pending) = PendingArray::new(self, &named, reason.clone()) else {
+                    return Err(e);
+                };
+                tracing::error!(device = %ctx.name, error = %reason,
+                    "RAID array not assembled: its LUNs and exports answer NOT READY until \
+                     `openarray raid assemble` puts it together");
+                return Ok(Arc::new(pending));
+            }
+            Err(e) => return Err(e),
+        };
         array.name_members(&named);
-        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-        open.retain(|(_, w)| w.strong_count() > 0);
-        open.push((ctx.name.to_string(), Arc::downgrade(&array)));
+        register(ctx.name, &array);
         Ok(array)
     }
 
@@ -418,6 +451,14 @@ impl DeviceSpec for RaidSpec {
     }
 
     fn health(&self, device: &dyn BlockDevice) -> super::Verdict {
+        if let Some(p) = as_pending(device).filter(|p| p.array().is_none()) {
+            return super::Verdict::Failed(format!(
+                "RAID{} not assembled: {}; its LUNs answer NOT READY until \
+                 `openarray raid assemble` (`--force`: take the freshest stale members)",
+                self.level,
+                p.reason()
+            ));
+        }
         let Some(array) = as_raid(device) else {
             return super::Verdict::Ok;
         };
@@ -425,6 +466,9 @@ impl DeviceSpec for RaidSpec {
     }
 
     fn state(&self, device: &dyn BlockDevice) -> Vec<(&'static str, String)> {
+        if let Some(p) = as_pending(device).filter(|p| p.array().is_none()) {
+            return vec![("array", format!("not assembled: {}", p.reason()))];
+        }
         let Some(array) = as_raid(device) else {
             return Vec::new();
         };
