@@ -603,6 +603,7 @@ impl Core {
             resync: Mutex::new(resync),
             read_turn: AtomicUsize::new(0),
             foreground_ops: AtomicU64::new(0),
+            clock: Arc::default(),
             failures: AtomicU64::new(0),
             progress: Mutex::new(None),
             report: Mutex::new(Default::default()),

@@ -13,6 +13,7 @@ use crate::journal::Journal;
 use crate::locks::StripeLocks;
 use crate::log::Log;
 use crate::member::{Member, SyncState};
+use crate::recent::Clock;
 use crate::superblock::{Superblock, SPARE_SLOT};
 
 /// Tunables of a running array.
@@ -106,6 +107,8 @@ pub struct Core {
     pub read_turn: AtomicUsize,
     /// Foreground requests served, for the sync throttle.
     pub foreground_ops: AtomicU64,
+    /// Time for the members' recent I/O figures.
+    pub clock: Arc<Clock>,
     pub failures: AtomicU64,
     pub progress: Mutex<Option<Progress>>,
     /// `sync_speed_min` and `sync_speed_max` as they are now: options at
@@ -157,6 +160,7 @@ impl Core {
             .member_timeout
             .map_or(0, |t| t.as_nanos() as u64);
         m.timeout_nanos.store(nanos, Ordering::Relaxed);
+        m.stats.recent.set_clock(&self.clock);
     }
 
     pub fn kick(&self) {

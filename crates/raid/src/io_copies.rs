@@ -5,6 +5,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 
 use crate::core::{array_failed, Core};
+use crate::recent::Origin;
 
 impl Core {
     /// Reads `buf` from logical chunk `chunk` at `within` bytes into it,
@@ -82,7 +83,7 @@ impl Core {
             if !m.readable(other.row, region_rows) {
                 continue;
             }
-            match m.read(&mut buf, other.row * self.geo.chunk) {
+            match m.read_for(Origin::Background, &mut buf, other.row * self.geo.chunk) {
                 Ok(()) => {
                     found = true;
                     break;
@@ -94,7 +95,7 @@ impl Core {
             return Err(array_failed());
         }
         let target = self.slots.read()[slot].clone().ok_or_else(array_failed)?;
-        target.write(&buf, row * self.geo.chunk, false)
+        target.write_for(Origin::Background, &buf, row * self.geo.chunk, false)
     }
 
     /// Makes every copy of logical chunk `chunk` equal to the first
@@ -114,7 +115,7 @@ impl Core {
             if !m.readable(p.row, region_rows) {
                 continue;
             }
-            match m.read(&mut buf, p.row * self.geo.chunk) {
+            match m.read_for(Origin::Background, &mut buf, p.row * self.geo.chunk) {
                 Ok(()) => {
                     source = Some(p.member);
                     break;
@@ -135,7 +136,7 @@ impl Core {
             if m.is_failed() {
                 continue;
             }
-            if let Err(e) = m.write(&buf, p.row * self.geo.chunk, false) {
+            if let Err(e) = m.write_for(Origin::Background, &buf, p.row * self.geo.chunk, false) {
                 self.fail_member(p.member, &m, &e);
             }
         }

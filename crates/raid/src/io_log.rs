@@ -10,6 +10,7 @@ use crate::core::{array_failed, Core};
 use crate::gf;
 use crate::log::{decode_header, encode_header, Entry, Log, Reservation, SECTOR};
 use crate::member::Member;
+use crate::recent::Origin;
 use crate::superblock::{log_slot_bytes, LOG_OFFSET};
 
 pub enum LogOutcome {
@@ -303,10 +304,11 @@ impl Core {
         let readable = |slot: usize| members[slot].as_ref().is_some_and(|m| m.readable(row, rr));
         let read = |slot: usize| -> io::Result<Vec<u8>> {
             let mut b = vec![0u8; len];
-            members[slot]
-                .as_ref()
-                .expect("readable")
-                .read(&mut b, row * g.chunk + lo)?;
+            members[slot].as_ref().expect("readable").read_for(
+                Origin::Background,
+                &mut b,
+                row * g.chunk + lo,
+            )?;
             Ok(b)
         };
         let mut data: Vec<Option<Vec<u8>>> = Vec::with_capacity(d);
@@ -364,7 +366,7 @@ impl Core {
         }
         for (slot, bytes) in targets {
             if let Some(m) = members[slot].as_ref().filter(|m| !m.is_failed()) {
-                m.write(&bytes, row * g.chunk + lo, false)?;
+                m.write_for(Origin::Background, &bytes, row * g.chunk + lo, false)?;
             }
         }
         Ok(())

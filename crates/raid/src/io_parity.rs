@@ -15,6 +15,7 @@ use crate::gf;
 use crate::io_log::LogOutcome;
 use crate::log::SECTOR;
 use crate::member::Member;
+use crate::recent::Origin;
 use std::sync::Arc;
 
 /// The chunks of one row over the in-chunk byte window `[lo, lo+len)`.
@@ -72,6 +73,7 @@ impl Core {
         len: usize,
         members: &[Option<Arc<Member>>],
         want: &[bool],
+        origin: Origin,
     ) -> io::Result<Option<Window>> {
         let g = &self.geo;
         let mut w = Window {
@@ -86,7 +88,7 @@ impl Core {
             }
             let m = m.as_ref().expect("wanted members exist");
             let mut buf = vec![0u8; len];
-            if let Err(e) = m.read(&mut buf, row * g.chunk + lo) {
+            if let Err(e) = m.read_for(origin, &mut buf, row * g.chunk + lo) {
                 self.fail_member(slot, m, &e);
                 return Ok(None);
             }
@@ -200,7 +202,8 @@ impl Core {
         for _ in 0..=self.geo.members {
             let (members, readable) = self.row_members(row);
             let (lo, len) = window_of(chunk, s, e);
-            let Some(mut w) = self.gather(row, lo, len, &members, &readable)? else {
+            let Some(mut w) = self.gather(row, lo, len, &members, &readable, Origin::Foreground)?
+            else {
                 continue;
             };
             self.complete(&mut w)?;
@@ -286,7 +289,7 @@ impl Core {
                 want[g.data_member(row, c)] = needed;
             }
         }
-        let Some(mut w) = self.gather(row, lo, len, &members, &want)? else {
+        let Some(mut w) = self.gather(row, lo, len, &members, &want, Origin::Foreground)? else {
             return Ok(None);
         };
         let (p, q) = if rmw {
@@ -382,7 +385,15 @@ impl Core {
             if let Some(slot) = slot {
                 readable[slot] = false;
             }
-            let Some(mut w) = self.gather(row, 0, g.chunk as usize, &members, &readable)? else {
+            let Some(mut w) = self.gather(
+                row,
+                0,
+                g.chunk as usize,
+                &members,
+                &readable,
+                Origin::Background,
+            )?
+            else {
                 continue;
             };
             self.complete(&mut w)?;
@@ -409,7 +420,7 @@ impl Core {
                     Role::P => &p,
                     Role::Q => q.as_ref().expect("RAID6"),
                 };
-                if let Err(e) = m.write(bytes, row * g.chunk, false) {
+                if let Err(e) = m.write_for(Origin::Background, bytes, row * g.chunk, false) {
                     self.fail_member(t, m, &e);
                     return Err(e);
                 }

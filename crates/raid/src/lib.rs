@@ -43,6 +43,7 @@ mod member;
 mod pipeline;
 mod provision;
 mod rebuild;
+mod recent;
 mod replace;
 mod scrub;
 mod spread;
@@ -55,6 +56,7 @@ pub use array::{AssembleError, RaidArray};
 pub use core::RaidOptions;
 pub use force::{Forced, ForcedMember};
 pub use geometry::{Geometry, Level};
+pub use recent::{INTERVAL as WEAKEST_INTERVAL, WINDOW as WEAKEST_WINDOW};
 pub use scrub::ScrubReport;
 pub use status::{
     ArrayState, BitmapStatus, MemberIo, MemberState, MemberStatus, RaidStatus, SyncProgress,

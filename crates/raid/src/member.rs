@@ -13,6 +13,7 @@ use parking_lot::RwLock;
 use stats::LatencyHistogram;
 
 use crate::bitmap::RegionSet;
+use crate::recent::{Origin, Recent};
 
 /// How far a member's data can be trusted.
 #[derive(Clone, Debug)]
@@ -46,6 +47,8 @@ pub struct MemberStats {
     pub busy_nanos: AtomicU64,
     pub read_latency: LatencyHistogram,
     pub write_latency: LatencyHistogram,
+    /// Foreground I/O of the last few minutes, for the weakest link.
+    pub recent: Recent,
 }
 
 pub struct Member {
@@ -174,8 +177,16 @@ impl Member {
         (r, nanos)
     }
 
+    /// A read for the array's users.
     pub fn read(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.read_for(Origin::Foreground, buf, offset)
+    }
+
+    /// A read for `origin`: only the foreground's count toward the
+    /// weakest link.
+    pub fn read_for(&self, origin: Origin, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let (r, nanos) = self.timed(|| self.dev.read_at(buf, self.data_offset + offset));
+        self.stats.recent.record(origin, nanos);
         self.stats.read_latency.record(nanos);
         self.stats.read_ops.fetch_add(1, Ordering::Relaxed);
         self.stats
@@ -184,14 +195,20 @@ impl Member {
         r
     }
 
-    /// Writes this member and its replacement.
+    /// Writes this member and its replacement, for the array's users.
     pub fn write(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
-        self.with_replacement(|m| m.write_own(buf, offset, fua))
+        self.write_for(Origin::Foreground, buf, offset, fua)
+    }
+
+    /// [`Member::write`] for `origin`.
+    pub fn write_for(&self, origin: Origin, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        self.with_replacement(|m| m.write_own(origin, buf, offset, fua))
     }
 
     /// Writes this member's device only.
-    pub fn write_own(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+    pub fn write_own(&self, origin: Origin, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
         let (r, nanos) = self.timed(|| self.dev.write_at(buf, self.data_offset + offset, fua));
+        self.stats.recent.record(origin, nanos);
         self.stats.write_latency.record(nanos);
         self.stats.write_ops.fetch_add(1, Ordering::Relaxed);
         self.stats
@@ -206,19 +223,21 @@ impl Member {
 
     /// Makes `len` bytes at `offset` read as zeros the way `how` says. A
     /// discard on a device whose discards do not read back as zeros
-    /// writes zeros instead: the array's parity counts on them.
+    /// writes zeros instead: the array's parity counts on them. For the
+    /// array's users.
     pub fn zero(&self, how: Zeroing, offset: u64, len: u64) -> io::Result<()> {
-        self.with_replacement(|m| m.zero_own(how, offset, len))
+        self.with_replacement(|m| m.zero_own(Origin::Foreground, how, offset, len))
     }
 
     /// Zeroes on this member's device only.
-    pub fn zero_own(&self, how: Zeroing, offset: u64, len: u64) -> io::Result<()> {
+    pub fn zero_own(&self, origin: Origin, how: Zeroing, offset: u64, len: u64) -> io::Result<()> {
         let at = self.data_offset + offset;
         let (r, nanos) = self.timed(|| match how {
             Zeroing::Discard if self.dev.capabilities().discard_zeroes => self.dev.discard(at, len),
             Zeroing::Discard | Zeroing::WriteZeroes => self.dev.write_zeroes(at, len),
             Zeroing::Allocate => self.dev.allocate_zeroes(at, len),
         });
+        self.stats.recent.record(origin, nanos);
         self.stats.write_latency.record(nanos);
         self.stats.write_ops.fetch_add(1, Ordering::Relaxed);
         r

@@ -14,6 +14,7 @@ use crate::geometry::Role;
 use crate::gf;
 use crate::locks::StripeGuard;
 use crate::member::{Member, SyncState, Zeroing};
+use crate::recent::Origin;
 
 /// Bytes of each member one rebuild step covers.
 pub const STEP_BYTES: u64 = 1 << 20;
@@ -63,7 +64,8 @@ impl Core {
                     m.map(|m| {
                         scope.spawn(move || {
                             let mut buf = vec![0u8; len];
-                            m.read(&mut buf, rows.start * g.chunk).map(|()| buf)
+                            m.read_for(Origin::Background, &mut buf, rows.start * g.chunk)
+                                .map(|()| buf)
                         })
                     })
                 })
@@ -162,9 +164,19 @@ impl Core {
                 .unwrap_or(zero.len());
             let offset = (batch.rows.start + at as u64) * self.geo.chunk;
             if zero[at] {
-                target.zero_own(Zeroing::Discard, offset, ((end - at) * chunk) as u64)?;
+                target.zero_own(
+                    Origin::Background,
+                    Zeroing::Discard,
+                    offset,
+                    ((end - at) * chunk) as u64,
+                )?;
             } else {
-                target.write_own(&batch.chunks[at * chunk..end * chunk], offset, false)?;
+                target.write_own(
+                    Origin::Background,
+                    &batch.chunks[at * chunk..end * chunk],
+                    offset,
+                    false,
+                )?;
             }
             at = end;
         }
@@ -222,7 +234,8 @@ impl Core {
                     let m = members[member].clone().expect("in sync");
                     scope.spawn(move || {
                         for (src_row, part) in parts {
-                            if let Err(e) = m.read(part, src_row * g.chunk) {
+                            if let Err(e) = m.read_for(Origin::Background, part, src_row * g.chunk)
+                            {
                                 return Some((member, e));
                             }
                         }

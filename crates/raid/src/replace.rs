@@ -24,6 +24,7 @@ use crate::core::Core;
 use crate::member::{Member, SyncState};
 use crate::pipeline::Plan;
 use crate::rebuild::Batch;
+use crate::recent::Origin;
 use crate::superblock::Superblock;
 
 impl RaidArray {
@@ -211,7 +212,7 @@ impl Core {
     ) -> Option<Batch<'a>> {
         let guards = self.lock_member_rows(slot, rows.clone());
         let mut chunks = vec![0u8; ((rows.end - rows.start) * self.geo.chunk) as usize];
-        if let Err(e) = old.read(&mut chunks, rows.start * self.geo.chunk) {
+        if let Err(e) = old.read_for(Origin::Background, &mut chunks, rows.start * self.geo.chunk) {
             drop(guards);
             self.fail_member(slot, old, &e);
             return None;

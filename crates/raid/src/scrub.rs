@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::array::RaidArray;
 use crate::core::{Core, Progress};
 use crate::gf;
+use crate::recent::Origin;
 
 /// What a scrub found.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -117,7 +118,7 @@ impl Core {
                 return Ok(());
             };
             let mut buf = vec![0u8; self.geo.chunk as usize];
-            if let Err(e) = m.read(&mut buf, p.row * self.geo.chunk) {
+            if let Err(e) = m.read_for(Origin::Background, &mut buf, p.row * self.geo.chunk) {
                 self.fail_member(p.member, m, &e);
                 report.stripes_skipped += 1;
                 return Ok(());
@@ -140,7 +141,12 @@ impl Core {
             for i in wrong {
                 let p = places[i];
                 let m = members[p.member].as_ref().expect("read above");
-                if let Err(e) = m.write(&copies[0], p.row * self.geo.chunk, false) {
+                if let Err(e) = m.write_for(
+                    Origin::Background,
+                    &copies[0],
+                    p.row * self.geo.chunk,
+                    false,
+                ) {
                     self.fail_member(p.member, m, &e);
                 }
             }
@@ -160,7 +166,7 @@ impl Core {
                 return Ok(());
             };
             let mut buf = vec![0u8; g.chunk as usize];
-            if let Err(e) = m.read(&mut buf, row * g.chunk) {
+            if let Err(e) = m.read_for(Origin::Background, &mut buf, row * g.chunk) {
                 self.fail_member(slot, m, &e);
                 report.stripes_skipped += 1;
                 return Ok(());
@@ -226,7 +232,7 @@ impl Core {
         if repair {
             for (slot, bytes) in fixes {
                 let m = members[slot].as_ref().expect("read above");
-                if let Err(e) = m.write(&bytes, row * g.chunk, false) {
+                if let Err(e) = m.write_for(Origin::Background, &bytes, row * g.chunk, false) {
                     self.fail_member(slot, m, &e);
                 }
             }

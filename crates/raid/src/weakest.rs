@@ -1,9 +1,11 @@
 //! The weakest link: a member markedly slower than its peers holds every
 //! stripe back to its own pace, so the array names it and says what it
-//! costs.
+//! costs. Judged from the foreground I/O of the last few minutes of
+//! in-sync members only (see [`crate::recent`]): a member is not slow for
+//! its rebuild's batches, nor for what it did long ago.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use block::BlockDevice;
 use serde::Serialize;
@@ -11,6 +13,7 @@ use serde::Serialize;
 use crate::array::RaidArray;
 use crate::geometry::Level;
 use crate::member::Member;
+use crate::recent::{Figures, WINDOW};
 
 /// Ratio of a member's mean time per I/O to its peers' median above which
 /// it is reported.
@@ -18,7 +21,7 @@ const SLOWER: f64 = 1.5;
 /// Nor is a difference below this many nanoseconds per I/O (noise on
 /// memory-fast members).
 const MIN_GAP_NS: u64 = 20_000;
-/// I/Os a member needs before its figures count.
+/// I/Os a member needs within the window before its figures count.
 const MIN_OPS: u64 = 32;
 
 #[derive(Clone, Debug, Serialize)]
@@ -32,13 +35,16 @@ pub struct WeakLink {
     pub slower: f64,
     /// Members whose I/O one full stripe waits on together.
     pub stripe_width: usize,
+    /// The sample: this member's foreground I/Os and its peers' (all of
+    /// them together) over the last `window_secs`.
+    pub ops: u64,
+    pub peers_ops: u64,
+    pub window_secs: u64,
     pub finding: String,
 }
 
-fn mean_ns(m: &Member) -> Option<u64> {
-    let s = &m.stats;
-    let ops = s.read_ops.load(Ordering::Relaxed) + s.write_ops.load(Ordering::Relaxed);
-    (ops >= MIN_OPS).then(|| s.busy_nanos.load(Ordering::Relaxed) / ops)
+fn mean_ns(f: &Figures) -> u64 {
+    f.nanos / f.ops.max(1)
 }
 
 fn ms(ns: u64) -> String {
@@ -70,25 +76,38 @@ impl RaidArray {
         }
     }
 
-    /// The member markedly slower than its peers, if one is.
+    /// Moves the clock of the members' recent I/O figures on, as if `by`
+    /// had passed: tests see figures age out without waiting.
+    pub fn advance_clock(&self, by: Duration) {
+        self.core.clock.advance(by);
+    }
+
+    /// The in-sync member markedly slower than its peers, if one is; none
+    /// on a failed array.
     pub fn weakest_link(&self) -> Option<WeakLink> {
         let core = &self.core;
         let g = core.geo;
-        let timed: Vec<(usize, Arc<Member>, u64)> = core
+        if !core.survives() {
+            return None;
+        }
+        let timed: Vec<(usize, Arc<Member>, Figures)> = core
             .members()
             .into_iter()
             .enumerate()
             .filter_map(|(slot, m)| {
-                let m = m?;
-                let t = mean_ns(&m)?;
-                Some((slot, m, t))
+                let m = m.filter(|m| m.is_in_sync())?;
+                let f = m.stats.recent.figures();
+                (f.ops >= MIN_OPS).then_some((slot, m, f))
             })
             .collect();
         if timed.len() < 2 {
             return None;
         }
-        let (slot, m, slowest) = timed.iter().max_by_key(|t| t.2)?.clone();
-        let mut peers: Vec<u64> = timed.iter().filter(|t| t.0 != slot).map(|t| t.2).collect();
+        let (slot, m, figures) = timed.iter().max_by_key(|t| mean_ns(&t.2))?.clone();
+        let slowest = mean_ns(&figures);
+        let others = || timed.iter().filter(|t| t.0 != slot);
+        let mut peers: Vec<u64> = others().map(|t| mean_ns(&t.2)).collect();
+        let peers_ops = others().map(|t| t.2.ops).sum();
         peers.sort_unstable();
         let median = peers[peers.len() / 2].max(1);
         let slower = slowest as f64 / median as f64;
@@ -115,10 +134,16 @@ impl RaidArray {
             peers_mean_ns: median,
             slower,
             stripe_width: width,
+            ops: figures.ops,
+            peers_ops,
+            window_secs: WINDOW.as_secs(),
             finding: format!(
-                "{name} is {slower:.1}x slower than its peers ({} vs {} per I/O): {consequence}",
+                "{name} is {slower:.1}x slower than its peers ({} vs {} per I/O, \
+                 over {} of its I/Os and {peers_ops} of theirs in the last {} s): {consequence}",
                 ms(slowest),
-                ms(median)
+                ms(median),
+                figures.ops,
+                WINDOW.as_secs()
             ),
         })
     }
