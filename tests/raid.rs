@@ -537,3 +537,105 @@ fn an_array_that_cannot_assemble_fails_alone_and_assembles_live() {
     drop(s);
     daemon.terminate();
 }
+
+/// The member life cycle through the daemon, as mdadm users run it: a
+/// healed member is re-added live and catches up; `raid add` of a new
+/// device is recorded among the spares in the configuration file, and
+/// the device is open under the array (shown, and not removable); a
+/// member superseded by it is left out at the next start, never served,
+/// and added back it becomes a spare.
+#[test]
+fn members_are_re_added_recorded_and_never_served_stale() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = faulty_members(dir.path(), &["a0", "a1", "n0"], "16M");
+    config += &raid_device("r1", 1, &["a0", "a1"], &[]);
+    config += &target(&[(0, "r1")]);
+    let path = dir.path().join("openarray.toml");
+    let daemon = start(dir.path(), &config);
+    let size = wait_clean(&daemon, "r1", Duration::from_secs(60))["size_bytes"]
+        .as_u64()
+        .unwrap();
+    let mut s = login(&daemon, HOST);
+    write_all(&mut s, 0, size);
+    // A flush leaves the write-intent bitmap clean.
+    s.command_good(0, &[0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[], 0)
+        .expect("SYNCHRONIZE CACHE");
+    let rewrite = |s: &mut Session, tag: u64| {
+        for mib in 2..5u64 {
+            let lba = (mib << 20) / u64::from(BLOCK);
+            s.write10(0, lba as u32, &pattern(tag, mib), BLOCK)
+                .expect("WRITE(10)");
+        }
+    };
+    let check = |s: &mut Session, tag: u64, when: &str| {
+        for mib in 0..size >> 20 {
+            let want = pattern(if (2..5).contains(&mib) { tag } else { 0 }, mib);
+            let lba = (mib << 20) / u64::from(BLOCK);
+            let got = s
+                .read10(0, lba as u32, ((1 << 20) / BLOCK) as u16, BLOCK)
+                .expect("READ(10)");
+            assert!(
+                got == want,
+                "{when}: MiB {mib} does not hold what was written"
+            );
+        }
+    };
+
+    // a1 fails under I/O, is healed, and goes back in: a catch-up.
+    daemon.ok(&["device", "fault", "a1", "fail"]);
+    rewrite(&mut s, 7);
+    assert_eq!(status(&daemon, "r1")["state"], "degraded");
+    daemon.ok(&["device", "fault", "a1", "heal"]);
+    let out = daemon.ok(&["raid", "add", "r1", "a1"]);
+    assert!(out.contains("re-added"), "{out}");
+    let st = wait_clean(&daemon, "r1", Duration::from_secs(60));
+    let caught = st["bitmap"]["last_catch_up_bytes"].as_u64().unwrap_or(0);
+    assert!(
+        caught > 0 && caught < size,
+        "a catch-up, not a rebuild: {st:#}"
+    );
+
+    // a0 failed by hand; a write; n0 added: recorded, rebuilt into slot 0.
+    daemon.ok(&["raid", "fail", "r1", "a0"]);
+    rewrite(&mut s, 8);
+    let out = daemon.ok(&["raid", "add", "r1", "n0"]);
+    assert!(out.contains("recorded"), "{out}");
+    let saved = std::fs::read_to_string(&path).unwrap();
+    assert!(saved.contains(r#"spares = ["n0"]"#), "{saved}");
+    let st = wait_clean(&daemon, "r1", Duration::from_secs(60));
+    assert_eq!(st["members"][0]["name"], "n0", "{st:#}");
+    let shown = daemon.ok(&["device", "show", "n0"]);
+    assert!(!shown.contains("not open"), "{shown}");
+    let out = daemon.cli(&["device", "remove", "n0"]);
+    assert_eq!(out.status.code(), Some(1), "n0 serves in r1");
+    s.command_good(0, &[0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[], 0)
+        .expect("SYNCHRONIZE CACHE");
+    drop(s);
+    daemon.terminate();
+
+    // The next start, from the file as saved: n0 holds slot 0; a0, whose
+    // slot n0 took over, is left out and never read.
+    let daemon = AdminDaemon::start_listening(&path, dir.path(), free_port());
+    let st = wait_clean(&daemon, "r1", Duration::from_secs(60));
+    assert_eq!(st["members"][0]["name"], "n0", "{st:#}");
+    assert!(
+        daemon.log().contains("no longer owns slot 0"),
+        "{}",
+        daemon.log()
+    );
+    let mut s = login(&daemon, HOST);
+    for _ in 0..3 {
+        check(&mut s, 8, "after the restart");
+    }
+    assert_eq!(scrub(&daemon, "r1", false)["mismatches"], 0);
+    // Added back, a0 is a spare; n0 failed, a0 is rebuilt in full.
+    let out = daemon.ok(&["raid", "add", "r1", "a0"]);
+    assert!(out.contains("a spare"), "{out}");
+    daemon.ok(&["raid", "fail", "r1", "n0"]);
+    let st = wait_clean(&daemon, "r1", Duration::from_secs(60));
+    assert_eq!(st["members"][0]["name"], "a0", "{st:#}");
+    daemon.ok(&["raid", "fail", "r1", "a1"]);
+    check(&mut s, 8, "from a0 alone");
+    drop(s);
+    daemon.terminate();
+}

@@ -83,19 +83,7 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Opt
         ("POST", Some("remove")) => with_slot(array, &request, |slot| {
             array.remove(slot).map(|_| "removed".to_string())
         }),
-        ("POST", Some("add")) => match spare_device(admin, &request) {
-            Ok((dev, dev_name)) => match array.add(dev.clone()) {
-                Ok(()) => {
-                    array.name_members(&[(dev, dev_name.clone())]);
-                    (
-                        200,
-                        json!({ "done": format!("{dev_name} added as a spare") }),
-                    )
-                }
-                Err(e) => error(409, e),
-            },
-            Err(e) => e,
-        },
+        ("POST", Some("add")) => add(admin, name, array, &request),
         ("POST", Some("replace")) => match replacement_device(admin, array, &request) {
             Ok((dev, dev_name)) => {
                 let listed = admin
@@ -234,6 +222,79 @@ fn spare_device(
     control::open_device(&current.config, name)
         .map(|d| (d, name.to_string()))
         .map_err(|e| error(409, format!("device `{name}`: {e}")))
+}
+
+/// `raid add`: a device the array is configured over (a healed member,
+/// a spare) goes back in as mdadm's `--add` puts it (re-added when it
+/// still owns its slot, else a spare); any other configured device is
+/// checked, then recorded among the array's spares through the same
+/// atomic save as `config apply`, which hands it to the running array.
+fn add(admin: &Admin, name: &str, array: &RaidArray, request: &Value) -> (u16, Value) {
+    let Some(dev_name) = request["device"].as_str() else {
+        return error(400, "`device` names a configured device");
+    };
+    let spares = {
+        let current = admin.lock();
+        let spec = current
+            .config
+            .device(name)
+            .and_then(|d| d.spec.as_kind::<control::kinds::RaidSpec>().cloned());
+        let Some(spec) = spec else {
+            return error(404, format!("no RAID device `{name}` in the configuration"));
+        };
+        let listed = spec
+            .members
+            .iter()
+            .chain(&spec.spares)
+            .any(|d| d == dev_name);
+        if listed {
+            let Some(dev) = current.runtime.open_device(dev_name) else {
+                return error(409, format!("`{dev_name}` is not open"));
+            };
+            return match control::kinds::take_device(array, &dev, dev_name) {
+                Ok(done) => (200, json!({ "done": done })),
+                Err(e) => error(409, e),
+            };
+        }
+        spec.spares
+    };
+    // Checked on a trial open first: a device the array cannot take is
+    // refused before the configuration changes.
+    match spare_device(admin, request) {
+        Ok((dev, _)) => {
+            if let Err(e) = array.can_add(&dev) {
+                return error(409, e);
+            }
+        }
+        Err(e) => return e,
+    }
+    let mut list: Vec<String> = spares;
+    list.push(dev_name.to_string());
+    let quoted: Vec<String> = list.iter().map(|s| format!("{s:?}")).collect();
+    let edit = control::Edit::DeviceModify {
+        name: name.to_string(),
+        settings: [("spares".to_string(), format!("[{}]", quoted.join(", ")))].into(),
+    };
+    let (status, answer) = super::edit_running(admin, &edit, false);
+    if status != 200 {
+        return (status, answer);
+    }
+    let held = array.spare_named(dev_name).is_some()
+        || array
+            .status()
+            .members
+            .iter()
+            .any(|m| m.name.as_deref() == Some(dev_name));
+    if !held {
+        return error(
+            500,
+            format!("{dev_name} was recorded among {name}'s spares but the array did not take it (see the log)"),
+        );
+    }
+    (
+        200,
+        json!({ "done": format!("{dev_name} added as a spare and recorded in {name}'s spares") }),
+    )
 }
 
 /// `request.device` for a replace: a hot spare of the array by name, or

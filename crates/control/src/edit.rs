@@ -340,7 +340,8 @@ pub fn apply_edit(text: &str, edit: &Edit) -> Result<String, String> {
 }
 
 /// A value as typed on the command line: `true`/`false`, an integer, a
-/// string in double quotes, or else the text itself as a string.
+/// TOML list, a string in double quotes, or else the text itself as a
+/// string.
 pub fn typed_value(text: &str) -> Value {
     match text {
         "true" => return Value::from(true),
@@ -349,6 +350,12 @@ pub fn typed_value(text: &str) -> Value {
     }
     if let Ok(n) = text.parse::<i64>() {
         return Value::from(n);
+    }
+    // A list, as TOML writes it: `["a", "b"]`.
+    if text.starts_with('[') {
+        if let Ok(list @ Value::Array(_)) = text.parse::<Value>() {
+            return list;
+        }
     }
     let quoted = text
         .strip_prefix('"')

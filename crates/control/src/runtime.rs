@@ -548,7 +548,7 @@ impl Runtime {
             self.access.replace(list);
         }
         for change in pending.live_changes {
-            match change.spec.apply_live(&*change.device) {
+            match change.spec.apply_live(&*change.device, &change.gained) {
                 Ok(()) => tracing::info!(device = %change.name, "settings applied in place"),
                 Err(e) => tracing::error!(device = %change.name, "applying settings: {e}"),
             }

@@ -73,19 +73,7 @@ impl RaidArray {
     /// Adds `dev` as a hot spare: it fills a failed or empty slot at once
     /// (a full rebuild), or waits for one.
     pub fn add(&self, dev: Arc<dyn BlockDevice>) -> io::Result<()> {
-        let g = self.core.geo;
-        if let Some(name) = self.core.holder_of(&dev) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{name} is already in this array"),
-            ));
-        }
-        if dev.size() < self.core.data_offset + g.rows * g.chunk {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} is too small for this array", dev.describe()),
-            ));
-        }
+        self.can_add(&dev)?;
         let name = dev.describe();
         // A new id: whatever slot it held before, it comes in as a spare
         // with nothing the array trusts, and is rebuilt in full.
@@ -97,6 +85,25 @@ impl RaidArray {
         self.core.adopt(&member);
         self.core.spares.lock().push(Arc::new(member));
         self.core.kick();
+        Ok(())
+    }
+
+    /// Whether `dev` could be added: not in the array yet, and large
+    /// enough.
+    pub fn can_add(&self, dev: &Arc<dyn BlockDevice>) -> io::Result<()> {
+        let g = self.core.geo;
+        if let Some(name) = self.core.holder_of(dev) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name} is already in this array"),
+            ));
+        }
+        if dev.size() < self.core.data_offset + g.rows * g.chunk {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is too small for this array", dev.describe()),
+            ));
+        }
         Ok(())
     }
 

@@ -269,7 +269,7 @@ impl DeviceSpec for CacheSpec {
             .is_some_and(|new| self.with_live_settings_of(new) == *new)
     }
 
-    fn apply_live(&self, device: &dyn BlockDevice) -> io::Result<()> {
+    fn apply_live(&self, device: &dyn BlockDevice, _gained: &[super::Named]) -> io::Result<()> {
         let Some(cache) = as_cache(device) else {
             return Ok(());
         };

@@ -25,7 +25,7 @@ mod raid_pending;
 mod rbd;
 mod volume;
 
-pub use self::raid::{as_pending, as_raid, member_state, open_arrays_now, RaidSpec};
+pub use self::raid::{as_pending, as_raid, member_state, open_arrays_now, take_device, RaidSpec};
 pub use cache::{as_cache, CacheSpec};
 pub use delay::DelaySpec;
 pub use faulty::{inject_fault, Fault, FaultySpec};
@@ -37,6 +37,9 @@ pub use null::NullSpec;
 pub use raid_pending::PendingArray;
 pub use rbd::{rbd_operation, serves_rbd_image, RbdOp, RbdSpec};
 pub use volume::VolumeSpec;
+
+/// An open device and its name in the configuration.
+pub type Named = (Arc<dyn BlockDevice>, String);
 
 /// What an open device says of its health.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -196,9 +199,11 @@ pub trait DeviceSpec: SameSpec + fmt::Debug + Send + Sync {
     }
 
     /// Gives the open `device` these settings, when
-    /// [`DeviceSpec::applies_live`] said it can take them.
-    fn apply_live(&self, device: &dyn BlockDevice) -> io::Result<()> {
-        let _ = device;
+    /// [`DeviceSpec::applies_live`] said it can take them; `gained`: the
+    /// devices it is now built on that it was not (a RAID's new spare),
+    /// open, by name.
+    fn apply_live(&self, device: &dyn BlockDevice, gained: &[Named]) -> io::Result<()> {
+        let _ = (device, gained);
         Ok(())
     }
 

@@ -421,6 +421,9 @@ impl DeviceSpec for RaidSpec {
                 ),
             ));
         }
+        if self.applies_live(change.new) {
+            return None;
+        }
         // Any other change opens the array anew over the same members
         // while the running one still serves them: the two would not
         // know of each other's writes and failures.
@@ -440,6 +443,32 @@ impl DeviceSpec for RaidSpec {
                 ),
             )
         })
+    }
+
+    /// Spares added (`openarray raid add` records them so): the running
+    /// array takes them as it would live.
+    fn applies_live(&self, new: &dyn DeviceSpec) -> bool {
+        let Some(new) = new.as_any().downcast_ref::<RaidSpec>() else {
+            return false;
+        };
+        let same_but_spares = RaidSpec {
+            spares: self.spares.clone(),
+            assemble: self.assemble,
+            ..new.clone()
+        };
+        same_but_spares == *self
+            && new.spares != self.spares
+            && self.spares.iter().all(|s| new.spares.contains(s))
+    }
+
+    fn apply_live(&self, device: &dyn BlockDevice, gained: &[super::Named]) -> io::Result<()> {
+        let Some(array) = as_raid(device) else {
+            return Ok(());
+        };
+        for (dev, name) in gained.iter().filter(|(_, n)| self.spares.contains(n)) {
+            take_device(array, dev, name)?;
+        }
+        Ok(())
     }
 
     fn holds(&self) -> String {
@@ -523,6 +552,34 @@ impl DeviceSpec for RaidSpec {
         }
         out
     }
+}
+
+/// Puts `dev` (named `name`) into the running array as mdadm's `--add`
+/// does: a former member that still owns its slot is re-added (caught up
+/// from the bitmap when it covers the absence, else rebuilt in full);
+/// anything else becomes a hot spare. Returns what was done.
+pub fn take_device(
+    array: &RaidArray,
+    dev: &Arc<dyn BlockDevice>,
+    name: &str,
+) -> io::Result<String> {
+    let ours = matches!(Superblock::read_from(&**dev)?,
+        Ok(Some(sb)) if sb.array_id == array.array_id() && !sb.is_spare() && !sb.released);
+    let done = if ours {
+        match array.re_add(dev.clone()) {
+            Ok(()) => format!("{name} re-added into its slot; it catches up"),
+            Err(e) => {
+                tracing::info!(member = %name, reason = %e, "not re-added: added as a spare");
+                array.add(dev.clone())?;
+                format!("{name} added as a spare ({e})")
+            }
+        }
+    } else {
+        array.add(dev.clone())?;
+        format!("{name} added as a spare")
+    };
+    array.name_members(&[(dev.clone(), name.to_string())]);
+    Ok(done)
 }
 
 /// An array's status as a verdict: which members are down, what sync
@@ -855,5 +912,11 @@ mod tests {
             ..old.clone()
         };
         assert_eq!(change(&forced), None, "it counts at the next assembly");
+        let mut more = old.clone();
+        more.spares.push("s9".into());
+        assert_eq!(change(&more), None, "a spare added is taken live");
+        assert!(old.applies_live(&more));
+        more.chunk = 128 << 10;
+        assert!(!old.applies_live(&more), "nothing else is");
     }
 }

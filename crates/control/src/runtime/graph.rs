@@ -44,6 +44,8 @@ pub(crate) struct LiveChange {
     pub name: String,
     pub spec: Spec,
     pub device: Arc<dyn BlockDevice>,
+    /// Devices it is built on now and was not before, open.
+    pub gained: Vec<crate::kinds::Named>,
 }
 
 impl<'a> Opener<'a> {
@@ -85,26 +87,32 @@ impl<'a> Opener<'a> {
 
     fn open_fresh_or_reuse(&self, dev: &Device) -> io::Result<Opened> {
         let mut children = Vec::new();
-        let mut children_reused = true;
+        let mut fresh = Vec::new();
         for child in dev.spec.children() {
             let (device, reused) = self
                 .open(child)
                 .map_err(|e| io::Error::new(e.kind(), format!("device `{child}`: {e}")))?;
+            if !reused {
+                fresh.push((device.clone(), child.to_string()));
+            }
             children.push(device);
-            children_reused &= reused;
         }
-        if children_reused {
-            if let Some(node) = self.previous.and_then(|p| p.get(&dev.name)) {
-                if keeps_device(&node.settings, dev) {
-                    if node.settings.spec != dev.spec {
-                        self.live_changes.borrow_mut().push(LiveChange {
-                            name: dev.name.clone(),
-                            spec: dev.spec.clone(),
-                            device: node.device.clone(),
-                        });
-                    }
-                    return Ok((node.device.clone(), true));
+        if let Some(node) = self.previous.and_then(|p| p.get(&dev.name)) {
+            // A kept device may gain devices it takes in place (a RAID's
+            // new spare); one it was built on that changed is another
+            // device under it, and it opens anew.
+            let had = node.settings.spec.children();
+            let gained_only = fresh.iter().all(|(_, n)| !had.contains(&n.as_str()));
+            if gained_only && keeps_device(&node.settings, dev) {
+                if node.settings.spec != dev.spec {
+                    self.live_changes.borrow_mut().push(LiveChange {
+                        name: dev.name.clone(),
+                        spec: dev.spec.clone(),
+                        device: node.device.clone(),
+                        gained: fresh,
+                    });
                 }
+                return Ok((node.device.clone(), true));
             }
         }
         let pools = |name: &str| self.pool(name);
