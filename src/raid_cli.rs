@@ -122,7 +122,7 @@ pub fn status_text(s: &Value, f: &Format) -> String {
         ));
     }
     out.push_str(&format!(
-        "{:>4} {:<16} {:<11} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7}\n",
+        "{:>4} {:<16} {:<18} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7}\n",
         "SLOT", "MEMBER", "STATE", "READ", "WRITTEN", "R50ms", "R99ms", "W50ms", "W99ms", "ERRORS"
     ));
     for m in s["members"].as_array().into_iter().flatten() {
@@ -137,7 +137,7 @@ pub fn status_text(s: &Value, f: &Format) -> String {
             None => text(&m["slot"]),
         };
         out.push_str(&format!(
-            "{:>4} {:<16} {:<11} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7}\n",
+            "{:>4} {:<16} {:<18} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7}\n",
             slot,
             text(&m["name"]),
             state,
@@ -346,5 +346,13 @@ mod tests {
         assert!(t.contains(" (1) n0"), "{t}");
         assert!(t.contains("replacement 2M"), "{t}");
         assert!(t.contains("weakest link: m1 is 4.0x slower"), "{t}");
+        // Columns stay in line whatever the state's length.
+        let header = t.lines().find(|l| l.contains("SLOT")).unwrap();
+        for row in t
+            .lines()
+            .filter(|l| l.contains("recovering") || l.contains("replacement"))
+        {
+            assert_eq!(row.len(), header.len(), "{t}");
+        }
     }
 }

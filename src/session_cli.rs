@@ -25,9 +25,12 @@ pub enum SessionCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Ask a session to log out; the daemon closes it if it has not after
-    /// its logout timeout.
-    Kill { id: u64 },
+    /// Ask an iSCSI session to log out (the daemon closes it if it has not
+    /// after its logout timeout), or close an NBD one (`nbd-N`).
+    Kill {
+        /// The session's id (the `ID` column of `session list`).
+        id: String,
+    },
 }
 
 fn text(v: &Value) -> String {
@@ -225,6 +228,9 @@ fn run_inner(api: &Endpoint, cmd: SessionCommand) -> anyhow::Result<ExitCode> {
             print!("{}", table(answer["sessions"].as_array().unwrap_or(&empty)));
         }
         SessionCommand::Show { json: false, .. } => print!("{}", details(&answer)),
+        SessionCommand::Kill { id } if answer["closed"] == true => {
+            println!("session {id} closed")
+        }
         SessionCommand::Kill { id } => println!(
             "session {id} asked to log out; closed after {}s if it does not",
             text(&answer["logout_timeout_seconds"])

@@ -422,6 +422,35 @@ device = "shared"
         details.contains("export:") && details.contains("shared"),
         "{details}"
     );
+    // `session kill` closes an NBD session by its id; the others go on.
+    let mut doomed = s.raw("shared");
+    assert_eq!(doomed.read(1, 0, 512).unwrap().len(), 512);
+    let listed: serde_json::Value = serde_json::from_str(&s.get("/v1/sessions")).unwrap();
+    let other = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["id"].as_str())
+        .find(|x| x.starts_with("nbd-") && *x != id)
+        .expect("the second NBD session")
+        .to_string();
+    let out = s.daemon.ok(&["session", "kill", &other]);
+    assert!(out.contains("closed"), "{out}");
+    // The server closes it: the client reads the end of the stream (an
+    // error within its 30 s read timeout, not a reply).
+    let started = Instant::now();
+    assert!(doomed.reply(0).is_err(), "the killed session still serves");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "not closed at once"
+    );
+    let out = s.daemon.cli(&["session", "kill", "nbd-999"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("no session nbd-999"),
+        "{said}"
+    );
+    assert_eq!(nbd.read(3, 100 * 512, 512).unwrap(), via_iscsi[..512]);
     // Once the NBD client leaves, only the iSCSI session is listed.
     nbd.request(CMD_DISC, 0, 3, 0, 0, &[]);
     drop(nbd);

@@ -49,6 +49,14 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str) -> Option<(u16, Val
             Some(s) => (200, session_json(&s, SystemTime::now())),
             None => error(404, format!("no session {n}")),
         },
+        ("POST", [n, "logout"]) if n.starts_with(NBD_PREFIX) => {
+            let wanted = n[NBD_PREFIX.len()..].parse::<u64>().ok();
+            match wanted.filter(|id| admin.nbd.end_session(*id)) {
+                // NBD has no logout to ask for: the connection is closed.
+                Some(_) => (200, json!({ "id": n, "closed": true })),
+                None => error(404, format!("no session {n}")),
+            }
+        }
         ("POST", [n, "logout"]) => match id(n) {
             Some(n) if admin.server.request_logout(n) => (
                 200,

@@ -175,6 +175,12 @@ impl Server {
         self.inner.placement.set(handles);
     }
 
+    /// Ends the session `id` (as `session list` numbers it); false when
+    /// there is none.
+    pub fn end_session(&self, id: u64) -> bool {
+        self.inner.sessions.end(id)
+    }
+
     /// Connections in transmission now.
     pub fn sessions(&self) -> Vec<Session> {
         self.inner.sessions.list()
@@ -265,7 +271,14 @@ impl Server {
         let mut stop = self.inner.shutdown.subscribe();
         loop {
             let stream = tokio::select! {
-                _ = stopped(&mut stop) => return Ok(()),
+                _ = stopped(&mut stop) => {
+                    // Nothing answers there any more: no file left behind.
+                    let path = listener.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.to_path_buf()));
+                    if let Some(path) = path {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    return Ok(());
+                }
                 r = listener.accept() => match r {
                     Ok((s, _)) => s,
                     Err(e) => {

@@ -87,6 +87,18 @@ impl Sessions {
         all
     }
 
+    /// Tells session `id` to end (its connection closes, the client sees
+    /// the server go away); false when there is none.
+    pub fn end(&self, id: u64) -> bool {
+        match self.table.lock().get(&id) {
+            Some(e) => {
+                e.end.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Tells every session whose export is gone from `exports`, or is no
     /// longer the same, to end; returns how many.
     pub fn end_changed(&self, exports: &BTreeMap<String, Export>) -> usize {
@@ -118,6 +130,20 @@ mod tests {
             extended_headers: false,
             since: SystemTime::now(),
         }
+    }
+
+    #[test]
+    fn one_session_is_ended_by_its_id() {
+        let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096));
+        let sessions = Sessions::default();
+        let a = sessions.register(session("a"), Export::new(dev));
+        assert!(sessions.end(a.id));
+        assert!(!sessions.end(a.id + 1));
+        // The wait the connection does returns at once.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(a.end.notified());
     }
 
     #[test]

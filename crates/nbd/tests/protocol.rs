@@ -331,6 +331,7 @@ fn unix_socket_clients_and_shutdown() {
             .unwrap()
             .unwrap()
     });
+    assert!(!path.exists(), "the socket file is left behind");
     // An open session ends too.
     let mut buf = [0u8; 1];
     let _ = tcp.s.set_read_timeout(Some(Duration::from_secs(5)));
