@@ -158,8 +158,34 @@ pub struct Where {
 pub struct PoolArg {
     #[command(flatten)]
     at: Where,
+    /// The pool; may be left out when there is only one.
     #[arg(long, value_name = "POOL")]
-    pool: String,
+    pool: Option<String>,
+}
+
+impl PoolArg {
+    /// The pool named, or the only one there is.
+    fn name(&self) -> anyhow::Result<String> {
+        if let Some(p) = &self.pool {
+            return Ok(p.clone());
+        }
+        let answer = Via::choose(&self.at)?.call("GET", "/v1/pools", Value::Null)?;
+        let names: Vec<&str> = answer["pools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        match names.as_slice() {
+            [one] => Ok(one.to_string()),
+            [] => anyhow::bail!("no pool is configured"),
+            many => anyhow::bail!(
+                "--pool is needed: there are {} pools ({})",
+                many.len(),
+                many.join(", ")
+            ),
+        }
+    }
 }
 
 /// Who answers the requests.
@@ -459,11 +485,15 @@ fn destroy(config: &Path, name: &str, force: bool) -> anyhow::Result<()> {
 }
 
 fn volume_command(cmd: VolumeCommand) -> anyhow::Result<()> {
-    let base = |at: &PoolArg| format!("/v1/volumes/{}", percent_encode(&at.pool));
-    let one = |at: &PoolArg, name: &str| format!("{}/{}", base(at), percent_encode(name));
+    let base = |at: &PoolArg| -> anyhow::Result<String> {
+        Ok(format!("/v1/volumes/{}", percent_encode(&at.name()?)))
+    };
+    let one = |at: &PoolArg, name: &str| -> anyhow::Result<String> {
+        Ok(format!("{}/{}", base(at)?, percent_encode(name)))
+    };
     let (at, method, path, body) = match cmd {
         VolumeCommand::List { at, format } => {
-            let path = base(&at);
+            let path = base(&at)?;
             let answer = Via::choose(&at.at)?.call("GET", &path, Value::Null)?;
             if format.json {
                 print_json(&answer["volumes"]);
@@ -473,7 +503,7 @@ fn volume_command(cmd: VolumeCommand) -> anyhow::Result<()> {
             return Ok(());
         }
         VolumeCommand::Show { at, name, format } => {
-            let path = one(&at, &name);
+            let path = one(&at, &name)?;
             let answer = Via::choose(&at.at)?.call("GET", &path, Value::Null)?;
             if format.json {
                 print_json(&answer);
@@ -488,16 +518,16 @@ fn volume_command(cmd: VolumeCommand) -> anyhow::Result<()> {
             size,
             thick,
         } => {
-            let path = base(&at);
+            let path = base(&at)?;
             let body = json!({ "name": name, "size": size, "thick": thick });
             (at, "POST", path, body)
         }
         VolumeCommand::Snapshot { at, volume, name } => {
-            let path = format!("{}/snapshot", one(&at, &volume));
+            let path = format!("{}/snapshot", one(&at, &volume)?);
             (at, "POST", path, json!({ "name": name }))
         }
         VolumeCommand::Clone { at, snapshot, name } => {
-            let path = format!("{}/clone", one(&at, &snapshot));
+            let path = format!("{}/clone", one(&at, &snapshot)?);
             (at, "POST", path, json!({ "name": name }))
         }
         VolumeCommand::Rollback {
@@ -505,19 +535,19 @@ fn volume_command(cmd: VolumeCommand) -> anyhow::Result<()> {
             volume,
             snapshot,
         } => {
-            let path = format!("{}/rollback", one(&at, &volume));
+            let path = format!("{}/rollback", one(&at, &volume)?);
             (at, "POST", path, json!({ "snapshot": snapshot }))
         }
         VolumeCommand::Promote { at, clone } => {
-            let path = format!("{}/promote", one(&at, &clone));
+            let path = format!("{}/promote", one(&at, &clone)?);
             (at, "POST", path, Value::Null)
         }
         VolumeCommand::Resize { at, name, size } => {
-            let path = format!("{}/resize", one(&at, &name));
+            let path = format!("{}/resize", one(&at, &name)?);
             (at, "POST", path, json!({ "size": size }))
         }
         VolumeCommand::Delete { at, name } => {
-            let path = one(&at, &name);
+            let path = one(&at, &name)?;
             (at, "DELETE", path, Value::Null)
         }
     };

@@ -138,6 +138,8 @@ fn pools_and_volumes_print_json_and_human_sizes() {
     assert_eq!(pool[0]["unit_size"], 64 << 10);
     let volumes = json(&["volume", "list", "-c", c, "--pool", "tank", "--json"]);
     assert_eq!(volumes[0]["size"], 3 << 20);
+    // With one pool, --pool may be left out.
+    assert_eq!(json(&["volume", "list", "-c", c, "--json"]), volumes);
     let volume = json(&["volume", "show", "-c", c, "--pool", "tank", "vm", "--json"]);
     assert_eq!(volume["name"], "vm");
 
