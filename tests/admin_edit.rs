@@ -435,3 +435,26 @@ fn ram_device_changes_keep_its_data_or_need_force() {
     let _ = s.logout();
     let _ = fresh.logout();
 }
+
+#[test]
+fn removing_a_device_under_a_cache_names_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("openarray.toml");
+    let port = free_port();
+    let devices = "[[device]]\nname = \"ssd2\"\nkind = \"mem\"\nsize = \"4M\"\n\n\
+                   [[device]]\nname = \"hdd2\"\nkind = \"mem\"\nsize = \"16M\"\n\n\
+                   [[device]]\nname = \"hybrid2\"\nkind = \"cache\"\ncache = \"ssd2\"\nbacking = \"hdd2\"\n";
+    let text = ram_config(port, "4M", "").replace("[[target]]", &format!("{devices}\n[[target]]"));
+    let text = format!("{text}[[target.lun]]\nlun = 1\ndevice = \"hybrid2\"\n");
+    std::fs::write(&path, &text).unwrap();
+    let daemon = AdminDaemon::start(&path, dir.path(), port);
+    let out = daemon.cli(&["device", "remove", "ssd2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("device `ssd2` is used by cache `hybrid2`"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    assert!(daemon.terminate().success());
+}

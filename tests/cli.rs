@@ -203,6 +203,34 @@ fn check_config_reports_unknown_fields_and_missing_files() {
 }
 
 #[test]
+fn check_config_reports_ten_independent_mistakes_in_one_run() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/control/src/validate/ten_mistakes.toml");
+    let out = run(&["check-config", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    let file = path.display();
+    let expected = [
+        "4:10: portal[0].listen: `127.0.0.1:http` is not an address with port",
+        "11:8: device[1].name: device `d0` is already defined (line 6)",
+        "17:1: device[2].colour: unknown field `colour`",
+        "51:11: device[10].members: no [[device]] is named `ghost`",
+        "56:9: device[11].level: expected 0, 1, 10, 5 or 6, found 7",
+        "62:9: device[12].cache: `ssd` is already used by device `parity`",
+        "69:11: device[13].backing: the cache and the backing must be two devices",
+        "76:9: device[14].chunk: 3072 bytes: a chunk is a multiple of 4K",
+        "85:10: target[0].lun[1].device: no [[device]] is named `nothing`",
+        "87:7: target[0].lun[2].lun: LUN 0 is already mapped here",
+    ];
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), expected.len(), "{err}");
+    // One line each, in file order.
+    for (line, want) in lines.iter().zip(expected) {
+        assert!(line.starts_with(&format!("{file}:{want}")), "{err}");
+    }
+}
+
+#[test]
 fn default_config_is_printed_and_valid() {
     let out = run(&["default-config"]);
     assert!(out.status.success());

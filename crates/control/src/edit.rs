@@ -156,6 +156,13 @@ pub fn apply_edit(text: &str, edit: &Edit) -> Result<String, String> {
                     users.join(", ")
                 ));
             }
+            let parents = parents_of(text, name);
+            if !parents.is_empty() {
+                return Err(format!(
+                    "device `{name}` is used by {}; change or remove that first",
+                    parents.join(", ")
+                ));
+            }
             let devices = tables(root, "device")?;
             let i = find(devices, name).ok_or_else(|| format!("no device `{name}`"))?;
             devices.remove(i);
@@ -526,6 +533,25 @@ fn users_of(root: &Table, name: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// The devices and pools built on device `name`, each as its kind and
+/// name (cache `hybrid`, pool `tank`); none when `text` does not validate.
+fn parents_of(text: &str, name: &str) -> Vec<String> {
+    let Ok(config) = crate::parse_config(text, "") else {
+        return Vec::new();
+    };
+    let devices = config
+        .devices
+        .iter()
+        .filter(|d| d.spec.children().contains(&name))
+        .map(|d| format!("{} `{}`", d.kind(), d.name));
+    let pools = config
+        .pools
+        .iter()
+        .filter(|p| p.member_devices().any(|m| m == name))
+        .map(|p| format!("pool `{}`", p.name));
+    devices.chain(pools).collect()
 }
 
 /// The `[nbd]` table, created (listening on its default address) when

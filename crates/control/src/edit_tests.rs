@@ -447,3 +447,25 @@ fn nbd_exports_are_added_and_removed_and_hold_their_device() {
     let gone = apply_edit(&text, &Edit::NbdExportRemove { name: "vm1".into() });
     assert_eq!(gone.unwrap_err(), "no NBD export `vm1`");
 }
+
+#[test]
+fn removing_a_device_under_another_names_its_user() {
+    let text = format!(
+        "{}\n[[device]]\nname = \"ssd2\"\nkind = \"mem\"\n\n\
+         [[device]]\nname = \"hdd2\"\nkind = \"mem\"\n\n\
+         [[device]]\nname = \"hybrid2\"\nkind = \"cache\"\ncache = \"ssd2\"\nbacking = \"hdd2\"\n\n\
+         [[pool]]\nname = \"tank\"\ndevices = [\"b\"]\nmetadata = \"/m\"\n",
+        base().replace("device = \"b\"", "device = \"hybrid2\"")
+    );
+    parse_config(&text, "t.toml").unwrap();
+    let err = |name: &str| apply_edit(&text, &Edit::DeviceRemove { name: name.into() });
+    assert_eq!(
+        err("ssd2").unwrap_err(),
+        "device `ssd2` is used by cache `hybrid2`; change or remove that first"
+    );
+    assert_eq!(
+        err("b").unwrap_err(),
+        "device `b` is used by pool `tank`; change or remove that first"
+    );
+    assert_eq!(err("nothing").unwrap_err(), "no device `nothing`");
+}

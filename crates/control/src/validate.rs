@@ -16,6 +16,7 @@ use crate::size::parse_size;
 
 mod daemon;
 mod devices;
+mod graph;
 mod nbd;
 mod pools;
 mod schedules;
@@ -53,6 +54,8 @@ struct Checker<'a> {
     issues: Vec<Issue>,
     /// Names of the pools declared, for `volume` devices.
     pools: Vec<String>,
+    /// What names which device, checked once everything is read.
+    graph: graph::Graph,
 }
 
 impl Checker<'_> {
@@ -109,8 +112,6 @@ impl Checker<'_> {
         out
     }
 
-    /// The valid devices, and the name of every device declared (valid or
-    /// not) so a bad device doesn't also make each LUN using it an error.
     /// A size given as bytes or a string such as "64K".
     fn size_value(&mut self, v: &Spanned<toml::Value>, field: String) -> Option<u64> {
         let parsed = match v.get_ref() {
@@ -134,24 +135,30 @@ impl Checker<'_> {
         portals: &[Portal],
     ) -> Vec<Target> {
         let mut out: Vec<Target> = Vec::new();
+        // Each name (lower case) with the line of its first table.
+        let mut seen: Vec<(String, usize)> = Vec::new();
         for (i, entry) in raw.into_iter().enumerate() {
             let table = entry.span();
-            let Some(target) = self.target(i, &table, entry.into_inner(), devices, portals) else {
-                continue;
+            let name = &entry.get_ref().name;
+            let key = name.get_ref().to_ascii_lowercase();
+            let twice = match seen.iter().find(|(n, _)| *n == key) {
+                Some((_, line)) => {
+                    let reason = format!(
+                        "target `{}` is already defined (line {line})",
+                        name.get_ref()
+                    );
+                    self.fail(&name.span(), format!("target[{i}].name"), reason);
+                    true
+                }
+                None => {
+                    seen.push((key, Location::of_span(self.text, &table).line));
+                    false
+                }
             };
-            if let Some(first) = out
-                .iter()
-                .find(|t| t.name.eq_ignore_ascii_case(&target.name))
-            {
-                let line = first.at.map_or(0, |l| l.line);
-                self.fail(
-                    &table,
-                    format!("target[{i}].name"),
-                    format!("target `{}` is already defined (line {line})", target.name),
-                );
-                continue;
+            let target = self.target(i, &table, entry.into_inner(), devices, portals);
+            if let Some(target) = target.filter(|_| !twice) {
+                out.push(target);
             }
-            out.push(target);
         }
         out
     }
@@ -159,33 +166,30 @@ impl Checker<'_> {
     /// A LUN map: `[[...lun]]` entries under `prefix`.
     fn lun_map(&mut self, prefix: &str, raw: Vec<Spanned<RawLun>>, devices: &[String]) -> Vec<Lun> {
         let mut luns: Vec<Lun> = Vec::new();
+        // Every valid number given, mapped or not.
+        let mut numbers: Vec<u64> = Vec::new();
         for (j, entry) in raw.into_iter().enumerate() {
             let at = self.at(&entry.span());
             let lun = entry.into_inner();
             let lfield = |name: &str| format!("{prefix}.lun[{j}].{name}");
-            let number = *lun.lun.get_ref();
-            let Ok(number) = u64::try_from(number).map_err(drop).and_then(|n| {
-                if n <= MAX_LUN {
-                    Ok(n)
-                } else {
-                    Err(())
+            let given = *lun.lun.get_ref();
+            let number = u64::try_from(given).ok().filter(|n| *n <= MAX_LUN);
+            let number = match number {
+                None => {
+                    let reason = format!("LUN {given} is outside 0..={MAX_LUN}");
+                    self.fail(&lun.lun.span(), lfield("lun"), reason);
+                    None
                 }
-            }) else {
-                self.fail(
-                    &lun.lun.span(),
-                    lfield("lun"),
-                    format!("LUN {number} is outside 0..={MAX_LUN}"),
-                );
-                continue;
+                Some(n) if numbers.contains(&n) => {
+                    let reason = format!("LUN {n} is already mapped here");
+                    self.fail(&lun.lun.span(), lfield("lun"), reason);
+                    None
+                }
+                Some(n) => {
+                    numbers.push(n);
+                    Some(n)
+                }
             };
-            if luns.iter().any(|l| l.lun == number) {
-                self.fail(
-                    &lun.lun.span(),
-                    lfield("lun"),
-                    format!("LUN {number} is already mapped here"),
-                );
-                continue;
-            }
             let device = lun.device.get_ref();
             if !devices.contains(device) {
                 self.fail(
@@ -195,6 +199,10 @@ impl Checker<'_> {
                 );
                 continue;
             }
+            self.served(device, "a LUN", &lun.device.span(), lfield("device"));
+            let Some(number) = number else {
+                continue;
+            };
             luns.push(Lun {
                 lun: number,
                 device: device.clone(),
@@ -204,6 +212,17 @@ impl Checker<'_> {
         }
         luns.sort_by_key(|l| l.lun);
         luns
+    }
+
+    /// Records that `device` is served, as `what`, by the setting at
+    /// `span`.
+    fn served(&mut self, device: &str, what: &'static str, span: &Range<usize>, field: String) {
+        self.graph.served.push(graph::Served {
+            device: device.to_string(),
+            what,
+            at: Location::of_span(self.text, span),
+            field,
+        });
     }
 
     /// CHAP credentials under `prefix`.
@@ -273,6 +292,7 @@ impl Checker<'_> {
 
     fn groups(&mut self, i: usize, raw: Vec<Spanned<RawGroup>>, devices: &[String]) -> Vec<Group> {
         let mut out: Vec<Group> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
         // Exact initiator names already placed in a group, with the group.
         let mut placed: HashMap<String, String> = HashMap::new();
         for (j, entry) in raw.into_iter().enumerate() {
@@ -286,13 +306,14 @@ impl Checker<'_> {
                 || format!("{prefix}.name"),
                 check_device_name(&name),
             );
-            if out.iter().any(|g| g.name == name) {
+            if names.contains(&name) {
                 self.fail(
                     &raw.name.span(),
                     format!("{prefix}.name"),
                     format!("group `{name}` is already defined in this target"),
                 );
             }
+            names.push(name.clone());
             let is_default = name == DEFAULT_GROUP;
             if is_default && !raw.initiators.is_empty() {
                 self.fail(
@@ -445,6 +466,7 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
         text,
         issues: Vec::new(),
         pools: Vec::new(),
+        graph: graph::Graph::default(),
     };
     let daemon = c.daemon(raw.daemon);
     let discovery_chap = raw
@@ -457,18 +479,8 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
     let (devices, declared) = c.devices(raw.device);
     let targets = c.targets(raw.target, &declared, &portals);
     let nbd = c.nbd(raw.nbd, &declared, &portals);
-    if c.issues.is_empty() {
-        let mut served: std::collections::BTreeMap<&str, &str> =
-            crate::model::mapped_devices(&targets)
-                .into_iter()
-                .map(|d| (d, "a LUN"))
-                .collect();
-        for e in nbd.iter().flat_map(|n| &n.exports) {
-            served.entry(e.device.as_str()).or_insert("an NBD export");
-        }
-        c.issues
-            .extend(devices::graph_issues(text, &devices, &pools, &served));
-    }
+    let graph = c.graph.issues();
+    c.issues.extend(graph);
     if !c.issues.is_empty() {
         // Report in file order.
         c.issues
@@ -502,3 +514,6 @@ fn check_initiator(text: &str) -> Result<(), String> {
         check_iscsi_name(text)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -25,7 +25,20 @@ pub struct Fields<'a> {
     name: &'a str,
     /// The pools the configuration declares.
     pools: &'a [String],
+    /// Where each setting read was, for problems found after reading it.
+    read_at: BTreeMap<String, Range<usize>>,
+    refs: Vec<DeviceRef>,
     issues: Vec<Issue>,
+}
+
+/// A device that a setting names, for the checks of the device graph.
+#[derive(Clone, Debug)]
+pub(crate) struct DeviceRef {
+    /// The setting, e.g. `members`.
+    pub key: String,
+    pub name: String,
+    /// Where the setting's value is (on the setting's line).
+    pub span: Range<usize>,
 }
 
 /// Where a `[[device]]` table is and what surrounds it.
@@ -53,6 +66,8 @@ impl<'a> Fields<'a> {
             kind,
             block_size,
             left: settings,
+            read_at: BTreeMap::new(),
+            refs: Vec::new(),
             issues: Vec::new(),
         }
     }
@@ -101,8 +116,12 @@ impl<'a> Fields<'a> {
         format!("device[{}].{key}", self.index)
     }
 
+    /// Reports `reason` against `span`, else against the setting `key` when
+    /// it was read, else against the table (a setting that is missing).
     pub fn fail(&mut self, key: &str, span: Option<Range<usize>>, reason: impl Into<String>) {
-        let span = span.unwrap_or_else(|| self.table.clone());
+        let span = span
+            .or_else(|| self.read_at.get(key).cloned())
+            .unwrap_or_else(|| self.table.clone());
         self.issues.push(Issue {
             location: Some(Location::of_span(self.text, &span)),
             field: self.path_of(key),
@@ -127,6 +146,7 @@ impl<'a> Fields<'a> {
         convert: impl FnOnce(&Value) -> Result<T, String>,
     ) -> Option<T> {
         let value = self.left.remove(key)?;
+        self.read_at.insert(key.to_string(), value.span());
         match convert(value.get_ref()) {
             Ok(v) => Some(v),
             Err(reason) => {
@@ -200,18 +220,20 @@ impl<'a> Fields<'a> {
 
     /// The name of another configured device.
     pub fn device(&mut self, key: &str) -> Option<String> {
-        self.read(key, |v| match v {
+        let name = self.read(key, |v| match v {
             Value::String(s) => crate::names::check_device_name(s).map(|_| s.clone()),
             other => Err(format!(
                 "expected the name of a device, found {}",
                 other.type_str()
             )),
-        })
+        })?;
+        self.refer(key, std::slice::from_ref(&name));
+        Some(name)
     }
 
     /// Names of other configured devices, in order, none twice.
     pub fn devices(&mut self, key: &str) -> Option<Vec<String>> {
-        self.read(key, |v| {
+        let names = self.read(key, |v| {
             let Value::Array(items) = v else {
                 return Err(format!(
                     "expected a list of device names, found {}",
@@ -230,12 +252,28 @@ impl<'a> Fields<'a> {
                 names.push(name.to_string());
             }
             Ok(names)
-        })
+        })?;
+        self.refer(key, &names);
+        Some(names)
+    }
+
+    /// Records that setting `key` (already read) names `names`.
+    fn refer(&mut self, key: &str, names: &[String]) {
+        let Some(span) = self.read_at.get(key) else {
+            return;
+        };
+        for name in names {
+            self.refs.push(DeviceRef {
+                key: key.to_string(),
+                name: name.clone(),
+                span: span.clone(),
+            });
+        }
     }
 
     /// Reports every setting the kind did not read, and returns the
-    /// problems found.
-    pub(crate) fn finish(mut self) -> Vec<Issue> {
+    /// problems found and the devices named.
+    pub(crate) fn finish(mut self) -> (Vec<Issue>, Vec<DeviceRef>) {
         let left = std::mem::take(&mut self.left);
         for (key, value) in left {
             let others = super::kinds_with(&key);
@@ -253,7 +291,7 @@ impl<'a> Fields<'a> {
                 .unwrap_or_else(|| value.span());
             self.fail(&key, Some(span), reason);
         }
-        self.issues
+        (self.issues, self.refs)
     }
 }
 

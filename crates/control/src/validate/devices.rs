@@ -7,8 +7,9 @@ use std::ops::Range;
 
 use toml::{Spanned, Value};
 
+use super::graph::Edge;
 use super::Checker;
-use crate::error::{Issue, Location};
+use crate::error::Location;
 use crate::kinds::{self, Fields, Spec};
 use crate::model::{Device, LuIdentity};
 use crate::names::{check_ascii_field, check_device_name, parse_naa};
@@ -18,37 +19,40 @@ use crate::raw::RawDevice;
 const MAX_PHYSICAL_BLOCK: i64 = 64 << 10;
 
 impl Checker<'_> {
+    /// The valid devices, and the name of every device declared (valid or
+    /// not) so a bad device doesn't also make each LUN using it an error.
     pub(super) fn devices(&mut self, raw: Vec<Spanned<RawDevice>>) -> (Vec<Device>, Vec<String>) {
-        let declared = raw
-            .iter()
-            .filter_map(|d| {
-                d.get_ref()
-                    .get("name")?
-                    .get_ref()
-                    .as_str()
-                    .map(String::from)
-            })
-            .collect();
         let mut out: Vec<Device> = Vec::new();
+        // The line of the first table of each name.
+        let mut first_line: HashMap<String, usize> = HashMap::new();
         let mut naa_seen: HashMap<[u8; 16], String> = HashMap::new();
         for (i, entry) in raw.into_iter().enumerate() {
             let table = entry.span();
+            let name = entry.get_ref().get("name");
+            let name = name.and_then(|v| Some((v.get_ref().as_str()?.to_string(), v.span())));
+            let naa_span = entry.get_ref().get("naa").map(Spanned::span);
+            let mut twice = false;
+            if let Some((name, span)) = name {
+                if let Some(line) = first_line.get(&name) {
+                    let reason = format!("device `{name}` is already defined (line {line})");
+                    self.fail(&span, format!("device[{i}].name"), reason);
+                    twice = true;
+                } else {
+                    let line = Location::of_span(self.text, &table).line;
+                    first_line.insert(name.clone(), line);
+                    self.graph.declared.push(name);
+                }
+            }
             let Some(dev) = self.device(i, &table, entry.into_inner()) else {
                 continue;
             };
-            if let Some(first) = out.iter().find(|d| d.name == dev.name) {
-                let line = first.at.map_or(0, |l| l.line);
-                self.fail(
-                    &table,
-                    format!("device[{i}].name"),
-                    format!("device `{}` is already defined (line {line})", dev.name),
-                );
+            if twice {
                 continue;
             }
             if let Some(naa) = dev.identity.naa {
                 if let Some(other) = naa_seen.insert(naa, dev.name.clone()) {
                     self.fail(
-                        &table,
+                        &naa_span.unwrap_or(table),
                         format!("device[{i}].naa"),
                         format!("device `{other}` has the same NAA designator"),
                     );
@@ -57,7 +61,7 @@ impl Checker<'_> {
             }
             out.push(dev);
         }
-        (out, declared)
+        (out, self.graph.declared.clone())
     }
 
     fn device(&mut self, i: usize, table: &Range<usize>, raw: RawDevice) -> Option<Device> {
@@ -100,7 +104,16 @@ impl Checker<'_> {
         let write_cache = f.bool("write_cache").unwrap_or(true);
         f.set_kind(kind.name);
         let spec = (kind.parse)(&mut f);
-        let issues = f.finish();
+        let (issues, refs) = f.finish();
+        for r in refs {
+            self.graph.edges.push(Edge {
+                from: Some(name.get_ref().clone()),
+                user: format!("device `{}`", name.get_ref()),
+                child: r.name,
+                at: Location::of_span(self.text, &r.span),
+                field: field(&r.key),
+            });
+        }
         let ok = issues.is_empty() && self.issues.iter().all(|x| !x.field.starts_with(&field("")));
         self.issues.extend(issues);
         if !ok {
@@ -190,109 +203,4 @@ fn ascii(v: &Value, max: usize) -> Result<String, String> {
         .as_str()
         .ok_or_else(|| format!("expected a string, found {}", v.type_str()))?;
     check_ascii_field(s, max).map(|_| s.to_string())
-}
-
-/// Problems of the device graph: a device named but not configured, one
-/// with two users, a loop, a device under another also served (as a LUN
-/// or an NBD export: `served` says which).
-pub(super) fn graph_issues(
-    text: &str,
-    devices: &[Device],
-    pools: &[crate::model::PoolConfig],
-    served: &std::collections::BTreeMap<&str, &str>,
-) -> Vec<Issue> {
-    let mut issues = Vec::new();
-    let at = |d: &Device| d.at.or(Some(Location::of(text, 0)));
-    // Every (child, user, where the user is, its field).
-    let mut uses: Vec<(&str, String, Option<Location>, String)> = Vec::new();
-    for (i, d) in devices.iter().enumerate() {
-        for child in d.spec.children() {
-            let field = format!("device[{i}]");
-            if devices.iter().any(|c| c.name == child) {
-                uses.push((child, format!("device `{}`", d.name), at(d), field));
-            } else {
-                issues.push(Issue {
-                    location: at(d),
-                    field,
-                    reason: format!("no [[device]] is named `{child}`"),
-                });
-            }
-        }
-    }
-    for (i, p) in pools.iter().enumerate() {
-        for name in p.member_devices() {
-            let field = format!("pool[{i}].devices");
-            if devices.iter().any(|c| c.name == name) {
-                uses.push((name, format!("pool `{}`", p.name), p.at, field));
-            } else {
-                issues.push(Issue {
-                    location: p.at,
-                    field,
-                    reason: format!(
-                        "no [[device]] is named `{name}` (give a data file as a path with a `/`)"
-                    ),
-                });
-            }
-        }
-    }
-    let mut user: HashMap<&str, String> = HashMap::new();
-    for (child, by, location, field) in uses {
-        if let Some(first) = user.get(child) {
-            issues.push(Issue {
-                location,
-                field,
-                reason: format!("`{child}` is already used by {first}; a device has one user"),
-            });
-        } else {
-            user.insert(child, by);
-        }
-    }
-    let mut graph_issues = cycles(devices);
-    for (i, d) in devices.iter().enumerate() {
-        if let (Some(by), Some(what)) = (user.get(d.name.as_str()), served.get(d.name.as_str())) {
-            graph_issues.push(Issue {
-                location: at(d),
-                field: format!("device[{i}]"),
-                reason: format!(
-                    "`{}` is under {by} and cannot also be {what}: I/O to it would bypass {by}",
-                    d.name
-                ),
-            });
-        }
-    }
-    issues.extend(graph_issues);
-    issues
-}
-
-/// A device reached again from itself through the devices it is built on.
-fn cycles(devices: &[Device]) -> Vec<Issue> {
-    let by_name: HashMap<&str, &Device> = devices.iter().map(|d| (d.name.as_str(), d)).collect();
-    let mut issues = Vec::new();
-    for (i, d) in devices.iter().enumerate() {
-        // Depth-first from d; a path back to d is a loop.
-        let mut stack: Vec<(&str, Vec<&str>)> = vec![(d.name.as_str(), vec![d.name.as_str()])];
-        let mut seen = std::collections::HashSet::new();
-        while let Some((name, path)) = stack.pop() {
-            let Some(node) = by_name.get(name) else {
-                continue;
-            };
-            for child in node.spec.children() {
-                if child == d.name {
-                    issues.push(Issue {
-                        location: d.at,
-                        field: format!("device[{i}]"),
-                        reason: format!("devices form a loop: {} → {child}", path.join(" → ")),
-                    });
-                    stack.clear();
-                    break;
-                }
-                if seen.insert(child) {
-                    let mut next = path.clone();
-                    next.push(child);
-                    stack.push((child, next));
-                }
-            }
-        }
-    }
-    issues
 }

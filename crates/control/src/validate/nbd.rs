@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use toml::Spanned;
 
 use super::Checker;
+use crate::error::Location;
 use crate::model::{Nbd, NbdExport, Portal, DEFAULT_NBD_LISTEN};
 use crate::raw::{RawNbd, RawNbdExport};
 
@@ -38,21 +39,24 @@ impl Checker<'_> {
             }
         });
         let mut exports: Vec<NbdExport> = Vec::new();
+        // Each name with the line of its first table.
+        let mut seen: Vec<(String, usize)> = Vec::new();
         for (i, entry) in raw.export.into_iter().enumerate() {
-            if let Some(e) = self.nbd_export(i, entry, devices) {
-                if let Some(first) = exports.iter().find(|x| x.name == e.name) {
-                    let line = first.at.map_or(0, |l| l.line);
-                    let (field, reason) = (
-                        format!("nbd.export[{i}].name"),
-                        format!("export `{}` is already defined (line {line})", e.name),
-                    );
-                    self.issues.push(crate::error::Issue {
-                        location: e.at,
-                        field,
-                        reason,
-                    });
-                    continue;
+            let name = &entry.get_ref().name;
+            let twice = match seen.iter().find(|(n, _)| n == name.get_ref()) {
+                Some((n, line)) => {
+                    let reason = format!("export `{n}` is already defined (line {line})");
+                    self.fail(&name.span(), format!("nbd.export[{i}].name"), reason);
+                    true
                 }
+                None => {
+                    let line = Location::of_span(self.text, &entry.span()).line;
+                    seen.push((name.get_ref().clone(), line));
+                    false
+                }
+            };
+            let export = self.nbd_export(i, entry, devices);
+            if let Some(e) = export.filter(|_| !twice) {
                 exports.push(e);
             }
         }
@@ -135,6 +139,9 @@ impl Checker<'_> {
                 field("device"),
                 format!("no [[device]] is named `{device}`"),
             );
+        } else {
+            let span = raw.device.span();
+            self.served(device, "an NBD export", &span, field("device"));
         }
         let mut allow = Vec::new();
         if let Some(list) = &raw.allow {

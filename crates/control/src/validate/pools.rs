@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use pool::SoftThreshold;
 use toml::Spanned;
 
+use super::graph::Edge;
 use super::Checker;
+use crate::error::Location;
 use crate::model::{PoolConfig, PoolMember};
 use crate::names::check_device_name;
 use crate::raw::RawPool;
@@ -35,12 +37,23 @@ impl Checker<'_> {
             let field = |name: &str| format!("pool[{i}].{name}");
             let name = raw.name.get_ref().clone();
             self.check(&raw.name.span(), || field("name"), check_device_name(&name));
-            if out.iter().any(|p| p.name == name) {
+            if self.pools.contains(&name) {
                 self.fail(
                     &raw.name.span(),
                     field("name"),
                     format!("pool `{name}` is already defined"),
                 );
+            }
+            for (j, entry) in raw.devices.get_ref().iter().enumerate() {
+                if let PoolMember::Device(child) = member(entry.get_ref()) {
+                    self.graph.edges.push(Edge {
+                        from: None,
+                        user: format!("pool `{name}`"),
+                        child,
+                        at: Location::of_span(self.text, &entry.span()),
+                        field: format!("pool[{i}].devices[{j}]"),
+                    });
+                }
             }
             let devices: Vec<PoolMember> = raw
                 .devices
