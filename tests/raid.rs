@@ -623,6 +623,22 @@ fn members_are_re_added_recorded_and_never_served_stale() {
         "{}",
         daemon.log()
     );
+    // It stays listed, out of the array, in status and device show.
+    let out = st["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "a0");
+    assert_eq!(
+        out.map(|m| &m["state"]),
+        Some(&Value::from("out")),
+        "{st:#}"
+    );
+    let shown = daemon.ok(&["device", "show", "r1"]);
+    assert!(
+        shown.contains("a0 out, a1 slot 1 in-sync, n0 slot 0 in-sync"),
+        "{shown}"
+    );
     let mut s = login(&daemon, HOST);
     for _ in 0..3 {
         check(&mut s, 8, "after the restart");

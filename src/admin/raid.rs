@@ -68,7 +68,7 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Opt
         });
     };
     Some(match (method, action) {
-        ("GET", None) => status(name, array),
+        ("GET", None) => status(admin, name, array),
         ("POST", Some("fail")) => {
             let force = request["force"].as_bool().unwrap_or(false);
             with_slot(array, &request, |slot| {
@@ -132,10 +132,27 @@ fn raid_device(admin: &Admin, name: &str) -> Option<Arc<dyn BlockDevice>> {
     Some(device)
 }
 
-fn status(name: &str, array: &RaidArray) -> (u16, Value) {
-    match serde_json::to_value(array.status()) {
+fn status(admin: &Admin, name: &str, array: &RaidArray) -> (u16, Value) {
+    let st = array.status();
+    let spec = admin
+        .lock()
+        .config
+        .device(name)
+        .and_then(|d| d.spec.as_kind::<control::kinds::RaidSpec>().cloned());
+    match serde_json::to_value(&st) {
         Ok(mut v) => {
             v["name"] = json!(name);
+            // Configured devices the array does not hold stay listed, as
+            // md lists a faulty device until it is removed.
+            let out = spec
+                .iter()
+                .flat_map(|spec| spec.member_parts(&st))
+                .filter(|(_, p)| p == "out");
+            if let Some(list) = v["members"].as_array_mut() {
+                for (device, _) in out {
+                    list.push(json!({ "slot": null, "name": device, "state": "out", "io": null }));
+                }
+            }
             (200, v)
         }
         Err(e) => error(500, e),

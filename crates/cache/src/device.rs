@@ -124,15 +124,14 @@ const EVENTS_KEPT: usize = 32;
 
 impl Inner {
     pub fn event(&self, what: String) {
-        let secs = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        // When, as an administrator reads a time: UTC to the second.
+        let at = jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M:%S UTC");
         tracing::warn!(cache = %self.cache.describe(), "{what}");
         let mut events = self.events.lock();
         if events.len() == EVENTS_KEPT {
             events.pop_front();
         }
-        events.push_back(format!("{secs}: {what}"));
+        events.push_back(format!("{at}: {what}"));
     }
 
     /// The cache device failed: serve from the backing from now on, and

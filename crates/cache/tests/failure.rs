@@ -45,6 +45,12 @@ fn write_through_and_write_around_serve_every_block_from_the_backing_when_the_ca
             s.events.iter().any(|e| e.contains("cache device failed")),
             "{s:?}"
         );
+        // Each event says when in UTC, as an administrator reads a time.
+        let when = s.events[0].split(": ").next().unwrap();
+        assert!(
+            when.len() == 23 && when.ends_with(" UTC") && when.starts_with("20"),
+            "{when}"
+        );
         assert_eq!(read(&*rig.backing, 0, 4 * MIB as usize), model);
     }
 }

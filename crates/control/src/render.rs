@@ -20,6 +20,22 @@ pub fn size(n: u64) -> String {
     n.to_string()
 }
 
+/// Bytes with a binary unit, one decimal where it is not whole (a rate
+/// or a measurement, which is rarely a round number).
+pub fn approx_size(n: u64) -> String {
+    for (unit, shift) in [("P", 50), ("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
+        if n >= 1 << shift {
+            let v = n as f64 / (1u64 << shift) as f64;
+            return if n.is_multiple_of(1 << shift) {
+                format!("{}{unit}", n >> shift)
+            } else {
+                format!("{v:.1}{unit}")
+            };
+        }
+    }
+    n.to_string()
+}
+
 pub fn duration(d: Duration) -> String {
     let ms = d.as_millis();
     for (unit, per) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
@@ -215,5 +231,13 @@ mod tests {
         assert_eq!(overcommit(125), "1.25");
         assert_eq!(soft_threshold(pool::SoftThreshold::Percent(80)), "80%");
         assert_eq!(soft_threshold(pool::SoftThreshold::Bytes(1 << 30)), "1G");
+    }
+
+    #[test]
+    fn a_rate_reads_rounded() {
+        assert_eq!(approx_size(208_486_149), "198.8M");
+        assert_eq!(approx_size(64 << 20), "64M");
+        assert_eq!(approx_size(1500), "1.5K");
+        assert_eq!(approx_size(999), "999");
     }
 }

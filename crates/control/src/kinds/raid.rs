@@ -503,23 +503,14 @@ impl DeviceSpec for RaidSpec {
         };
         let s = array.status();
         let mut out = vec![("array", format!("{:?}", s.state).to_lowercase())];
-        let down: Vec<String> = s
-            .members
-            .iter()
-            .filter(|m| m.slot.is_some() && !matches!(m.state, raid::MemberState::InSync))
-            .map(|m| {
-                format!(
-                    "{} {}",
-                    m.name
-                        .clone()
-                        .unwrap_or_else(|| format!("slot {}", m.slot.unwrap_or(0))),
-                    member_state(m.state)
-                )
-            })
+        // Every configured device with its part in the array, as md's
+        // `--detail` lists each device's role and state.
+        let parts: Vec<String> = self
+            .member_parts(&s)
+            .into_iter()
+            .map(|(name, part)| format!("{name} {part}"))
             .collect();
-        if !down.is_empty() {
-            out.push(("members_down", down.join(", ")));
-        }
+        out.push(("members_state", parts.join(", ")));
         if let Some(p) = &s.sync {
             let pct = if p.total_bytes == 0 {
                 100.0
@@ -531,7 +522,7 @@ impl DeviceSpec for RaidSpec {
                 format!(
                     "{} {pct:.1}% at {}/s",
                     p.kind,
-                    render::size(p.bytes_per_sec)
+                    render::approx_size(p.bytes_per_sec)
                 ),
             ));
         }
@@ -629,6 +620,38 @@ pub fn array_health(s: &raid::RaidStatus) -> super::Verdict {
             }
             _ => super::Verdict::Ok,
         },
+    }
+}
+
+impl RaidSpec {
+    /// Each configured member and spare with its part in the running
+    /// array: `slot N in-sync`, `spare`, ..., or `out` for one the array
+    /// does not hold (failed and replaced, removed, or left out at
+    /// assembly: the log says why), then devices the array holds that
+    /// the configuration does not name.
+    pub fn member_parts(&self, s: &raid::RaidStatus) -> Vec<(String, String)> {
+        let part = |m: &raid::MemberStatus| match (m.slot, m.replacing) {
+            (Some(slot), _) => format!("slot {slot} {}", member_state(m.state)),
+            (None, Some(slot)) => format!("replacing slot {slot}"),
+            (None, None) => member_state(m.state).to_string(),
+        };
+        let mut out: Vec<(String, String)> = self
+            .names()
+            .map(|n| {
+                let held = s.members.iter().find(|m| m.name.as_deref() == Some(n));
+                (n.clone(), held.map_or_else(|| "out".to_string(), part))
+            })
+            .collect();
+        for m in &s.members {
+            let name = m
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("slot {}", m.slot.unwrap_or(0)));
+            if !out.iter().any(|(n, _)| *n == name) {
+                out.push((name, part(m)));
+            }
+        }
+        out
     }
 }
 
