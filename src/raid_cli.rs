@@ -280,6 +280,9 @@ fn scrub_text(r: &Value) -> String {
     if !wrong.is_empty() {
         out += &format!("; wrong copies by member: {}", wrong.join(", "));
     }
+    if let Some(n) = r["undecided"].as_u64().filter(|n| *n > 0) {
+        out += &format!("; {n} mirror chunk(s) whose copies disagree with no majority: which is right cannot be told");
+    }
     out
 }
 

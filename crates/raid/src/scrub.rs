@@ -24,12 +24,17 @@ pub struct ScrubReport {
     /// Stripes whose copies or parity disagreed.
     pub mismatches: u64,
     pub repaired: u64,
-    /// Per slot, mismatches pinned on that member: a mirror copy that
-    /// differed from the first, a RAID5/6 parity chunk, or on RAID6 the
-    /// data chunk P and Q both point at.
+    /// Per slot, mismatches pinned on that member: a mirror copy the
+    /// other copies outvote, a RAID5/6 parity chunk, or on RAID6 the data
+    /// chunk P and Q both point at.
     pub wrong_members: BTreeMap<usize, u64>,
     /// RAID6 stripes where no single member explains the mismatch.
     pub unexplained: u64,
+    /// Mirror chunks whose copies disagree with no majority (two copies,
+    /// or a tie): nothing says which is right, since every in-sync copy
+    /// saw the same events and no checksum is kept. A repair makes them
+    /// the first copy, as md does; the data may be either.
+    pub undecided: u64,
 }
 
 impl RaidArray {
@@ -126,24 +131,28 @@ impl Core {
             copies.push(buf);
         }
         report.stripes_checked += 1;
-        let wrong: Vec<usize> = (1..copies.len())
-            .filter(|i| copies[*i] != copies[0])
+        let (right, majority) = winner(&copies);
+        let wrong: Vec<usize> = (0..copies.len())
+            .filter(|i| copies[*i] != copies[right])
             .collect();
         if wrong.is_empty() {
             return Ok(());
         }
         report.mismatches += 1;
-        for i in &wrong {
-            *report.wrong_members.entry(places[*i].member).or_default() += 1;
+        if majority {
+            for i in &wrong {
+                *report.wrong_members.entry(places[*i].member).or_default() += 1;
+            }
+        } else {
+            report.undecided += 1;
         }
         if repair {
-            // Like md: the first copy wins.
             for i in wrong {
                 let p = places[i];
                 let m = members[p.member].as_ref().expect("read above");
                 if let Err(e) = m.write_for(
                     Origin::Background,
-                    &copies[0],
+                    &copies[right],
                     p.row * self.geo.chunk,
                     false,
                 ) {
@@ -239,5 +248,35 @@ impl Core {
             report.repaired += 1;
         }
         Ok(())
+    }
+}
+
+/// The copy to trust: the one most copies agree with, and whether they
+/// are more than any other group (else the first, undecided).
+fn winner(copies: &[Vec<u8>]) -> (usize, bool) {
+    let votes: Vec<usize> = copies
+        .iter()
+        .map(|c| copies.iter().filter(|o| *o == c).count())
+        .collect();
+    let best = votes.iter().copied().max().unwrap_or(0);
+    let first = votes.iter().position(|v| *v == best).unwrap_or(0);
+    let rivals = (0..copies.len())
+        .filter(|i| votes[*i] == best && copies[*i] != copies[first])
+        .count();
+    (first, rivals == 0 && best > copies.len() - best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::winner;
+
+    #[test]
+    fn the_majority_copy_wins_and_a_tie_is_undecided() {
+        let (a, b) = (vec![1u8; 4], vec![2u8; 4]);
+        assert_eq!(winner(&[a.clone(), b.clone()]), (0, false), "two copies");
+        assert_eq!(winner(&[b.clone(), a.clone(), a.clone()]), (1, true));
+        assert_eq!(winner(&[a.clone(), a.clone(), b.clone()]), (0, true));
+        let c = vec![3u8; 4];
+        assert_eq!(winner(&[a, b, c]), (0, false), "all differ");
     }
 }
