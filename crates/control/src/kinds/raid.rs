@@ -201,10 +201,11 @@ impl RaidSpec {
         self.members.iter().chain(&self.spares)
     }
 
-    pub(crate) fn open_array(
-        &self,
-        named: &[(Arc<dyn BlockDevice>, String)],
-    ) -> io::Result<RaidArray> {
+    /// Creates the array over blank members, or assembles it from those
+    /// carrying its superblock (stale ones put back, superseded ones left
+    /// out or made spares as listed): what opening the device does.
+    /// `named`: the open members then spares, as the spec lists them.
+    pub fn open_array(&self, named: &[(Arc<dyn BlockDevice>, String)]) -> io::Result<RaidArray> {
         let mut found = Vec::new();
         for (dev, name) in named {
             let sb = Superblock::read_from(&**dev)?
