@@ -337,7 +337,7 @@ fn a_failed_member_is_rebuilt_onto_the_spare_under_io_from_two_initiators() {
         .as_array()
         .unwrap()
         .iter()
-        .any(|m| m["name"] == "m2" && m["state"] == "failed");
+        .any(|m| m["name"] == "m2" && (m["state"] == "failed" || m["state"] == "out"));
     assert!(
         failed || done["members"].as_array().unwrap().len() == 4,
         "{done:#}"
@@ -553,7 +553,7 @@ fn an_array_that_cannot_assemble_fails_alone_and_assembles_live() {
 #[test]
 fn members_are_re_added_recorded_and_never_served_stale() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = faulty_members(dir.path(), &["a0", "a1", "n0"], "16M");
+    let mut config = faulty_members(dir.path(), &["a0", "a1", "n0", "x0"], "16M");
     config += &raid_device("r1", 1, &["a0", "a1"], &[]);
     config += &target(&[(0, "r1")]);
     let path = dir.path().join("openarray.toml");
@@ -656,7 +656,14 @@ fn members_are_re_added_recorded_and_never_served_stale() {
     daemon.ok(&["raid", "fail", "r1", "n0"]);
     let st = wait_clean(&daemon, "r1", Duration::from_secs(60));
     assert_eq!(st["members"][0]["name"], "a0", "{st:#}");
-    daemon.ok(&["raid", "fail", "r1", "a1"]);
+    // A replace onto a device no array uses records it too.
+    let out = daemon.ok(&["raid", "replace", "r1", "a1", "x0"]);
+    assert!(out.contains("takes its place"), "{out}");
+    let saved = std::fs::read_to_string(&path).unwrap();
+    assert!(saved.contains(r#"spares = ["n0", "x0"]"#), "{saved}");
+    let st = wait_clean(&daemon, "r1", Duration::from_secs(60));
+    assert_eq!(st["members"][1]["name"], "x0", "{st:#}");
+    daemon.ok(&["raid", "fail", "r1", "x0"]);
     check(&mut s, 8, "from a0 alone");
     drop(s);
     daemon.terminate();

@@ -84,32 +84,7 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Opt
             array.remove(slot).map(|_| "removed".to_string())
         }),
         ("POST", Some("add")) => add(admin, name, array, &request),
-        ("POST", Some("replace")) => match replacement_device(admin, array, &request) {
-            Ok((dev, dev_name)) => {
-                let listed = admin
-                    .lock()
-                    .config
-                    .device(name)
-                    .is_some_and(|d| d.spec.children().contains(&dev_name.as_str()));
-                with_slot(array, &request, |slot| {
-                    array.replace(slot, dev.clone())?;
-                    array.name_members(&[(dev.clone(), dev_name.clone())]);
-                    let mut done = format!(
-                        "{dev_name} is copied beside slot {slot}'s member and takes its place when complete"
-                    );
-                    if !listed {
-                        // Assembly at the next start sees only the
-                        // configured members and spares.
-                        done += &format!(
-                            "; add {dev_name} to {name}'s spares in the configuration, or the next \
-                             start will not find it"
-                        );
-                    }
-                    Ok(done)
-                })
-            }
-            Err(e) => e,
-        },
+        ("POST", Some("replace")) => replace(admin, name, array, &request),
         ("POST", Some("scrub")) => scrub(&device, &request),
         ("POST", Some("speed")) => speed(array, &request),
         (
@@ -314,19 +289,41 @@ fn add(admin: &Admin, name: &str, array: &RaidArray, request: &Value) -> (u16, V
     )
 }
 
-/// `request.device` for a replace: a hot spare of the array by name, or
-/// a configured device nothing has open.
-fn replacement_device(
-    admin: &Admin,
-    array: &RaidArray,
-    request: &Value,
-) -> Result<(Arc<dyn BlockDevice>, String), (u16, Value)> {
-    if let Some(name) = request["device"].as_str() {
-        if let Some(dev) = array.spare_named(name) {
-            return Ok((dev, name.to_string()));
+/// `raid replace`: the device, a hot spare of the array or made one
+/// first as `raid add` makes it (recorded in the configuration), is
+/// copied beside the member and takes its place when complete.
+fn replace(admin: &Admin, name: &str, array: &RaidArray, request: &Value) -> (u16, Value) {
+    let slot = match slot_of(array, request) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    let Some(dev_name) = request["device"].as_str() else {
+        return error(400, "`device` names a configured device");
+    };
+    if array.spare_named(dev_name).is_none() {
+        let (status, answer) = add(admin, name, array, request);
+        if status != 200 {
+            return (status, answer);
         }
     }
-    spare_device(admin, request)
+    let Some(dev) = array.spare_named(dev_name) else {
+        return error(
+            409,
+            format!(
+                "{dev_name} went back into its own slot, not among the spares: nothing to copy"
+            ),
+        );
+    };
+    match array.replace(slot, dev.clone()) {
+        Ok(()) => {
+            array.name_members(&[(dev, dev_name.to_string())]);
+            let done = format!(
+                "{dev_name} is copied beside slot {slot}'s member and takes its place when complete"
+            );
+            (200, json!({ "slot": slot, "done": done }))
+        }
+        Err(e) => error(409, e),
+    }
 }
 
 fn scrub(device: &Arc<dyn BlockDevice>, request: &Value) -> (u16, Value) {
