@@ -37,6 +37,9 @@ enum Op {
     AddNew,
     /// A failed member is taken out of its slot.
     Remove(usize),
+    /// A hot spare is copied beside the in-sync member of this slot and
+    /// takes its place (`raid replace`); the old member is released.
+    Replace(usize),
     /// The daemon stops and starts again: cleanly, or by a power cut.
     Restart { cut: bool },
     /// A device added as a spare and since rebuilt into a slot is pulled
@@ -55,6 +58,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..8usize).prop_map(Op::PutBack),
         1 => Just(Op::AddNew),
         1 => (0..6usize).prop_map(Op::Remove),
+        1 => (0..6usize).prop_map(Op::Replace),
         2 => any::<bool>().prop_map(|cut| Op::Restart { cut }),
         1 => (0..4usize).prop_map(Op::Vanish),
     ]
@@ -209,6 +213,20 @@ impl Harness {
             Op::Remove(slot) => {
                 let slot = slot % self.array().geometry().members;
                 let _ = self.array().remove(slot);
+            }
+            Op::Replace(slot) => {
+                let slot = slot % self.array().geometry().members;
+                let states = self.states();
+                let spare = states
+                    .iter()
+                    .find(|(_, s)| **s == MemberState::Spare)
+                    .map(|(n, _)| n.clone());
+                let Some(dev) = spare.and_then(|n| self.array().spare_named(&n)) else {
+                    return;
+                };
+                // Refused (nothing changes) when the slot's member is not
+                // in sync.
+                let _ = self.array().replace(slot, dev);
             }
             Op::Vanish(i) => {
                 let st = self.array().status();
