@@ -83,6 +83,8 @@ struct Harness {
     model: Vec<u8>,
     /// Devices pulled: gone at the next start.
     gone: Vec<String>,
+    /// Devices added so far: names are never used twice.
+    added: usize,
 }
 
 fn faulty() -> Arc<FaultyDevice> {
@@ -111,6 +113,7 @@ impl Harness {
             array: None,
             model: Vec::new(),
             gone: Vec::new(),
+            added: 0,
         };
         h.open();
         h.model = vec![0; h.array().size() as usize];
@@ -203,7 +206,8 @@ impl Harness {
                 }
             }
             Op::AddNew => {
-                let name = format!("d{}", self.devices.len());
+                self.added += 1;
+                let name = format!("d{}", self.added);
                 let dev = faulty();
                 self.devices.insert(name.clone(), dev.clone());
                 self.spec.spares.push(name.clone());
