@@ -42,9 +42,8 @@ pub(crate) fn route(admin: &Admin, method: &str, path: &str, body: &[u8]) -> Opt
     let pending = control::kinds::as_pending(&*device);
     if let ("POST", Some("assemble")) = (method, action) {
         let force = request["force"].as_bool().unwrap_or(false);
-        return Some(match pending {
+        return Some(match pending.filter(|p| p.array().is_none()) {
             None => error(409, format!("`{name}` is assembled already")),
-            Some(p) if p.array().is_some() => error(409, format!("`{name}` is assembled already")),
             Some(p) => match p.assemble(name, force) {
                 Ok(_) => (200, json!({ "done": format!("{name} assembled") })),
                 Err(e) => error(409, format!("`{name}` does not assemble: {e}")),

@@ -513,11 +513,7 @@ impl DeviceSpec for RaidSpec {
             .collect();
         out.push(("members_state", parts.join(", ")));
         if let Some(p) = &s.sync {
-            let pct = if p.total_bytes == 0 {
-                100.0
-            } else {
-                p.done_bytes as f64 * 100.0 / p.total_bytes as f64
-            };
+            let pct = sync_percent(p);
             out.push((
                 "sync",
                 format!(
@@ -574,6 +570,15 @@ pub fn take_device(
     Ok(done)
 }
 
+/// How far a resync, rebuild or scrub has come, in percent.
+fn sync_percent(p: &raid::SyncProgress) -> f64 {
+    if p.total_bytes == 0 {
+        100.0
+    } else {
+        p.done_bytes as f64 * 100.0 / p.total_bytes as f64
+    }
+}
+
 /// An array's status as a verdict: which members are down, what sync
 /// runs, what it means for the data.
 pub fn array_health(s: &raid::RaidStatus) -> super::Verdict {
@@ -595,11 +600,7 @@ pub fn array_health(s: &raid::RaidStatus) -> super::Verdict {
         format!(" ({})", down.join(", "))
     };
     let sync = s.sync.as_ref().map(|p| {
-        let pct = if p.total_bytes == 0 {
-            100.0
-        } else {
-            p.done_bytes as f64 * 100.0 / p.total_bytes as f64
-        };
+        let pct = sync_percent(p);
         format!("; {} {pct:.1}% done", p.kind)
     });
     let sync = sync.unwrap_or_default();
