@@ -76,7 +76,9 @@ impl Core {
         // to protect, nor one with no parity member left to hold an entry
         // (every data column is at hand). Its columns are still recorded:
         // later entries of the row must not count them as untouched.
-        let whole = masks.iter().all(|m| *m == all) && live.iter().all(|m| *m == 0);
+        let whole = masks.iter().all(|m| *m == all)
+            && live.iter().all(|m| *m == 0)
+            && !log.has_entry(row, first, sectors);
         if whole || parity_slots.is_empty() {
             let r = log.reserve(false).expect("no slot asked");
             log.committed(&r, row, first, &masks);
@@ -162,6 +164,17 @@ impl Core {
         self.log
             .as_ref()
             .is_some_and(|l| l.live_masks(row, 0, sectors).iter().any(|m| *m != 0))
+    }
+
+    /// Whether `row` has any entry since the last flush, live or made
+    /// stable since: a whole-row write of it then needs an entry too.
+    pub fn row_has_entry(&self, row: u64) -> bool {
+        let sectors = (self.geo.chunk / SECTOR) as u32;
+        self.row_has_live_log(row)
+            || self
+                .log
+                .as_ref()
+                .is_some_and(|l| l.has_entry(row, 0, sectors))
     }
 
     /// Flushes every member; then retires log entries and cleans bitmap

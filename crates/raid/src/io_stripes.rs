@@ -18,7 +18,7 @@ pub const RUN_BYTES: u64 = 1 << 20;
 impl Core {
     /// Writes whole rows `rows` from `data` (their logical bytes). Falls
     /// back to a row at a time where a member is missing or recovering
-    /// there, or a row has partial writes still in the log.
+    /// there, or a row has entries in the log no flush has retired.
     pub fn write_full_rows(&self, rows: Range<u64>, data: &[u8], fua: bool) -> io::Result<()> {
         let g = self.geo;
         let chunk = g.chunk as usize;
@@ -31,7 +31,7 @@ impl Core {
             m.as_ref()
                 .is_some_and(|m| !m.is_failed() && rows.clone().all(|r| m.readable(r, rr)))
         });
-        if !healthy || rows.clone().any(|r| self.row_has_live_log(r)) {
+        if !healthy || rows.clone().any(|r| self.row_has_entry(r)) {
             drop(guards);
             for (i, row) in rows.enumerate() {
                 let bytes = &data[i * unit..(i + 1) * unit];

@@ -208,6 +208,16 @@ impl Log {
             .collect()
     }
 
+    /// Whether a sector of the window has an entry on the members that
+    /// no flush has retired, even one a FUA write has since made stable:
+    /// replay would take it for the sector's newest, so a later write of
+    /// the sector must log an entry of its own to supersede it.
+    pub fn has_entry(&self, row: u64, first_sector: u32, sectors: u32) -> bool {
+        let st = self.state.lock();
+        (first_sector..first_sector + sectors)
+            .any(|p| st.live.get(&(row, p)).is_some_and(|l| l.slot.is_some()))
+    }
+
     pub fn has_live(&self, row: u64, first_page: u32, pages: u32) -> bool {
         self.live_masks(row, first_page, pages)
             .iter()

@@ -259,6 +259,10 @@ impl RaidSpec {
         for (dev, name, sb) in &found {
             match sb {
                 None => blank_spares.push(dev.clone()),
+                // Listed as a spare: what the operator asked it to be.
+                Some(sb) if sb.released && self.spares.contains(name) => {
+                    blank_spares.push(dev.clone())
+                }
                 Some(sb) if sb.released => tracing::warn!(
                     member = %name,
                     "a replacement took this RAID member's place: it is left out \
