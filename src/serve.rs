@@ -246,9 +246,6 @@ async fn serve(
         .add_source(Arc::new(crate::listener_metrics::ListenerSamples(
             server.clone(),
         )));
-    runtime
-        .stats
-        .add_source(Arc::new(crate::pool_metrics::PoolSamples));
     let mut nbd = NbdFrontend::new(&current.config, &runtime.exports)?;
     nbd.server.set_connection_runtimes(connection_runtimes);
     // The built-in default's NBD address may be held by another daemon;
@@ -265,9 +262,6 @@ async fn serve(
     runtime
         .stats
         .add_source(crate::nbd_serve::samples(&nbd.server));
-    runtime
-        .stats
-        .add_source(Arc::new(crate::raid_metrics::RaidSamples));
     let admin_listener = admin_socket.bind()?;
     let api_listener = match &api {
         Some((addr, _)) => Some(
@@ -306,7 +300,7 @@ async fn serve(
     });
     admin
         .stats
-        .add_source(Arc::new(crate::cache_metrics::CacheSamples(
+        .add_source(Arc::new(crate::device_metrics::DeviceSamples(
             Arc::downgrade(&admin),
         )));
     tokio::spawn(admin.schedules.clone().run(admin.clone()));

@@ -668,3 +668,72 @@ fn members_are_re_added_recorded_and_never_served_stale() {
     drop(s);
     daemon.terminate();
 }
+
+/// A RAID5 under a pool, served only through a volume of the pool, has a
+/// health and figures of its own: `status` lists it degraded (exit 1)
+/// and `/metrics` gives its state and members beside the pool's space.
+#[test]
+fn an_array_under_a_pool_shows_in_status_and_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = ["p0", "p1", "p2"];
+    let mut config = faulty_members(dir.path(), &m, "16M");
+    config += &raid_device("rp", 5, &m, &[]);
+    config += &format!(
+        "\n[[pool]]\nname = \"tank\"\ndevices = [\"rp\"]\nmetadata = \"{}/tank.meta\"\nunit_size = \"64K\"\n\
+         [[device]]\nname = \"v\"\nkind = \"volume\"\npool = \"tank\"\nsize = \"8M\"\n",
+        dir.path().display()
+    );
+    config += &target(&[(0, "v")]);
+    let daemon = start(dir.path(), &config);
+    wait_clean(&daemon, "rp", Duration::from_secs(60));
+    let metrics = || {
+        let stream = std::os::unix::net::UnixStream::connect(&daemon.socket).expect("socket");
+        common::http_get(stream, "/metrics").1
+    };
+    let sample = |text: &str, name: &str, labels: &str| {
+        common::prometheus_sample(text, name, labels).map(|v| v as u64)
+    };
+    let text = metrics();
+    assert_eq!(
+        sample(&text, "openarray_raid_state", "device=\"rp\""),
+        Some(0),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "openarray_pool_size_bytes", "pool=\"tank\"").is_some_and(|v| v > 0),
+        "{text}"
+    );
+
+    daemon.ok(&["raid", "fail", "rp", "p1"]);
+    let (code, page) = status_page(&daemon);
+    assert_eq!(code, Some(1), "{page:#}");
+    let rp = page["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "rp");
+    assert_eq!(
+        rp.map(|d| &d["state"]),
+        Some(&Value::from("degraded")),
+        "{page:#}"
+    );
+    let text = metrics();
+    assert_eq!(
+        sample(&text, "openarray_raid_state", "device=\"rp\""),
+        Some(1),
+        "{text}"
+    );
+    let up = |member: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("openarray_raid_member_up{")
+                    && l.contains("device=\"rp\"")
+                    && l.contains(&format!("member=\"{member}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .map(String::from)
+    };
+    assert_eq!(up("p1").as_deref(), Some("0"), "{text}");
+    assert_eq!(up("p0").as_deref(), Some("1"), "{text}");
+    daemon.terminate();
+}

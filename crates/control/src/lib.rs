@@ -15,6 +15,7 @@ mod live_change;
 mod locate;
 mod model;
 mod names;
+mod pool_metrics;
 mod pools;
 mod raw;
 mod render;
@@ -37,7 +38,7 @@ pub use model::{
     DEFAULT_NBD_LISTEN,
 };
 pub use names::check_iscsi_name;
-pub use pools::{open_device, open_pool, open_pools_now};
+pub use pools::{open_device, open_pool};
 pub use runtime::{build, problems_under, rebuild, DeviceHealth, DeviceNode, Runtime};
 pub use show::show_object;
 pub use size::parse_size;

@@ -53,10 +53,10 @@ pub(crate) fn is_open(p: &PoolConfig) -> bool {
     open.get(&p.metadata).is_some_and(|w| w.strong_count() > 0)
 }
 
-/// Every pool open in this process.
-pub fn open_pools_now() -> Vec<Arc<Pool>> {
+/// The pool `p` describes, when it is open in this process.
+pub(crate) fn open_now(p: &PoolConfig) -> Option<Arc<Pool>> {
     let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    open.values().filter_map(Weak::upgrade).collect()
+    open.get(&p.metadata).and_then(Weak::upgrade)
 }
 
 /// Gives the pools of `configs` that are open their configured limits,

@@ -688,6 +688,7 @@ impl Views<'_> {
 mod devices;
 mod graph;
 mod health;
+mod samples;
 pub use devices::DeviceNode;
 #[cfg(test)]
 pub(crate) use graph::keeps_device;

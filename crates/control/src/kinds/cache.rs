@@ -295,6 +295,12 @@ impl DeviceSpec for CacheSpec {
         }
     }
 
+    fn samples(&self, name: &str, device: &dyn BlockDevice) -> Vec<stats::Sample> {
+        as_cache(device).map_or_else(Vec::new, |c| {
+            super::cache_metrics::cache_samples(name, &c.status())
+        })
+    }
+
     fn health(&self, device: &dyn BlockDevice) -> super::Verdict {
         let Some(cache) = as_cache(device) else {
             return super::Verdict::Ok;

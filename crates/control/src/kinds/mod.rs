@@ -14,6 +14,7 @@ use std::sync::Arc;
 use block::BlockDevice;
 
 mod cache;
+mod cache_metrics;
 mod delay;
 mod faulty;
 mod fields;
@@ -21,11 +22,12 @@ mod file;
 mod mem;
 mod null;
 mod raid;
+mod raid_metrics;
 mod raid_pending;
 mod rbd;
 mod volume;
 
-pub use self::raid::{as_pending, as_raid, member_state, open_arrays_now, take_device, RaidSpec};
+pub use self::raid::{as_pending, as_raid, member_state, take_device, RaidSpec};
 pub use cache::{as_cache, CacheSpec};
 pub use delay::DelaySpec;
 pub use faulty::{inject_fault, Fault, FaultySpec};
@@ -189,6 +191,13 @@ pub trait DeviceSpec: SameSpec + fmt::Debug + Send + Sync {
     fn health(&self, device: &dyn BlockDevice) -> Verdict {
         let _ = device;
         Verdict::Ok
+    }
+
+    /// The open device's figures for `/metrics`, labelled with its
+    /// configured `name`: a RAID's members, a cache's hits.
+    fn samples(&self, name: &str, device: &dyn BlockDevice) -> Vec<stats::Sample> {
+        let _ = (name, device);
+        Vec::new()
     }
 
     /// Whether the open device can take the settings of `new` (of this

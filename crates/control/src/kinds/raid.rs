@@ -4,7 +4,7 @@
 //! missed events while away is put back after assembly and catches up.
 
 use std::io;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use block::BlockDevice;
@@ -143,25 +143,6 @@ fn parse(f: &mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>> {
         scrub_every,
         assemble: assemble.unwrap_or_default(),
     }))
-}
-
-/// Arrays open in this process, by device name, for metrics.
-static OPEN: Mutex<Vec<(String, Weak<RaidArray>)>> = Mutex::new(Vec::new());
-
-/// Lists `array` among the open arrays, for metrics.
-pub fn register(name: &str, array: &Arc<RaidArray>) {
-    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    open.retain(|(_, w)| w.strong_count() > 0);
-    open.push((name.to_string(), Arc::downgrade(array)));
-}
-
-/// Every RAID array open in this process, with its device name.
-pub fn open_arrays_now() -> Vec<(String, Arc<RaidArray>)> {
-    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    open.retain(|(_, w)| w.strong_count() > 0);
-    open.iter()
-        .filter_map(|(n, w)| Some((n.clone(), w.upgrade()?)))
-        .collect()
 }
 
 /// The open device as a RAID array, when it is one (assembled).
@@ -383,7 +364,6 @@ impl DeviceSpec for RaidSpec {
             Err(e) => return Err(e),
         };
         array.name_members(&named);
-        register(ctx.name, &array);
         Ok(array)
     }
 
@@ -482,6 +462,10 @@ impl DeviceSpec for RaidSpec {
             self.level,
             self.members.join(", ")
         )
+    }
+
+    fn samples(&self, name: &str, device: &dyn BlockDevice) -> Vec<stats::Sample> {
+        as_raid(device).map_or_else(Vec::new, |a| super::raid_metrics::raid_samples(name, a))
     }
 
     fn health(&self, device: &dyn BlockDevice) -> super::Verdict {

@@ -87,9 +87,7 @@ impl PendingArray {
             ));
         }
         array.name_members(&self.named);
-        let array = Arc::new(array);
-        super::raid::register(name, &array);
-        let _ = self.array.set(array);
+        let _ = self.array.set(Arc::new(array));
         tracing::info!(device = %name, "RAID array assembled");
         Ok(self.array().expect("just set"))
     }

@@ -20,11 +20,14 @@ pub struct DeviceHealth {
 impl Runtime {
     /// Every open device, by name, with the verdict its kind gives.
     pub fn device_health(&self) -> Vec<DeviceHealth> {
+        // Every node, not only those served: a RAID under a pool or a
+        // cache has a health of its own.
         let mut all: Vec<DeviceHealth> = self
             .live
-            .devices
+            .nodes
             .iter()
-            .map(|(name, (dev, device, _))| {
+            .map(|(name, node)| {
+                let (dev, device) = (&node.settings, &node.device);
                 let verdict = dev.spec.health(&**device);
                 DeviceHealth {
                     name: name.clone(),

@@ -1,11 +1,7 @@
-//! Every open RAID array in `/metrics`: its state, sync progress, and per
-//! member its state, bytes, operations, errors and latency.
+//! A RAID array in `/metrics`: its state, sync progress, and per member
+//! its state, bytes, operations, errors and latency.
 
-use stats::{Sample, SampleKind, SampleSource};
-
-/// Reads the arrays open in the daemon at every scrape.
-#[derive(Debug)]
-pub struct RaidSamples;
+use stats::{Sample, SampleKind};
 
 /// The array state as a number: 0 clean, 1 degraded, 2 rebuilding, 3 failed.
 fn array_state(state: raid::ArrayState) -> u64 {
@@ -76,7 +72,7 @@ pub fn raid_samples(name: &str, array: &raid::RaidArray) -> Vec<Sample> {
                 ("device", name.to_string()),
                 ("member", m.name.clone().unwrap_or_else(|| "-".into())),
                 ("slot", m.slot.map_or("spare".into(), |s| s.to_string())),
-                ("state", control::kinds::member_state(m.state).to_string()),
+                ("state", super::member_state(m.state).to_string()),
             ]
         };
         out.push(sample(
@@ -157,17 +153,6 @@ pub fn raid_samples(name: &str, array: &raid::RaidArray) -> Vec<Sample> {
         }
     }
     out
-}
-
-impl SampleSource for RaidSamples {
-    fn samples(&self) -> Vec<Sample> {
-        let mut arrays = control::kinds::open_arrays_now();
-        arrays.sort_by(|a, b| a.0.cmp(&b.0));
-        arrays
-            .iter()
-            .flat_map(|(name, array)| raid_samples(name, array))
-            .collect()
-    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,6 @@
-//! The space of every open pool and of its volumes, in `/metrics`.
+//! The space of an open pool and of its volumes, in `/metrics`.
 
-use stats::{Sample, SampleKind, SampleSource};
-
-/// Reads the pools open in the daemon at every scrape.
-#[derive(Debug)]
-pub struct PoolSamples;
+use stats::{Sample, SampleKind};
 
 fn sample(
     name: &'static str,
@@ -125,14 +121,6 @@ pub fn pool_samples(pool: &pool::Pool) -> Vec<Sample> {
         ));
     }
     out
-}
-
-impl SampleSource for PoolSamples {
-    fn samples(&self) -> Vec<Sample> {
-        let mut pools = control::open_pools_now();
-        pools.sort_by(|a, b| a.name().cmp(b.name()));
-        pools.iter().flat_map(|p| pool_samples(p)).collect()
-    }
 }
 
 #[cfg(test)]

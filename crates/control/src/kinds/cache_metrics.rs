@@ -1,21 +1,7 @@
-//! The cache devices of the running configuration, in `/metrics`.
-
-use std::sync::Weak;
+//! A cache device in `/metrics`.
 
 use cache::CacheStatus;
-use stats::{Sample, SampleKind, SampleSource};
-
-use crate::admin::Admin;
-
-/// Reads the open caches at every scrape (weakly: the daemon's state
-/// holds the registry that holds this source).
-pub struct CacheSamples(pub Weak<Admin>);
-
-impl std::fmt::Debug for CacheSamples {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CacheSamples")
-    }
-}
+use stats::{Sample, SampleKind};
 
 /// The samples of cache `name`.
 pub fn cache_samples(name: &str, s: &CacheStatus) -> Vec<Sample> {
@@ -130,32 +116,6 @@ pub fn cache_samples(name: &str, s: &CacheStatus) -> Vec<Sample> {
             None,
         ),
     ]
-}
-
-impl SampleSource for CacheSamples {
-    fn samples(&self) -> Vec<Sample> {
-        let Some(admin) = self.0.upgrade() else {
-            return Vec::new();
-        };
-        let caches: Vec<_> = {
-            let current = admin.current.lock().unwrap_or_else(|p| p.into_inner());
-            current
-                .config
-                .devices
-                .iter()
-                .filter(|d| d.spec.as_kind::<control::kinds::CacheSpec>().is_some())
-                .filter_map(|d| Some((d.name.clone(), current.runtime.open_device(&d.name)?)))
-                .collect()
-        };
-        caches
-            .iter()
-            .filter_map(|(name, dev)| {
-                let cache = control::kinds::as_cache(&**dev)?;
-                Some(cache_samples(name, &cache.status()))
-            })
-            .flatten()
-            .collect()
-    }
 }
 
 #[cfg(test)]
