@@ -15,8 +15,8 @@
 //! | `/v1/sessions...` | live sessions; ending one (`sessions.rs`) |
 //! | `GET /v1/status` | everything on one page, with what is degraded (`status.rs`) |
 //! | `/v1/devices/{name}...` | a device's tree and state; faults injected (`devices.rs`) |
-//! | `/v1/raid/{name}...` | a RAID device's status; members failed, removed, added, replaced; scrub (`raid.rs`) |
-//! | `/v1/caches/{name}...` | a cache's status; flush, detach, attach, mode (`caches.rs`) |
+//! | `/v1/raid/{name}...` | a RAID device's status; members failed, removed, added, replaced; scrub (the kind's routes: `control::kinds::raid_api`) |
+//! | `/v1/caches/{name}...` | a cache's status; flush, detach, attach, mode (`control::kinds::cache_api`) |
 //!
 //! Errors answer 4xx/5xx with `{"error"}`; a configuration error names the
 //! file, line, field and reason. `apply` and `edit` validate the whole
@@ -27,10 +27,9 @@
 //! the running objects cannot take (a formatted pool's layout) is refused,
 //! and so is one that replaces data a LUN serves unless `force=true`.
 
-mod caches;
 mod devices;
 mod http;
-mod raid;
+mod kind_routes;
 mod sessions;
 mod socket;
 mod status;
@@ -147,8 +146,7 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
         ) => error(405, "method not allowed"),
         (method, path) => sessions::route(admin, method, path)
             .or_else(|| devices::route(admin, method, path, &req.body))
-            .or_else(|| raid::route(admin, method, path, &req.body))
-            .or_else(|| caches::route(admin, method, path, &req.body))
+            .or_else(|| kind_routes::route(admin, method, path, &req.body))
             .or_else(|| status::route(admin, method, path))
             .or_else(|| crate::volume_api::route(admin, method, path, &req.body))
             .unwrap_or_else(|| error(404, format!("no such resource {path}"))),

@@ -30,6 +30,7 @@ pub const KIND: Kind = Kind {
         "accept_lost_writes",
     ],
     parse,
+    api: Some(&super::cache_api::API),
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

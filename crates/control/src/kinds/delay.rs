@@ -15,6 +15,7 @@ pub const KIND: Kind = Kind {
     name: "delay",
     fields: &["over", "latency", "iops", "bandwidth"],
     parse,
+    api: None,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,6 +14,7 @@ pub const KIND: Kind = Kind {
     name: "faulty",
     fields: &["over"],
     parse,
+    api: None,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

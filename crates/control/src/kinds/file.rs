@@ -13,6 +13,7 @@ pub const KIND: Kind = Kind {
     name: "file",
     fields: &["path", "size", "direct"],
     parse,
+    api: None,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

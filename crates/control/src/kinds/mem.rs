@@ -12,6 +12,7 @@ pub const KIND: Kind = Kind {
     name: "mem",
     fields: &["size"],
     parse,
+    api: None,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,6 +5,9 @@
 //!
 //! Adding a kind: write a module with a settings type implementing
 //! [`DeviceSpec`] and a `pub const KIND: Kind`, and list it in [`KINDS`].
+//! Its surface comes with it: API routes ([`Kind::api`]), `/metrics`
+//! figures ([`DeviceSpec::samples`]), a health verdict for `status`
+//! ([`DeviceSpec::health`]), its state in `device show`.
 
 use std::any::Any;
 use std::fmt;
@@ -13,7 +16,9 @@ use std::sync::Arc;
 
 use block::BlockDevice;
 
+mod api;
 mod cache;
+mod cache_api;
 mod cache_metrics;
 mod delay;
 mod faulty;
@@ -22,12 +27,14 @@ mod file;
 mod mem;
 mod null;
 mod raid;
+mod raid_api;
 mod raid_metrics;
 mod raid_pending;
 mod rbd;
 mod volume;
 
 pub use self::raid::{as_pending, as_raid, member_state, take_device, RaidSpec};
+pub use api::{api_for, ApiError, ApiErrorKind, ApiRequest, ApiResult, Daemon, KindApi};
 pub use cache::{as_cache, CacheSpec};
 pub use delay::DelaySpec;
 pub use faulty::{inject_fault, Fault, FaultySpec};
@@ -90,6 +97,8 @@ pub struct Kind {
     /// Reads the kind's settings; reports problems to `fields` and returns
     /// `None` when there were any.
     pub parse: fn(&mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>>,
+    /// Its own routes in the daemon's API, when it has any.
+    pub api: Option<&'static KindApi>,
 }
 
 /// The kind named `name`.

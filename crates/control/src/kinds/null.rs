@@ -13,6 +13,7 @@ pub const KIND: Kind = Kind {
     name: "null",
     fields: &["size"],
     parse,
+    api: None,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

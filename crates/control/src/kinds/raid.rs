@@ -32,6 +32,7 @@ pub const KIND: Kind = Kind {
         "assemble",
     ],
     parse,
+    api: Some(&super::raid_api::API),
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

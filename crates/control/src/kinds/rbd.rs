@@ -26,6 +26,7 @@ pub const KIND: Kind = Kind {
         "timeout",
     ],
     parse,
+    api: None,
 };
 
 /// Where the cluster's configuration usually is.

@@ -13,6 +13,7 @@ pub const KIND: Kind = Kind {
     name: "volume",
     fields: &["pool", "volume", "size"],
     parse,
+    api: None,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
