@@ -9,6 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::ExitCode;
 
+use control::kinds::FileUse;
 use control::{ConfigError, Issue, Location};
 use serde::Deserialize;
 use toml::Spanned;
@@ -23,21 +24,12 @@ type Field = Option<Spanned<toml::Value>>;
 struct Paths {
     daemon: Option<DaemonPaths>,
     #[serde(default)]
-    device: Vec<DevicePaths>,
-    #[serde(default)]
     pool: Vec<PoolPaths>,
 }
 
 #[derive(Deserialize)]
 struct DaemonPaths {
     state_dir: Field,
-}
-
-#[derive(Deserialize)]
-struct DevicePaths {
-    kind: Option<toml::Value>,
-    path: Field,
-    read_only: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -134,40 +126,41 @@ fn path_issues(text: &str) -> Vec<Issue> {
         .and_then(|d| d.state_dir.as_ref())
         .and_then(|d| d.get_ref().as_str())
         .map(Path::new);
-    let mut issues = Vec::new();
-    let mut check = |value: &Spanned<toml::Value>, field: String, how: Use| {
-        if let Some(path) = value.get_ref().as_str() {
-            let created = state_dir.filter(|_| how != Use::Directory);
-            if let Some(reason) = path_problem(Path::new(path), how, created) {
-                issues.push(Issue {
-                    location: Some(Location::of_span(text, &value.span())),
-                    field,
-                    reason,
-                });
-            }
-        }
+    let issue = |path: &str, span: std::ops::Range<usize>, field: String, how: Use| {
+        let created = state_dir.filter(|_| how != Use::Directory);
+        path_problem(Path::new(path), how, created).map(|reason| Issue {
+            location: Some(Location::of_span(text, &span)),
+            field,
+            reason,
+        })
     };
+    let spanned = |value: &Spanned<toml::Value>, field: String, how: Use| {
+        let path = value.get_ref().as_str()?;
+        issue(path, value.span(), field, how)
+    };
+    let mut issues = Vec::new();
     if let Some(dir) = paths.daemon.as_ref().and_then(|d| d.state_dir.as_ref()) {
-        check(dir, "daemon.state_dir".into(), Use::Directory);
+        issues.extend(spanned(dir, "daemon.state_dir".into(), Use::Directory));
     }
-    for (i, d) in paths.device.iter().enumerate() {
-        let is_file = d.kind.as_ref().and_then(|k| k.as_str()) == Some("file");
-        if let (true, Some(path)) = (is_file, &d.path) {
-            let read_only = d.read_only.as_ref().and_then(|r| r.as_bool()) == Some(true);
-            let how = if read_only {
-                Use::ReadFile
-            } else {
-                Use::WritableFile
-            };
-            check(path, format!("device[{i}].path"), how);
-        }
+    // Each kind says which of its settings name files it opens.
+    for f in control::kinds::device_files(text) {
+        let how = match f.how {
+            FileUse::Data if !f.read_only => Use::WritableFile,
+            FileUse::Data | FileUse::Reads => Use::ReadFile,
+        };
+        issues.extend(issue(&f.path, f.span, f.field, how));
     }
     for (i, p) in paths.pool.iter().enumerate() {
         for (j, device) in p.devices.iter().enumerate() {
-            check(device, format!("pool[{i}].devices[{j}]"), Use::WritableFile);
+            let field = format!("pool[{i}].devices[{j}]");
+            issues.extend(spanned(device, field, Use::WritableFile));
         }
         if let Some(meta) = &p.metadata {
-            check(meta, format!("pool[{i}].metadata"), Use::WritableFile);
+            issues.extend(spanned(
+                meta,
+                format!("pool[{i}].metadata"),
+                Use::WritableFile,
+            ));
         }
     }
     issues

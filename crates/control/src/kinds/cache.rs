@@ -31,6 +31,7 @@ pub const KIND: Kind = Kind {
     ],
     parse,
     api: Some(&super::cache_api::API),
+    files: &[],
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

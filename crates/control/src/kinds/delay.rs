@@ -16,6 +16,7 @@ pub const KIND: Kind = Kind {
     fields: &["over", "latency", "iops", "bandwidth"],
     parse,
     api: None,
+    files: &[],
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

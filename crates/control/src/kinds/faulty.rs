@@ -15,6 +15,7 @@ pub const KIND: Kind = Kind {
     fields: &["over"],
     parse,
     api: None,
+    files: &[],
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

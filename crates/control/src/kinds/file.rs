@@ -14,6 +14,7 @@ pub const KIND: Kind = Kind {
     fields: &["path", "size", "direct"],
     parse,
     api: None,
+    files: &[("path", super::FileUse::Data)],
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,6 +13,7 @@ pub const KIND: Kind = Kind {
     fields: &["size"],
     parse,
     api: None,
+    files: &[],
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

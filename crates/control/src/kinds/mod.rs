@@ -24,6 +24,7 @@ mod delay;
 mod faulty;
 mod fields;
 mod file;
+mod files;
 mod mem;
 mod null;
 mod raid;
@@ -41,6 +42,7 @@ pub use faulty::{inject_fault, Fault, FaultySpec};
 pub use fields::Fields;
 pub(crate) use fields::TableContext;
 pub use file::FileSpec;
+pub use files::{device_files, DeviceFile, FileUse};
 pub use mem::MemSpec;
 pub use null::NullSpec;
 pub use raid_pending::PendingArray;
@@ -99,6 +101,8 @@ pub struct Kind {
     pub parse: fn(&mut Fields<'_>) -> Option<Arc<dyn DeviceSpec>>,
     /// Its own routes in the daemon's API, when it has any.
     pub api: Option<&'static KindApi>,
+    /// The settings that name files it opens, for `check-config`.
+    pub files: &'static [(&'static str, FileUse)],
 }
 
 /// The kind named `name`.

@@ -33,6 +33,7 @@ pub const KIND: Kind = Kind {
     ],
     parse,
     api: Some(&super::raid_api::API),
+    files: &[],
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

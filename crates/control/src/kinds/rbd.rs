@@ -27,6 +27,7 @@ pub const KIND: Kind = Kind {
     ],
     parse,
     api: None,
+    files: &[],
 };
 
 /// Where the cluster's configuration usually is.

@@ -14,6 +14,7 @@ pub const KIND: Kind = Kind {
     fields: &["pool", "volume", "size"],
     parse,
     api: None,
+    files: &[],
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
