@@ -14,7 +14,6 @@
 //! `[[schedule]]` whose last run failed.
 
 use std::net::SocketAddr;
-use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
@@ -89,7 +88,7 @@ fn status(admin: &Admin) -> Value {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .listening();
-    let sessions = admin.server.sessions();
+    let sessions = super::sessions::all(admin);
     let counts = admin.server.session_counts();
     let mut degraded = Vec::new();
 
@@ -108,7 +107,12 @@ fn status(admin: &Admin) -> Value {
             }
             let on_it = sessions
                 .iter()
-                .filter(|s| s.connections.iter().any(|c| serves(*addr, c.portal)))
+                .filter(|s| {
+                    let portals = s["connections"].as_array().into_iter().flatten();
+                    portals
+                        .filter_map(|c| c["portal"].as_str()?.parse().ok())
+                        .any(|portal| serves(*addr, portal))
+                })
                 .count();
             json!({ "address": addr.to_string(), "listening": accepting, "sessions": on_it })
         })
@@ -185,11 +189,10 @@ fn status(admin: &Admin) -> Value {
             degraded.push(problem("schedule", sch["volume"].as_str().unwrap_or(""), e));
         }
     }
-    let now = SystemTime::now();
     let sessions: Vec<Value> = sessions
         .iter()
-        .map(|s| {
-            let full = super::sessions::session_json(s, now);
+        .filter(|s| s["transport"] == "iscsi")
+        .map(|full| {
             json!({
                 "id": full["id"],
                 "initiator": full["initiator"],

@@ -12,6 +12,7 @@
 //! on every change; the frontend serves what concerns it.
 
 mod range_lock;
+mod sessions;
 pub mod thread_slots;
 
 use std::collections::BTreeMap;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use block::BlockDevice;
 
 pub use range_lock::{RangeGuard, RangeLock};
+pub use sessions::utc;
 
 /// A device as the transports share it.
 pub struct Backing {
@@ -113,4 +115,18 @@ pub trait Frontend: Send + Sync {
 
     /// Ends the sessions the current access rules no longer admit.
     fn end_refused_sessions(&self) -> usize;
+
+    /// The live sessions as `/v1/sessions` lists them: JSON objects with
+    /// at least `id` (unique across transports), `transport` and `peer`,
+    /// then what the transport negotiated.
+    fn sessions(&self) -> Vec<serde_json::Value> {
+        Vec::new()
+    }
+
+    /// Ends session `id`, or asks its initiator to, when it is one of
+    /// this transport's; the answer says which.
+    fn end_session(&self, id: &str) -> Option<serde_json::Value> {
+        let _ = id;
+        None
+    }
 }

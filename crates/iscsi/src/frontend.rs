@@ -37,4 +37,25 @@ impl Frontend for Server {
     fn end_refused_sessions(&self) -> usize {
         Server::end_refused_sessions(self)
     }
+
+    fn sessions(&self) -> Vec<serde_json::Value> {
+        let now = std::time::SystemTime::now();
+        Server::sessions(self)
+            .iter()
+            .map(|s| crate::session_json::session_json(s, now))
+            .collect()
+    }
+
+    /// iSCSI asks the initiator to log out (Async Message), closing the
+    /// session if it has not within the logout timeout.
+    fn end_session(&self, id: &str) -> Option<serde_json::Value> {
+        let n: u64 = id.parse().ok()?;
+        self.request_logout(n).then(|| {
+            serde_json::json!({
+                "id": n,
+                "logout_requested": true,
+                "logout_timeout_seconds": self.logout_timeout().as_secs_f64(),
+            })
+        })
+    }
 }

@@ -64,6 +64,7 @@ pub mod pdu;
 mod server;
 mod session;
 mod session_info;
+mod session_json;
 mod shards;
 pub mod text;
 
@@ -74,3 +75,4 @@ pub use negotiation::Digest;
 pub use options::ServerOptions;
 pub use server::{Server, SessionCounts, Target};
 pub use session_info::{ConnectionInfo, SessionInfo};
+pub use session_json::session_json;

@@ -3,12 +3,13 @@
 //! [`export::Backing`] the other transports of that device share.
 
 use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use export::{Exports, Frontend};
 
 use crate::access::Allow;
 use crate::exports::Export;
-use crate::Server;
+use crate::{Server, Session};
 
 /// The export table that serves `exports`' device exports. An export
 /// whose allow list does not parse (the configuration is validated before
@@ -48,6 +49,40 @@ impl Frontend for Server {
     fn end_refused_sessions(&self) -> usize {
         Server::end_refused_sessions(self)
     }
+
+    fn sessions(&self) -> Vec<serde_json::Value> {
+        let now = SystemTime::now();
+        Server::sessions(self)
+            .iter()
+            .map(|s| session_json(s, now))
+            .collect()
+    }
+
+    /// NBD has no logout to ask for: the connection is closed.
+    fn end_session(&self, id: &str) -> Option<serde_json::Value> {
+        let n: u64 = id.strip_prefix(SESSION_PREFIX)?.parse().ok()?;
+        Server::end_session(self, n).then(|| serde_json::json!({ "id": id, "closed": true }))
+    }
+}
+
+/// What an NBD session's id starts with, apart from iSCSI ones.
+const SESSION_PREFIX: &str = "nbd-";
+
+/// One NBD connection in transmission as the admin API shows it.
+pub fn session_json(s: &Session, now: SystemTime) -> serde_json::Value {
+    let since = s.since.duration_since(UNIX_EPOCH).unwrap_or_default();
+    serde_json::json!({
+        "id": format!("{SESSION_PREFIX}{}", s.id),
+        "transport": "nbd",
+        "peer": s.peer,
+        "export": s.export,
+        "tls": s.tls,
+        "structured_replies": s.structured_replies,
+        "extended_headers": s.extended_headers,
+        "login_time": export::utc(since.as_secs()),
+        "login_time_unix": since.as_secs(),
+        "connected_seconds": now.duration_since(s.since).unwrap_or_default().as_secs(),
+    })
 }
 
 #[cfg(test)]
