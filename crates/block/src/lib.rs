@@ -14,6 +14,7 @@ use std::sync::Arc;
 mod aligned;
 mod atomic;
 mod delay;
+mod error;
 mod faulty;
 mod file;
 mod mem;
@@ -30,6 +31,7 @@ mod wrapper;
 pub use aligned::AlignedBuf;
 pub use atomic::{atomic_unsupported, AtomicWrites};
 pub use delay::{Delay, DelayDevice, DelayLimits};
+pub use error::{classify, DeviceError, ErrorClass};
 pub use faulty::{Faults, FaultyDevice};
 pub use file::{FileDevice, FileOptions};
 pub use mem::MemDevice;
@@ -361,10 +363,11 @@ pub fn read_each<D: BlockDevice + ?Sized>(
 pub(crate) fn check_range(size: u64, offset: u64, len: u64) -> io::Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
-        _ => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
+        _ => Err(DeviceError::new(
+            ErrorClass::OutOfRange,
             format!("range {offset}+{len} is beyond the device size {size}"),
-        )),
+        )
+        .into()),
     }
 }
 
