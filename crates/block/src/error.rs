@@ -200,6 +200,11 @@ mod tests {
         assert_eq!(classify(&e), ErrorClass::OutOfRange);
         let e = dev.write_at(&[0; 512], 3840, false).unwrap_err();
         assert_eq!(classify(&e), ErrorClass::OutOfRange);
+        // As the pool's volumes and the RAID arrays check their ranges.
+        let e = crate::check_range_of("volume", 4096, u64::MAX, 2).unwrap_err();
+        assert_eq!(classify(&e), ErrorClass::OutOfRange);
+        assert!(e.to_string().contains("beyond the volume size 4096"), "{e}");
+        crate::check_range_of("volume", 4096, 0, 4096).unwrap();
     }
 
     #[test]

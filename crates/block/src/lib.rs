@@ -361,11 +361,17 @@ pub fn read_each<D: BlockDevice + ?Sized>(
 /// Callers are expected to stay in range; this turns a caller bug into an
 /// error instead of a panic or an out-of-bounds access.
 pub(crate) fn check_range(size: u64, offset: u64, len: u64) -> io::Result<()> {
+    check_range_of("device", size, offset, len)
+}
+
+/// [`check_range`] for a device that calls itself `what` ("volume",
+/// "array") in the error, an [`ErrorClass::OutOfRange`].
+pub fn check_range_of(what: &str, size: u64, offset: u64, len: u64) -> io::Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
         _ => Err(DeviceError::new(
             ErrorClass::OutOfRange,
-            format!("range {offset}+{len} is beyond the device size {size}"),
+            format!("range {offset}+{len} is beyond the {what} size {size}"),
         )
         .into()),
     }
