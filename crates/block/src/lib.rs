@@ -14,6 +14,7 @@ use std::sync::Arc;
 mod aligned;
 mod atomic;
 mod delay;
+mod error;
 mod faulty;
 mod file;
 mod mem;
@@ -30,6 +31,7 @@ mod wrapper;
 pub use aligned::AlignedBuf;
 pub use atomic::{atomic_unsupported, AtomicWrites};
 pub use delay::{Delay, DelayDevice, DelayLimits};
+pub use error::{classify, DeviceError, ErrorClass};
 pub use faulty::{Faults, FaultyDevice};
 pub use file::{FileDevice, FileOptions};
 pub use mem::MemDevice;
@@ -359,12 +361,19 @@ pub fn read_each<D: BlockDevice + ?Sized>(
 /// Callers are expected to stay in range; this turns a caller bug into an
 /// error instead of a panic or an out-of-bounds access.
 pub(crate) fn check_range(size: u64, offset: u64, len: u64) -> io::Result<()> {
+    check_range_of("device", size, offset, len)
+}
+
+/// [`check_range`] for a device that calls itself `what` ("volume",
+/// "array") in the error, an [`ErrorClass::OutOfRange`].
+pub fn check_range_of(what: &str, size: u64, offset: u64, len: u64) -> io::Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
-        _ => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("range {offset}+{len} is beyond the device size {size}"),
-        )),
+        _ => Err(DeviceError::new(
+            ErrorClass::OutOfRange,
+            format!("range {offset}+{len} is beyond the {what} size {size}"),
+        )
+        .into()),
     }
 }
 

@@ -30,7 +30,7 @@
 //! stale one, from a race with a discard, at worst allocates one page of
 //! zeros, which is what the hole reads as anyway.
 
-use crate::sys;
+use crate::{sys, DeviceError, ErrorClass};
 use std::fs::File;
 use std::io;
 use std::ops::Range;
@@ -379,7 +379,7 @@ fn page_size() -> u64 {
 }
 
 fn out_of_range() -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, "range outside the mapping")
+    DeviceError::new(ErrorClass::OutOfRange, "range outside the mapping").into()
 }
 
 impl Drop for MemoryMap {

@@ -69,16 +69,7 @@ impl Inner {
     }
 
     pub(crate) fn check(&self, offset: u64, len: u64) -> io::Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.geo.backing_size => Ok(()),
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "range {offset}+{len} is beyond the device size {}",
-                    self.geo.backing_size
-                ),
-            )),
-        }
+        block::check_range_of("device", self.geo.backing_size, offset, len)
     }
 
     /// Error once the device is shut down; called with the mode held, so

@@ -33,7 +33,7 @@
 //! - [`Server`]: TCP and unix-socket listeners, a live-replaceable table
 //!   of [`Export`]s with allow lists, the [`Session`]s in transmission,
 //!   and counters for metrics ([`ServerStats`]);
-//! - [`NbdConfig`]: the `[nbd]` section of the configuration;
+//! - [`ListenAddr`]: where the server listens, as `[nbd] listen` names it;
 //! - [`exports_of`] and `impl export::Frontend for Server`: the daemon's
 //!   device exports served over the [`export::Backing`] every transport
 //!   of a device shares (one range lock, one write-cache policy).
@@ -62,7 +62,7 @@ mod transmission;
 pub mod wire;
 
 pub use access::{Allow, Peer, Rule};
-pub use config::{ExportConfig, ListenAddr, NbdConfig, TlsConfig, DEFAULT_PORT};
+pub use config::{ListenAddr, TlsConfig, DEFAULT_PORT};
 pub use exports::{Export, ExportStats, DEFAULT_EXPORT};
 pub use frontend::exports_of;
 pub use server::{Limits, Server, ServerStats};

@@ -3,7 +3,7 @@
 
 use std::io;
 
-use block::{Allocation, BlockDevice};
+use block::{Allocation, BlockDevice, ErrorClass};
 use export::Backing;
 
 use crate::proto::*;
@@ -52,17 +52,23 @@ pub(crate) enum ReadShape {
 /// it stops.
 const MAX_EXTENTS: usize = 1 << 16;
 
-/// The protocol's error for an I/O error.
+/// The protocol's error for a failed device call.
 pub(crate) fn errno(e: &io::Error) -> u32 {
-    match e.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EROFS) | Some(libc::EACCES) => EPERM,
-        Some(libc::ENOMEM) => ENOMEM,
-        Some(libc::EINVAL) => EINVAL,
-        Some(libc::ENOSPC) | Some(libc::EDQUOT) => ENOSPC,
-        Some(libc::EOVERFLOW) => EOVERFLOW,
-        Some(libc::EOPNOTSUPP) => ENOTSUP,
-        _ if e.kind() == io::ErrorKind::InvalidInput => EINVAL,
-        _ => EIO,
+    class_error(block::classify(e))
+}
+
+/// The protocol's error for each class of device error. The protocol asks
+/// servers not to send ENOMEM, EOVERFLOW or ENOTSUP (but where it names
+/// them), and has no word for "not ready" or "try again".
+fn class_error(class: ErrorClass) -> u32 {
+    match class {
+        ErrorClass::Medium | ErrorClass::NotReady | ErrorClass::TimedOut => EIO,
+        ErrorClass::SpaceExhausted => ENOSPC,
+        ErrorClass::ReadOnly => EPERM,
+        // The client must disconnect, and may then reach the node that
+        // serves the device now.
+        ErrorClass::Fenced => ESHUTDOWN,
+        ErrorClass::OutOfRange | ErrorClass::Invalid | ErrorClass::Unsupported => EINVAL,
     }
 }
 
@@ -427,6 +433,58 @@ mod tests {
         assert!(!t.is_finished());
         drop(held);
         assert!(matches!(t.join().unwrap(), Outcome::Done));
+    }
+
+    fn os(n: i32) -> io::Error {
+        io::Error::from_raw_os_error(n)
+    }
+
+    fn kind(k: io::ErrorKind) -> io::Error {
+        io::Error::new(k, "from a device")
+    }
+
+    fn past_the_end() -> io::Error {
+        MemDevice::new(4096)
+            .read_at(&mut [0; 512], 4096)
+            .unwrap_err()
+    }
+
+    /// The value sent for `class` raised outright and for each of `errors`.
+    fn assert_sent(class: ErrorClass, errors: Vec<io::Error>, want: u32) {
+        let raised = block::DeviceError::new(class, "from a device").into();
+        for e in std::iter::once(raised).chain(errors) {
+            assert_eq!(errno(&e), want, "{e:?}");
+        }
+    }
+
+    /// A test for each class: the value sent for the class raised
+    /// outright and for the errors devices raise that mean it.
+    macro_rules! class_tests {
+        ($($test:ident: $class:ident => $want:expr, [$($e:expr),*];)*) => {$(
+            #[test]
+            fn $test() {
+                assert_sent(ErrorClass::$class, vec![$($e),*], $want);
+            }
+        )*};
+    }
+
+    class_tests! {
+        // ENOMEM and EOVERFLOW are values servers should not send.
+        a_medium_error_is_eio: Medium => EIO,
+            [os(libc::EIO), os(libc::ENOMEM), os(libc::EOVERFLOW)];
+        a_full_pool_is_enospc: SpaceExhausted => ENOSPC,
+            [kind(io::ErrorKind::StorageFull), os(libc::ENOSPC), os(libc::EDQUOT), os(libc::EFBIG)];
+        a_read_only_device_is_eperm: ReadOnly => EPERM,
+            [os(libc::EROFS), os(libc::EPERM), os(libc::EACCES)];
+        a_fenced_node_is_eshutdown: Fenced => ESHUTDOWN, [os(libc::ESHUTDOWN)];
+        a_device_not_ready_is_eio: NotReady => EIO, [os(libc::ENXIO)];
+        a_timeout_is_eio: TimedOut => EIO,
+            [kind(io::ErrorKind::TimedOut), os(libc::ETIMEDOUT)];
+        past_the_devices_end_is_einval: OutOfRange => EINVAL, [past_the_end()];
+        refused_arguments_are_einval: Invalid => EINVAL, [os(libc::EINVAL)];
+        // Servers send ENOTSUP only for a fast zero they cannot do.
+        an_unsupported_operation_is_einval: Unsupported => EINVAL,
+            [kind(io::ErrorKind::Unsupported), os(libc::EOPNOTSUPP)];
     }
 
     #[test]

@@ -85,14 +85,7 @@ impl VolumeDevice {
     }
 
     pub(crate) fn check(&self, offset: u64, len: u64) -> io::Result<()> {
-        let size = self.size();
-        match offset.checked_add(len) {
-            Some(end) if end <= size => Ok(()),
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("range {offset}+{len} is beyond the volume size {size}"),
-            )),
-        }
+        block::check_range_of("volume", self.size(), offset, len)
     }
 
     /// Writes one piece if its unit belongs to this volume alone.

@@ -472,16 +472,7 @@ impl RaidArray {
     }
 
     pub(crate) fn check(&self, offset: u64, len: u64) -> io::Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.size() => Ok(()),
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "range {offset}+{len} is beyond the array size {}",
-                    self.size()
-                ),
-            )),
-        }
+        block::check_range_of("array", self.size(), offset, len)
     }
 
     /// Splits `[offset, offset+len)` into the pieces one stripe holds:

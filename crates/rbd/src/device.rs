@@ -280,14 +280,7 @@ impl RbdDevice {
     }
 
     fn check_range(&self, offset: u64, len: u64) -> io::Result<()> {
-        let size = self.size();
-        match offset.checked_add(len) {
-            Some(end) if end <= size => Ok(()),
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("range {offset}+{len} is beyond the image size {size}"),
-            )),
-        }
+        block::check_range_of("image", self.size(), offset, len)
     }
 
     fn start_read(&self, len: usize, offset: u64) -> io::Result<InFlight> {

@@ -8,9 +8,9 @@ use block::AtomicWrites;
 use scsi_api::ScsiResponse;
 
 use crate::cdb::put32;
-use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome};
+use crate::lu::{Ctx, LogicalUnit, Outcome};
 use crate::rw::extent;
-use crate::sense::{asc, Sense};
+use crate::sense::{asc, io_sense, Sense};
 
 /// The device's atomic write limits in logical blocks, as the Block
 /// Limits page reports them (0: no alignment or granularity asked).

@@ -21,7 +21,7 @@ use crate::nexus::NexusState;
 use crate::registry::LuRegistry;
 use crate::reservations::{PortPair, PrState};
 use crate::sanitize::{SanitizeState, Waiter};
-use crate::sense::{asc, Failure, Sense};
+use crate::sense::{asc, io_sense, Failure, Sense};
 use crate::{pr_file, transfer};
 use export::Backing;
 
@@ -647,46 +647,6 @@ impl LogicalUnit {
         self.device
             .write_at(data, self.offset(lba), self.force_unit_access(fua))
             .map_err(|e| io_sense(&e, true))
-    }
-}
-
-/// Sense for a failed device call.
-pub(crate) fn io_sense(e: &io::Error, writing: bool) -> Sense {
-    if e.raw_os_error() == Some(libc::EROFS) {
-        return Sense::write_protected();
-    }
-    // The storage did not answer in time (a network device such as an RBD
-    // image whose cluster is slow or partitioned) and may still complete
-    // the request: nothing says the medium is bad, so not a MEDIUM ERROR
-    // but NOT READY with an operation in progress, which initiators retry
-    // after a pause (and multipath may send to another path).
-    if e.raw_os_error() == Some(libc::ETIMEDOUT) || e.kind() == io::ErrorKind::TimedOut {
-        return Sense::new(
-            crate::sense::key::NOT_READY,
-            crate::sense::asc::NOT_READY_OPERATION_IN_PROGRESS,
-        );
-    }
-    // A device that is there but cannot serve until an operator acts (an
-    // array whose members refused to assemble).
-    if e.raw_os_error() == Some(libc::ENXIO) {
-        return Sense::new(
-            crate::sense::key::NOT_READY,
-            crate::sense::asc::NOT_READY_MANUAL_INTERVENTION,
-        );
-    }
-    // A thin pool (or the file system under a sparse file) out of space:
-    // SBC's answer for a write that needs space the LU cannot allocate, so
-    // that initiators report a full pool rather than a failing disk.
-    if writing && e.kind() == io::ErrorKind::StorageFull {
-        return Sense::new(
-            crate::sense::key::DATA_PROTECT,
-            crate::sense::asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT,
-        );
-    }
-    if writing {
-        Sense::write_error()
-    } else {
-        Sense::read_error()
     }
 }
 

@@ -5,9 +5,9 @@ use scsi_api::ScsiResponse;
 
 use crate::cdb::{be16, be32, truncate, u8_at};
 use crate::commands::op;
-use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome};
+use crate::lu::{Ctx, LogicalUnit, Outcome};
 use crate::mode::{self, Medium, PageControl};
-use crate::sense::{asc, Sense};
+use crate::sense::{asc, io_sense, Sense};
 
 impl LogicalUnit {
     fn medium(&self, ctx: &Ctx<'_>) -> Medium {

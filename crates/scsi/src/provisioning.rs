@@ -6,9 +6,9 @@ use scsi_api::ScsiResponse;
 
 use crate::cdb::{be16, be32, be64, put32, put64, truncate, u8_at};
 use crate::commands::op;
-use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome, MAX_UNMAP_DESCRIPTORS};
+use crate::lu::{Ctx, LogicalUnit, Outcome, MAX_UNMAP_DESCRIPTORS};
 use crate::rw::extent;
-use crate::sense::Sense;
+use crate::sense::{io_sense, Sense};
 
 /// WRITE SAME writes its pattern in pieces of this size.
 const WRITE_SAME_CHUNK: usize = 1 << 20;

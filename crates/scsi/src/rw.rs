@@ -7,8 +7,8 @@ use smallvec::SmallVec;
 
 use crate::cdb::{be16, be24, be32, be64, u8_at};
 use crate::commands::op;
-use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome, MAX_COMPARE_AND_WRITE_BLOCKS};
-use crate::sense::{asc, Sense};
+use crate::lu::{Ctx, LogicalUnit, Outcome, MAX_COMPARE_AND_WRITE_BLOCKS};
+use crate::sense::{asc, io_sense, Sense};
 
 /// READs from this size on whose pages the file's mapping cannot send
 /// (pages not known to exist) go out with `sendfile` when the transport

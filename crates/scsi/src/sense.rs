@@ -4,6 +4,13 @@
 //! sense-key specific bytes); [`Sense::encode`] renders it in fixed format
 //! (SPC-4 4.5.3) or descriptor format (SPC-4 4.5.2), chosen by the D_SENSE
 //! bit of the control mode page.
+//!
+//! A failed device call is answered by the class of its error
+//! ([`block::classify`]), one sense per class ([`class_sense`]).
+
+use std::io;
+
+use block::ErrorClass;
 
 /// Sense keys (SPC-4 table 27).
 pub mod key {
@@ -24,6 +31,7 @@ pub mod asc {
     pub const NOT_READY_OPERATION_IN_PROGRESS: (u8, u8) = (0x04, 0x07);
     pub const NOT_READY_MANUAL_INTERVENTION: (u8, u8) = (0x04, 0x03);
     pub const NOT_READY_SANITIZE_IN_PROGRESS: (u8, u8) = (0x04, 0x1B);
+    pub const NOT_ACCESSIBLE_TARGET_PORT_UNAVAILABLE: (u8, u8) = (0x04, 0x0C);
     pub const WRITE_ERROR: (u8, u8) = (0x0C, 0x00);
     pub const COPY_TARGET_NOT_REACHABLE: (u8, u8) = (0x0D, 0x02);
     pub const INVALID_FIELD_IN_INFORMATION_UNIT: (u8, u8) = (0x0E, 0x03);
@@ -213,6 +221,52 @@ impl Sense {
     }
 }
 
+/// Sense for a failed device call; `writing` when it changed the medium.
+pub(crate) fn io_sense(e: &io::Error, writing: bool) -> Sense {
+    class_sense(block::classify(e), writing)
+}
+
+/// The sense of each class of device error.
+pub(crate) fn class_sense(class: ErrorClass, writing: bool) -> Sense {
+    match class {
+        ErrorClass::Medium => medium_error(writing),
+        // SBC's answer for a write that needs space a thin LU cannot
+        // allocate: initiators report a full pool, not a failing disk. A
+        // read allocates nothing, so it failed for some other reason.
+        ErrorClass::SpaceExhausted if writing => Sense::new(
+            key::DATA_PROTECT,
+            asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT,
+        ),
+        ErrorClass::SpaceExhausted => medium_error(false),
+        ErrorClass::ReadOnly => Sense::write_protected(),
+        // Another node serves the LU now: as the ALUA unavailable state
+        // says, so multipath moves to a path through that node.
+        ErrorClass::Fenced => {
+            Sense::new(key::NOT_READY, asc::NOT_ACCESSIBLE_TARGET_PORT_UNAVAILABLE)
+        }
+        ErrorClass::NotReady => Sense::new(key::NOT_READY, asc::NOT_READY_MANUAL_INTERVENTION),
+        // Nothing says the medium is bad, and the request may still
+        // complete: initiators retry after a pause (and multipath may send
+        // to another path).
+        ErrorClass::TimedOut => Sense::new(key::NOT_READY, asc::NOT_READY_OPERATION_IN_PROGRESS),
+        ErrorClass::OutOfRange => Sense::lba_out_of_range(),
+        // The CDB was checked before the device saw it, so a device that
+        // refuses the arguments is this target's own failure.
+        ErrorClass::Invalid => Sense::internal_failure(),
+        // Initiators stop sending a command answered so (Linux turns
+        // UNMAP and WRITE SAME off for the disk).
+        ErrorClass::Unsupported => Sense::illegal(asc::INVALID_OPCODE),
+    }
+}
+
+fn medium_error(writing: bool) -> Sense {
+    if writing {
+        Sense::write_error()
+    } else {
+        Sense::read_error()
+    }
+}
+
 /// Why a command did not complete with GOOD.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Failure {
@@ -264,6 +318,75 @@ mod tests {
         assert_eq!(&s[12..20], &7u64.to_be_bytes());
         assert_eq!(&s[20..24], &[0x02, 0x06, 0x00, 0x00]);
         assert_eq!(&s[24..27], &[0x80, 0x00, 0x03]);
+    }
+
+    fn errno(n: i32) -> io::Error {
+        io::Error::from_raw_os_error(n)
+    }
+
+    fn kind(k: io::ErrorKind) -> io::Error {
+        io::Error::new(k, "from a device")
+    }
+
+    /// The (key, ASC, ASCQ) of `class` raised outright and of each of
+    /// `errors`, on a write and on a read.
+    fn assert_answers(class: ErrorClass, errors: Vec<io::Error>, write: Answer, read: Answer) {
+        let raised = block::DeviceError::new(class, "from a device").into();
+        for e in std::iter::once(raised).chain(errors) {
+            for (writing, want) in [(true, write), (false, read)] {
+                let s = io_sense(&e, writing);
+                assert_eq!((s.key, s.asc, s.ascq), want, "{e:?}, writing: {writing}");
+            }
+        }
+    }
+
+    type Answer = (u8, u8, u8);
+    const WRITE_ERROR: Answer = (key::MEDIUM_ERROR, 0x0C, 0x00);
+    const READ_ERROR: Answer = (key::MEDIUM_ERROR, 0x11, 0x00);
+    const SPACE_ALLOCATION_FAILED: Answer = (key::DATA_PROTECT, 0x27, 0x07);
+    const WRITE_PROTECTED: Answer = (key::DATA_PROTECT, 0x27, 0x00);
+    const PORT_UNAVAILABLE: Answer = (key::NOT_READY, 0x04, 0x0C);
+    const MANUAL_INTERVENTION: Answer = (key::NOT_READY, 0x04, 0x03);
+    const IN_PROGRESS: Answer = (key::NOT_READY, 0x04, 0x07);
+    const LBA_OUT_OF_RANGE: Answer = (key::ILLEGAL_REQUEST, 0x21, 0x00);
+    const INTERNAL_FAILURE: Answer = (key::HARDWARE_ERROR, 0x44, 0x00);
+    const INVALID_OPCODE: Answer = (key::ILLEGAL_REQUEST, 0x20, 0x00);
+
+    /// A test for each class: its sense on a write and on a read, for the
+    /// class raised outright and for the errors devices raise that mean it.
+    macro_rules! class_tests {
+        ($($test:ident: $class:ident => $write:expr, $read:expr, [$($e:expr),*];)*) => {$(
+            #[test]
+            fn $test() {
+                assert_answers(ErrorClass::$class, vec![$($e),*], $write, $read);
+            }
+        )*};
+    }
+
+    class_tests! {
+        // What nothing better is known of is a medium error too.
+        a_medium_error_is_a_write_or_read_error: Medium => WRITE_ERROR, READ_ERROR,
+            [errno(libc::EIO), errno(libc::ENOMEM), kind(io::ErrorKind::InvalidData)];
+        // The pool's own error and the file system's; a read allocates
+        // nothing, so one that meets a full pool is a read error.
+        a_write_out_of_space_is_a_space_allocation_failure:
+            SpaceExhausted => SPACE_ALLOCATION_FAILED, READ_ERROR,
+            [kind(io::ErrorKind::StorageFull), errno(libc::ENOSPC), errno(libc::EDQUOT)];
+        a_read_only_device_is_write_protected: ReadOnly => WRITE_PROTECTED, WRITE_PROTECTED,
+            [errno(libc::EROFS), errno(libc::EACCES)];
+        a_fenced_node_is_an_unavailable_port: Fenced => PORT_UNAVAILABLE, PORT_UNAVAILABLE,
+            [errno(libc::ESHUTDOWN)];
+        a_device_not_ready_needs_manual_intervention:
+            NotReady => MANUAL_INTERVENTION, MANUAL_INTERVENTION, [errno(libc::ENXIO)];
+        a_timeout_is_retryable: TimedOut => IN_PROGRESS, IN_PROGRESS,
+            [errno(libc::ETIMEDOUT), kind(io::ErrorKind::TimedOut)];
+        past_the_devices_end_is_an_lba_out_of_range:
+            OutOfRange => LBA_OUT_OF_RANGE, LBA_OUT_OF_RANGE, [];
+        refused_arguments_are_an_internal_target_failure:
+            Invalid => INTERNAL_FAILURE, INTERNAL_FAILURE, [errno(libc::EINVAL)];
+        an_unsupported_operation_is_an_invalid_opcode:
+            Unsupported => INVALID_OPCODE, INVALID_OPCODE,
+            [kind(io::ErrorKind::Unsupported), errno(libc::EOPNOTSUPP)];
     }
 
     #[test]

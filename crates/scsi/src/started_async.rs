@@ -16,8 +16,9 @@ use scsi_api::{Answer, ScsiResponse};
 
 use crate::cdb::u8_at;
 use crate::commands::op;
-use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome};
+use crate::lu::{Ctx, LogicalUnit, Outcome};
 use crate::rw::{extent, fua_of};
+use crate::sense::io_sense;
 use crate::started_read::Hold;
 use crate::transfer;
 

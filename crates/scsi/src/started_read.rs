@@ -9,8 +9,9 @@ use std::sync::Arc;
 use block::DirectRead;
 use scsi_api::{HeldData, ReadStart, ScsiResponse, StartedRead};
 
-use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome};
+use crate::lu::{Ctx, LogicalUnit, Outcome};
 use crate::rw::extent;
+use crate::sense::io_sense;
 
 impl LogicalUnit {
     /// A READ of a device with [`block::BlockDevice::direct_read`], started

@@ -17,8 +17,9 @@ use scsi_api::{Fill, ScsiResponse, StartedWrite, WriteStart};
 
 use crate::cdb::u8_at;
 use crate::commands::op;
-use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome};
+use crate::lu::{Ctx, LogicalUnit, Outcome};
 use crate::rw::{extent, fua_of};
+use crate::sense::io_sense;
 use crate::transfer;
 
 impl LogicalUnit {

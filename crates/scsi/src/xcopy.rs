@@ -12,9 +12,9 @@ use scsi_api::{status, ScsiResponse};
 
 use crate::cdb::{be16, be32, be64, put16, put32, truncate, u8_at};
 use crate::commands::{sa, Access};
-use crate::lu::{io_sense, Ctx, LogicalUnit, Outcome, MAX_TRANSFER_BYTES};
+use crate::lu::{Ctx, LogicalUnit, Outcome, MAX_TRANSFER_BYTES};
 use crate::nexus::CopyResult;
-use crate::sense::{asc, key, Failure, Sense};
+use crate::sense::{asc, io_sense, key, Failure, Sense};
 
 pub const MAX_TARGET_DESCRIPTORS: usize = 2;
 pub const MAX_SEGMENT_DESCRIPTORS: usize = 1;

@@ -3,29 +3,6 @@ use super::*;
 use crate::sense::key;
 
 #[test]
-fn a_write_out_of_space_is_a_space_allocation_failure() {
-    let full = io::Error::new(io::ErrorKind::StorageFull, "pool is full");
-    let s = io_sense(&full, true);
-    assert_eq!((s.key, s.asc, s.ascq), (key::DATA_PROTECT, 0x27, 0x07));
-    let enospc = io::Error::from_raw_os_error(libc::ENOSPC);
-    let s = io_sense(&enospc, true);
-    assert_eq!((s.key, s.asc, s.ascq), (key::DATA_PROTECT, 0x27, 0x07));
-    // Other failures stay medium errors.
-    let s = io_sense(&io::Error::from_raw_os_error(libc::EIO), true);
-    assert_eq!(s.key, key::MEDIUM_ERROR);
-}
-
-#[test]
-fn a_timeout_is_retryable_and_a_lost_lock_is_write_protection() {
-    for writing in [false, true] {
-        let s = io_sense(&io::Error::from_raw_os_error(libc::ETIMEDOUT), writing);
-        assert_eq!((s.key, s.asc, s.ascq), (key::NOT_READY, 0x04, 0x07));
-    }
-    let s = io_sense(&io::Error::from_raw_os_error(libc::EROFS), true);
-    assert_eq!((s.key, s.asc, s.ascq), (key::DATA_PROTECT, 0x27, 0x00));
-}
-
-#[test]
 fn first_contact_gets_power_on_unit_attention_once() {
     let lu = lu();
     let a = nexus("a");
