@@ -292,7 +292,6 @@ async fn serve(
         current: Mutex::new(current),
         server: server.clone(),
         frontends: vec![server.clone(), Arc::new(nbd.server.clone())],
-        nbd: nbd.server.clone(),
         stats,
         portals: Mutex::new(portals),
         jobs: Arc::default(),

@@ -49,8 +49,6 @@ pub struct Admin {
     pub server: Arc<iscsi::Server>,
     /// Every transport, each given the exports of a change.
     pub frontends: Vec<Arc<dyn export::Frontend>>,
-    /// The NBD transport, for its sessions.
-    pub nbd: nbd::Server,
     /// The daemon's I/O statistics (one registry for its whole life).
     pub stats: Arc<stats::Registry>,
     /// The iSCSI listeners, one per portal (lock after `current`).

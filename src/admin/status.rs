@@ -225,7 +225,7 @@ fn nbd_exports(
     degraded: &mut Vec<Value>,
     reported: &mut Vec<String>,
 ) -> Vec<Value> {
-    let sessions = admin.nbd.sessions();
+    let sessions = super::sessions::all(admin);
     current
         .config
         .nbd_exports()
@@ -240,8 +240,8 @@ fn nbd_exports(
             }
             let peers: Vec<&str> = sessions
                 .iter()
-                .filter(|s| s.export == e.name)
-                .map(|s| s.peer.as_str())
+                .filter(|s| s["transport"] == "nbd" && s["export"] == e.name.as_str())
+                .filter_map(|s| s["peer"].as_str())
                 .collect();
             json!({
                 "name": e.name,
