@@ -20,6 +20,7 @@ use crate::journal::{Journal, JOURNAL_SLOTS, MAX_ATOMIC_BYTES};
 use crate::locks::StripeLocks;
 use crate::log::Log;
 use crate::member::{Member, SyncState, Zeroing};
+use crate::provision::reads_as_zeros;
 use crate::replace::place_replacements;
 use crate::spread::{spread, SPREAD_MIN_BYTES};
 use crate::superblock::{data_offset, layout, Superblock, BITMAP_OFFSET, LOG_OFFSET, MAX_MEMBERS};
@@ -141,7 +142,17 @@ impl RaidArray {
             RegionSet::new(rows.div_ceil(region_rows)),
         );
         let mut resync = RegionSet::new(bitmap.regions);
-        if !options.assume_clean && level != Level::Raid0 {
+        // Members never written (sparse files, thin volumes) already agree:
+        // zeros everywhere, whose parity is zeros. Writing parity over them
+        // would only allocate every member in full.
+        let data = rows * options.chunk;
+        let unwritten = members
+            .iter()
+            .all(|m| reads_as_zeros(&**m, data_offset, data));
+        if unwritten && level != Level::Raid0 && !options.assume_clean {
+            tracing::info!("RAID members are unwritten (they read as zeros): no initial resync");
+        }
+        if !options.assume_clean && level != Level::Raid0 && !unwritten {
             for r in 0..bitmap.regions {
                 resync.set(r, true);
             }

@@ -10,7 +10,7 @@
 use std::io;
 use std::sync::atomic::Ordering;
 
-use block::{Allocation, Capabilities};
+use block::{Allocation, BlockDevice, Capabilities};
 
 use crate::array::RaidArray;
 use crate::core::array_failed;
@@ -244,6 +244,22 @@ fn combine(extents: &[(Allocation, u64)]) -> (Allocation, u64) {
             None => (Allocation::Mapped, 0),
         },
     }
+}
+
+/// Whether `[offset, offset+len)` of `dev` is unallocated throughout on a
+/// device whose unallocated blocks read as zeros: never written.
+pub(crate) fn reads_as_zeros(dev: &dyn BlockDevice, offset: u64, len: u64) -> bool {
+    if !dev.capabilities().discard_zeroes {
+        return false;
+    }
+    let (mut at, end) = (offset, offset + len);
+    while at < end {
+        match dev.allocation(at, end - at) {
+            Ok((Allocation::Deallocated, n)) if n > 0 => at += n,
+            _ => return false,
+        }
+    }
+    true
 }
 
 #[cfg(test)]

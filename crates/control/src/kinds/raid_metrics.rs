@@ -178,7 +178,8 @@ mod tests {
         .unwrap();
         array.wait_idle(std::time::Duration::from_secs(30));
         array.name_members(&[(members[1].clone(), "m1".into())]);
-        array.write_at(&[3; 4096], 0, true).unwrap();
+        // Whole rows: every member takes data or parity.
+        array.write_at(&vec![3; 1 << 20], 0, true).unwrap();
         array.fail(2).unwrap();
         let s = raid_samples("r5", &array);
         let find = |name: &str, member: Option<&str>| {
