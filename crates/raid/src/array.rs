@@ -1,6 +1,6 @@
-//! [`RaidArray`]: the array as a [`BlockDevice`], and how it is made:
-//! created on blank members or assembled from members that carry its
-//! superblock.
+//! [`RaidArray`]: the array as a [`BlockDevice`], and how it is created
+//! on blank members (assembly from members that carry its superblock is
+//! in `assemble.rs`).
 
 use std::io;
 use std::ops::Range;
@@ -11,9 +11,9 @@ use std::thread::JoinHandle;
 use block::{Allocation, BlockDevice, Capabilities};
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::bitmap::{bitmap_bytes, read_bitmap, write_image_to, Bitmap, RegionSet};
+use crate::bitmap::{bitmap_bytes, write_image_to, Bitmap, RegionSet};
 use crate::core::{array_failed, Core, RaidOptions};
-use crate::force::{force_in, forceable, Forced, ForcedMember};
+use crate::force::ForcedMember;
 use crate::geometry::{Geometry, Level};
 use crate::io_stripes::RUN_BYTES;
 use crate::journal::{Journal, JOURNAL_SLOTS, MAX_ATOMIC_BYTES};
@@ -21,9 +21,8 @@ use crate::locks::StripeLocks;
 use crate::log::Log;
 use crate::member::{Member, SyncState, Zeroing};
 use crate::provision::reads_as_zeros;
-use crate::replace::place_replacements;
 use crate::spread::{spread, SPREAD_MIN_BYTES};
-use crate::superblock::{data_offset, layout, Superblock, BITMAP_OFFSET, LOG_OFFSET, MAX_MEMBERS};
+use crate::superblock::{data_offset, layout, BITMAP_OFFSET, LOG_OFFSET, MAX_MEMBERS};
 
 /// Why members do not make an array.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +60,7 @@ pub struct RaidArray {
     pub(crate) forced: Vec<ForcedMember>,
 }
 
-fn name_of(dev: &dyn BlockDevice) -> String {
+pub(crate) fn name_of(dev: &dyn BlockDevice) -> String {
     dev.describe()
 }
 
@@ -199,256 +198,7 @@ impl RaidArray {
         Ok(RaidArray::start(core))
     }
 
-    /// Puts an array together from devices carrying its superblock, in
-    /// any order: members by their slot, spares as spares. Refuses a
-    /// device of another array, one that missed events, or too few.
-    pub fn assemble(
-        devices: Vec<Arc<dyn BlockDevice>>,
-        options: RaidOptions,
-    ) -> Result<RaidArray, AssembleError> {
-        Self::assemble_with(devices, options, false).map(|f| f.array)
-    }
-
-    /// [`RaidArray::assemble`] that, when the members at the newest
-    /// events are too few, takes the freshest stale members as in sync
-    /// until the array can serve (see [`crate::force`]). Stale members not
-    /// needed (or not forceable) are left out, for the caller to re-add.
-    pub fn assemble_forced(
-        devices: Vec<Arc<dyn BlockDevice>>,
-        options: RaidOptions,
-    ) -> Result<Forced, AssembleError> {
-        Self::assemble_with(devices, options, true)
-    }
-
-    fn assemble_with(
-        devices: Vec<Arc<dyn BlockDevice>>,
-        options: RaidOptions,
-        force: bool,
-    ) -> Result<Forced, AssembleError> {
-        let mut found = Vec::new();
-        for d in devices {
-            let name = name_of(&*d);
-            match Superblock::read_from(&*d)? {
-                Ok(Some(sb)) => found.push((d, name, sb)),
-                Ok(None) => return Err(AssembleError::NoSuperblock(name)),
-                Err(e) => return Err(AssembleError::BadSuperblock(name, e)),
-            }
-        }
-        let Some(first) = found.iter().find(|f| !f.2.is_spare()) else {
-            return Err(AssembleError::Invalid("no member devices given".into()));
-        };
-        let reference = first.2.clone();
-        let events = found
-            .iter()
-            .filter(|f| !f.2.is_spare())
-            .map(|f| f.2.events)
-            .max()
-            .unwrap_or(0);
-        let keep_since = found
-            .iter()
-            .filter(|f| f.2.events == events)
-            .map(|f| f.2.keep_since)
-            .max()
-            .unwrap_or(0);
-        // Who owns each slot, by the newest superblocks.
-        let roster = found
-            .iter()
-            .filter(|f| !f.2.is_spare() && f.2.events == events)
-            .filter(|f| f.2.array_id == reference.array_id)
-            .map(|f| f.2.roster.clone())
-            .max_by_key(|r| r.iter().filter(|id| **id != 0).count())
-            .unwrap_or_default();
-        let geo = reference.geometry();
-        let data_offset = reference.data_offset();
-        let mut slots: Vec<Option<Arc<Member>>> = vec![None; geo.members];
-        let mut spares = Vec::new();
-        let mut replacements = Vec::new();
-        let mut stale = Vec::new();
-        let mut left_out = Vec::new();
-        for (dev, name, sb) in &found {
-            if sb.array_id != reference.array_id {
-                return Err(AssembleError::Foreign(
-                    name.clone(),
-                    sb.array_id,
-                    reference.array_id,
-                ));
-            }
-            if sb.geometry() != geo
-                || sb.region_rows != reference.region_rows
-                || sb.log_slots != reference.log_slots
-                || sb.journal_slots != reference.journal_slots
-                || sb.journal_max != reference.journal_max
-            {
-                return Err(AssembleError::Geometry(name.clone()));
-            }
-            if sb.is_spare() {
-                spares.push(Arc::new(
-                    Member::new(dev.clone(), name.clone(), SyncState::InSync, data_offset)
-                        .with_id(sb.member_id),
-                ));
-                continue;
-            }
-            if sb.released {
-                return Err(AssembleError::Released(name.clone()));
-            }
-            if sb.events < events {
-                if !force {
-                    return Err(AssembleError::Stale(name.clone(), sb.events, events));
-                }
-                if forceable(sb, &geo) && sb.owns_slot(&roster) {
-                    stale.push((dev.clone(), name.clone(), sb.slot as usize, sb.events));
-                } else {
-                    left_out.push(dev.clone());
-                }
-                continue;
-            }
-            let slot = sb.slot as usize;
-            if slot >= geo.members {
-                return Err(AssembleError::Invalid(format!(
-                    "{name} has slot {slot} of {}",
-                    geo.members
-                )));
-            }
-            if sb.replacement {
-                replacements.push((slot, dev.clone(), name.clone()));
-                continue;
-            }
-            if !sb.owns_slot(&roster) {
-                return Err(AssembleError::Superseded(name.clone(), sb.slot, None));
-            }
-            if let Some(other) = &slots[slot] {
-                return Err(AssembleError::DuplicateSlot(
-                    name.clone(),
-                    sb.slot,
-                    other.name(),
-                ));
-            }
-            let state = if sb.recovering {
-                SyncState::Recovering {
-                    done_rows: 0,
-                    stale: None,
-                }
-            } else {
-                SyncState::InSync
-            };
-            slots[slot] = Some(Arc::new(
-                Member::new(dev.clone(), name.clone(), state, data_offset).with_id(sb.member_id),
-            ));
-        }
-        // Forced members go in before the replacements are placed, which
-        // then copy beside them as beside any in-sync member.
-        let forced = force_in(
-            &geo,
-            &mut slots,
-            stale,
-            (events, data_offset),
-            &mut left_out,
-        );
-        let replacements = place_replacements(&mut slots, replacements, data_offset)?;
-        let lost: Vec<bool> = slots
-            .iter()
-            .map(|s| s.as_ref().is_none_or(|m| !m.is_in_sync()))
-            .collect();
-        if !geo.survives(&lost) {
-            let missing = lost
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| **l)
-                .map(|(i, _)| i)
-                .collect();
-            return Err(AssembleError::TooFew(missing));
-        }
-        // The bits of every in-sync member: any of them may have been the
-        // one written last before the stop.
-        let regions = geo.rows.div_ceil(reference.region_rows);
-        let mut dirty = RegionSet::new(regions);
-        for m in slots.iter().flatten().filter(|m| m.is_in_sync()) {
-            dirty.union(&read_bitmap(&*m.dev, regions)?);
-        }
-        let resync = dirty.clone();
-        let bitmap = Bitmap::new(reference.region_rows, geo.rows, dirty);
-        let mut core = Core::new(
-            geo,
-            reference.array_id,
-            options,
-            (slots, spares),
-            bitmap,
-            resync,
-            (
-                events,
-                reference.log_slots,
-                reference.journal_slots,
-                reference.journal_max,
-            ),
-        );
-        core.events.lock().1 = keep_since;
-        {
-            let mut owners = core.roster.lock();
-            for (slot, id) in roster.iter().enumerate().take(owners.len()) {
-                if owners[slot] == 0 {
-                    owners[slot] = *id;
-                }
-            }
-        }
-        // The scrub schedule goes on from the last scrub any member saw.
-        if let Some(last) = found
-            .iter()
-            .map(|f| f.2.last_scrub)
-            .max()
-            .filter(|t| *t > 0)
-        {
-            *core.last_scrub_at.lock() =
-                std::time::UNIX_EPOCH + std::time::Duration::from_millis(last);
-            core.last_scrub_ms.store(last, Ordering::Relaxed);
-        }
-        if reference.log_slots > 0 {
-            // Before any I/O: rows a cut left half-written are made whole.
-            let (log, sectors) = core.replay_log(reference.log_slots)?;
-            if sectors > 0 {
-                tracing::info!(sectors, "RAID partial parity log replayed");
-            }
-            core.log = Some(log);
-        }
-        // Records below the floor of the newest superblocks are void.
-        let floor = found
-            .iter()
-            .filter(|f| !f.2.is_spare() && f.2.events == events)
-            .map(|f| f.2.journal_floor)
-            .max()
-            .unwrap_or(0);
-        let scan = core.scan_journal(floor);
-        if let Some(j) = &mut core.journal {
-            *j = Journal::new(j.slots, j.max_bytes, scan.top + 2);
-            for (seq, _, _) in &scan.replay {
-                j.hold(*seq);
-            }
-        }
-        let core = Arc::new(core);
-        for (slot, new) in replacements {
-            tracing::info!(replacement = %new.name(), slot, "RAID member replacement starts over");
-            let old = core.slots.read()[slot]
-                .clone()
-                .expect("placed beside a member");
-            *old.replacement.write() = Some(new);
-        }
-        let whole = core.whole();
-        core.bitmap.set_keep(!whole);
-        if !whole || !forced.is_empty() {
-            // Whoever is missing now must come back as stale; a forced
-            // member is current from now on.
-            core.write_superblocks();
-        }
-        for f in &forced {
-            tracing::warn!(member = %f.name, slot = f.slot, events_behind = f.gap,
-                "RAID member forced into the array: writes it missed are lost");
-        }
-        let mut array = RaidArray::start(core);
-        array.forced = forced;
-        array.replay_journal(scan)?;
-        Ok(Forced { array, left_out })
-    }
-
-    fn start(core: Arc<Core>) -> RaidArray {
+    pub(crate) fn start(core: Arc<Core>) -> RaidArray {
         for m in core.members().iter().flatten() {
             core.adopt(m);
             if let Some(r) = m.replacement() {
@@ -572,7 +322,7 @@ impl Drop for RaidArray {
 impl Core {
     /// `members`: by slot, and spares; `counts`: events, log slots,
     /// journal slots and the journal's longest write.
-    fn new(
+    pub(crate) fn new(
         geo: Geometry,
         array_id: u128,
         options: RaidOptions,

@@ -26,6 +26,7 @@
 
 mod admin;
 mod array;
+mod assemble;
 pub mod bitmap;
 mod core;
 pub mod force;
