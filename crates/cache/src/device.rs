@@ -1,21 +1,20 @@
-//! The cache device: opening (or formatting) the cache, the admin
-//! operations, and the `BlockDevice` face. The I/O paths are in `io.rs`,
-//! write-back in `writeback.rs`.
+//! The cache device: its options and shared state, the admin operations,
+//! and the `BlockDevice` face. Opening (or formatting) the cache is in
+//! `open.rs`, the I/O paths in `io.rs`, write-back in `writeback.rs`.
 
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use block::{BlockDevice, Capabilities};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
-use crate::commit::{format, MetaWriter};
+use crate::commit::MetaWriter;
 use crate::geometry::Geometry;
 use crate::label::{self, Label};
 use crate::locks::LineLocks;
-use crate::meta::{load_table, read_superblock, Found, Superblock};
 use crate::mode::Mode;
 use crate::policy::PolicyKind;
 use crate::state::State;
@@ -196,7 +195,7 @@ impl Inner {
         Ok(())
     }
 
-    fn label(&self, dirty: bool) -> Label {
+    pub(crate) fn label(&self, dirty: bool) -> Label {
         Label {
             dirty,
             failed: self.is_failed(),
@@ -217,287 +216,10 @@ impl Inner {
 /// A fast device caching a slow one. See the crate docs.
 pub struct CacheDevice {
     pub(crate) inner: Arc<Inner>,
-    worker: Mutex<Option<Worker>>,
-}
-
-fn refused(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg)
-}
-
-/// Whether `sb` is a cache of this backing made for another line size
-/// that holds nothing not yet written back, so formatting it for the new
-/// line size loses no data.
-fn relined_clean(
-    cache: &dyn BlockDevice,
-    sb: &Superblock,
-    options: &CacheOptions,
-    exposed: u64,
-) -> io::Result<bool> {
-    // Only after a clean stop: a cache open elsewhere, or stopped
-    // uncleanly, is never clean.
-    if !sb.clean
-        || sb.backing_id != options.backing_id
-        || sb.backing_size != exposed
-        || sb.line == options.line_size
-        || sb.failed
-    {
-        return Ok(false);
-    }
-    let old = Geometry::new(cache.size(), exposed, sb.line)?;
-    if old.slots != sb.slots {
-        return Ok(false);
-    }
-    let table = load_table(cache, &old, sb.instance)?;
-    Ok(table
-        .entries
-        .iter()
-        .all(|(e, _)| e.line.is_none() || e.dirty == 0))
-}
-
-/// The refusal to serve a backing whose newest writes are on a cache
-/// device that is not there.
-fn lost_cache(options: &CacheOptions, l: &Label, why: String) -> io::Error {
-    refused(format!(
-        "backing {:?} holds writes not yet written back that only cache device {} has, \
-         and {why}: the backing alone would serve blocks older than what was \
-         acknowledged, so it is not served. Bring that cache device back (a mirrored \
-         cache device, a RAID1, survives the loss of one), or give those writes up \
-         with accept_lost_writes = true",
-        options.backing_id, l.cache
-    ))
-}
-
-fn new_instance() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish()
+    pub(crate) worker: Mutex<Option<Worker>>,
 }
 
 impl CacheDevice {
-    /// Opens the cache in `cache` over `backing`: warm from its metadata
-    /// when it is a cache of this backing, formatted when `options.format`
-    /// allows it, refused otherwise.
-    pub fn open(
-        cache: Arc<dyn BlockDevice>,
-        backing: Arc<dyn BlockDevice>,
-        options: CacheOptions,
-    ) -> io::Result<CacheDevice> {
-        let exposed = label::exposed_size(&*backing)?;
-        let geo = Geometry::new(cache.size(), exposed, options.line_size)?;
-        let fresh = Superblock {
-            seq: 0,
-            instance: new_instance(),
-            line: geo.line,
-            slots: geo.slots,
-            backing_size: exposed,
-            backing_id: options.backing_id.clone(),
-            clean: false,
-            failed: false,
-            mode: options.mode,
-        };
-        let on_backing = label::read(&*backing)?;
-        let mark = on_backing.clone().filter(|l| l.dirty);
-        let found = match read_superblock(&*cache) {
-            Ok(found) => found,
-            Err(e) => {
-                return Err(match &mark {
-                    Some(l) => lost_cache(&options, l, format!("it cannot be read: {e}")),
-                    None => e,
-                })
-            }
-        };
-        let mut options = options;
-        // The backing marked as depending on another cache device than
-        // this one (or on this one, failed): its blocks may be older than
-        // what was acknowledged.
-        let lost = mark.as_ref().and_then(|l| {
-            let why = match &found {
-                Found::Superblock { sb, .. }
-                    if sb.instance == l.instance && !sb.failed && !l.failed =>
-                {
-                    return None
-                }
-                Found::Superblock { sb, .. } if sb.instance == l.instance => {
-                    "it failed while in use".to_string()
-                }
-                Found::Superblock { sb, .. } => format!(
-                    "{} holds another cache (of {:?}), formatted since",
-                    cache.describe(),
-                    sb.backing_id
-                ),
-                Found::Blank => format!("{} is blank: a new or another device", cache.describe()),
-                Found::Garbage => format!("{} holds no cache", cache.describe()),
-            };
-            Some((l.clone(), why))
-        });
-        if let Some((l, why)) = &lost {
-            if !options.accept_lost_writes {
-                return Err(lost_cache(&options, l, why.clone()));
-            }
-            // Never the cache of another backing, though.
-            let other = matches!(&found, Found::Superblock { sb, .. } if sb.backing_id != options.backing_id);
-            if !other {
-                options.format = FormatPolicy::Always;
-            }
-        }
-        // This cache device failed while in use, with nothing stranded on
-        // it: the backing has moved on since, so its copies are stale, and
-        // it is formatted anew (losing nothing).
-        let failed_clean = match (&found, &on_backing) {
-            (Found::Superblock { sb, .. }, Some(l)) if mark.is_none() => {
-                (sb.failed || l.failed && l.instance == sb.instance)
-                    && sb.backing_id == options.backing_id
-            }
-            (Found::Superblock { sb, .. }, None) => {
-                sb.failed && sb.backing_id == options.backing_id
-            }
-            _ => false,
-        };
-        if failed_clean {
-            options.format = FormatPolicy::Always;
-        }
-        if let Found::Superblock { sb, .. } = &found {
-            if mark.is_none() && relined_clean(&*cache, sb, &options, exposed)? {
-                // Nothing to write back: the cache is formatted for the new
-                // line size and warms up again.
-                options.format = FormatPolicy::Always;
-            }
-        }
-        let mut unclean_dirty = None;
-        let (meta, state) = match found {
-            Found::Superblock { sb, copy } => {
-                let same = sb.backing_id == fresh.backing_id
-                    && sb.backing_size == fresh.backing_size
-                    && sb.line == fresh.line
-                    && sb.slots == fresh.slots;
-                if sb.failed && options.format != FormatPolicy::Always {
-                    return Err(refused(format!(
-                        "{} failed while caching {:?}: the backing may have changed since, \
-                         so what it holds is not trusted; format it to use it again",
-                        cache.describe(),
-                        sb.backing_id
-                    )));
-                }
-                if same && options.format != FormatPolicy::Always {
-                    let table = load_table(&*cache, &geo, sb.instance)?;
-                    let state = State::from_table(&table.entries, options.policy, !sb.clean);
-                    if !sb.clean {
-                        unclean_dirty = Some(state.dirty_subs * geo.sub);
-                    }
-                    let meta = MetaWriter {
-                        sb,
-                        sb_copy: copy,
-                        seq: table.max_seq,
-                        current_copy: table.current_copy,
-                    };
-                    (meta, state)
-                } else if options.format == FormatPolicy::Always {
-                    (
-                        format(&*cache, &fresh)?,
-                        State::empty(geo.slots, options.policy),
-                    )
-                } else {
-                    return Err(refused(format!(
-                        "{} holds the cache of {:?} ({} bytes, {}-byte lines, {} lines), \
-                         not of {:?} ({} bytes, {}-byte lines, {} lines); refusing to format it",
-                        cache.describe(),
-                        sb.backing_id,
-                        sb.backing_size,
-                        sb.line,
-                        sb.slots,
-                        fresh.backing_id,
-                        fresh.backing_size,
-                        fresh.line,
-                        fresh.slots
-                    )));
-                }
-            }
-            Found::Blank if options.format != FormatPolicy::Never => (
-                format(&*cache, &fresh)?,
-                State::empty(geo.slots, options.policy),
-            ),
-            Found::Garbage if options.format == FormatPolicy::Always => (
-                format(&*cache, &fresh)?,
-                State::empty(geo.slots, options.policy),
-            ),
-            Found::Blank | Found::Garbage => {
-                return Err(refused(format!(
-                    "{} is not a cache device; refusing to format it",
-                    cache.describe()
-                )))
-            }
-        };
-        let mut meta = meta;
-        meta.current_copy.resize(geo.table_blocks as usize, None);
-        let instance = meta.sb.instance;
-        let inner = Arc::new(Inner {
-            cache,
-            backing,
-            geo,
-            mode: RwLock::new(options.mode),
-            detached: AtomicBool::new(false),
-            failed: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
-            state: Mutex::new(state),
-            locks: LineLocks::default(),
-            meta: Mutex::new(meta),
-            streams: Mutex::new(Streams::new(options.sequential_cutoff)),
-            counters: Counters::default(),
-            events: Mutex::new(VecDeque::new()),
-            writeback: Mutex::new(options.writeback),
-            writeback_cursor: AtomicU64::new(0),
-            writeback_pass: Mutex::new(()),
-            flushing: Mutex::new(None),
-            started: Instant::now(),
-            last_io: AtomicU64::new(0),
-            backing_mark: RwLock::new(mark.is_some()),
-            instance,
-        });
-        // From here on a stop without `close` is seen as unclean.
-        inner.write_superblock(&mut inner.meta.lock(), false)?;
-        if failed_clean || on_backing.as_ref().is_some_and(|l| l.failed) && mark.is_none() {
-            label::write(&*inner.backing, &inner.label(false))?;
-        }
-        if failed_clean {
-            inner.event(format!(
-                "{} failed while in use before: formatted anew (nothing was left on it to \
-                 write back, and the backing has moved on since)",
-                inner.cache.describe()
-            ));
-        }
-        if let Some((l, why)) = lost {
-            inner.unmark_if_clean()?;
-            inner.event(format!(
-                "gave up the writes not yet written back that only {} held ({why}): \
-                 the backing is served as it is",
-                l.cache
-            ));
-        }
-        if let Some(dirty) = unclean_dirty {
-            inner.event(format!(
-                "opened after an unclean stop: every cached block is taken as dirty \
-                 ({dirty} bytes to write back)"
-            ));
-        }
-        let dev = CacheDevice {
-            inner,
-            worker: Mutex::new(None),
-        };
-        if options.mode != Mode::WriteBack && dev.inner.dirty_bytes() > 0 {
-            dev.inner.flush_dirty(&mut |_| {})?;
-        }
-        dev.inner.unmark_if_clean()?;
-        if options.background {
-            *dev.worker.lock() = Some(crate::writeback::spawn(dev.inner.clone()));
-        }
-        Ok(dev)
-    }
-
     /// Stops cleanly: the table is committed and marked clean, so the next
     /// open trusts which lines are clean. Dirty data stays on the cache.
     pub fn close(self) -> io::Result<()> {

@@ -39,6 +39,7 @@ mod label;
 mod locks;
 mod meta;
 mod mode;
+mod open;
 mod policy;
 mod state;
 mod status;
