@@ -135,6 +135,31 @@ pub fn apply_edit(text: &str, edit: &Edit) -> Result<String, String> {
         .map_err(|e| format!("the running configuration does not parse: {e}"))?;
     let root = doc.as_table_mut();
     match edit {
+        Edit::DeviceAdd { .. } | Edit::DeviceModify { .. } | Edit::DeviceRemove { .. } => {
+            edit_device(root, text, edit)?
+        }
+        Edit::TargetAdd { .. }
+        | Edit::TargetModify { .. }
+        | Edit::TargetRemove { .. }
+        | Edit::PortalAdd { .. }
+        | Edit::PortalRemove { .. } => edit_target_or_portal(root, edit)?,
+        Edit::GroupAdd { .. }
+        | Edit::GroupRemove { .. }
+        | Edit::InitiatorAdd { .. }
+        | Edit::InitiatorRemove { .. } => edit_group(root, edit)?,
+        Edit::LunAdd { .. } | Edit::LunModify { .. } | Edit::LunRemove { .. } => {
+            edit_lun(root, edit)?
+        }
+        Edit::ChapSet { .. } | Edit::ChapClear { .. } => edit_chap(root, edit)?,
+        Edit::NbdExportAdd { .. } | Edit::NbdExportRemove { .. } => edit_nbd_export(root, edit)?,
+    }
+    Ok(doc.to_string())
+}
+
+/// `[[device]]` tables. A device still mapped, exported or built upon
+/// stays: removing it would leave its users pointing at nothing.
+fn edit_device(root: &mut Table, text: &str, edit: &Edit) -> Result<(), String> {
+    match edit {
         Edit::DeviceAdd { name, settings } => {
             let devices = tables(root, "device")?;
             if find(devices, name).is_some() {
@@ -167,6 +192,14 @@ pub fn apply_edit(text: &str, edit: &Edit) -> Result<String, String> {
             let i = find(devices, name).ok_or_else(|| format!("no device `{name}`"))?;
             devices.remove(i);
         }
+        _ => unreachable!("not a device edit"),
+    }
+    Ok(())
+}
+
+/// `[[target]]` and `[[portal]]` tables.
+fn edit_target_or_portal(root: &mut Table, edit: &Edit) -> Result<(), String> {
+    match edit {
         Edit::TargetAdd { name, settings } => {
             let targets = tables(root, "target")?;
             if find(targets, name).is_some() {
@@ -195,6 +228,14 @@ pub fn apply_edit(text: &str, edit: &Edit) -> Result<String, String> {
                 position(portals, "listen", listen).ok_or_else(|| format!("no portal {listen}"))?;
             portals.remove(i);
         }
+        _ => unreachable!("not a target or portal edit"),
+    }
+    Ok(())
+}
+
+/// A target's `[[target.group]]` tables and their `initiators` lists.
+fn edit_group(root: &mut Table, edit: &Edit) -> Result<(), String> {
+    match edit {
         Edit::GroupAdd {
             target: t,
             group,
@@ -243,6 +284,14 @@ pub fn apply_edit(text: &str, edit: &Edit) -> Result<String, String> {
                 .ok_or_else(|| format!("`{initiator}` is not in group `{group}`"))?;
             members.remove(i);
         }
+        _ => unreachable!("not a group or initiator edit"),
+    }
+    Ok(())
+}
+
+/// The LUN map of a target or of one of its groups.
+fn edit_lun(root: &mut Table, edit: &Edit) -> Result<(), String> {
+    match edit {
         Edit::LunAdd {
             target: t,
             group,
@@ -288,6 +337,14 @@ pub fn apply_edit(text: &str, edit: &Edit) -> Result<String, String> {
             let i = lun_position(map, *lun).ok_or_else(|| format!("no LUN {lun} there"))?;
             map.remove(i);
         }
+        _ => unreachable!("not a LUN edit"),
+    }
+    Ok(())
+}
+
+/// The `chap` table of discovery, a target or a group.
+fn edit_chap(root: &mut Table, edit: &Edit) -> Result<(), String> {
+    match edit {
         Edit::ChapSet {
             scope,
             user,
@@ -311,6 +368,14 @@ pub fn apply_edit(text: &str, edit: &Edit) -> Result<String, String> {
                 return Err("no CHAP is set there".into());
             }
         }
+        _ => unreachable!("not a CHAP edit"),
+    }
+    Ok(())
+}
+
+/// `[[nbd.export]]` tables.
+fn edit_nbd_export(root: &mut Table, edit: &Edit) -> Result<(), String> {
+    match edit {
         Edit::NbdExportAdd {
             name,
             device,
@@ -342,8 +407,9 @@ pub fn apply_edit(text: &str, edit: &Edit) -> Result<String, String> {
                 position(exports, "name", name).ok_or_else(|| format!("no NBD export `{name}`"))?;
             exports.remove(i);
         }
+        _ => unreachable!("not an NBD export edit"),
     }
-    Ok(doc.to_string())
+    Ok(())
 }
 
 /// A value as typed on the command line: `true`/`false`, an integer, a
