@@ -45,6 +45,12 @@ impl SampleSource for ListenerSamples {
                 events.portal_full.total(),
             ),
             counter(
+                REFUSED,
+                REFUSED_HELP,
+                Some("source_holds_most"),
+                events.source_holds_most.total(),
+            ),
+            counter(
                 "openarray_connections_evicted",
                 "Connections still logging in closed to make room for newer ones",
                 None,

@@ -23,9 +23,15 @@ pub struct NbdListen {
 
 impl NbdFrontend {
     /// A server offering `exports`' device exports, with TLS when the
-    /// configuration gives a certificate; it listens nowhere yet.
-    pub fn new(config: &control::Config, exports: &export::Exports) -> anyhow::Result<Self> {
-        let server = nbd::Server::new(nbd::exports_of(exports), nbd::Limits::default());
+    /// configuration gives a certificate, and the peer limits of
+    /// `options` (the `[daemon]` settings every listener shares); it
+    /// listens nowhere yet.
+    pub fn new(
+        config: &control::Config,
+        exports: &export::Exports,
+        options: &iscsi::ServerOptions,
+    ) -> anyhow::Result<Self> {
+        let server = nbd::Server::new(nbd::exports_of(exports), limits(options));
         if let Some(tls) = config.nbd.as_ref().and_then(|n| n.tls.as_ref()) {
             let mode = if tls.require {
                 nbd::TlsMode::Require
@@ -65,7 +71,7 @@ impl NbdFrontend {
     }
 
     /// Stops listening; each session ends once its requests in flight are
-    /// answered.
+    /// answered, or is cut after [`SHUTDOWN_GRACE`].
     pub async fn shutdown(self, grace: std::time::Duration) {
         self.server.shutdown();
         for task in self.listeners {
@@ -77,6 +83,30 @@ impl NbdFrontend {
         }
     }
 }
+
+/// NBD's limits from the `[daemon]` settings, as iSCSI reads them: the
+/// handshake is NBD's login, and NBD has no ping, so a silent client is
+/// probed by TCP keep-alive on the NOP timers instead.
+fn limits(options: &iscsi::ServerOptions) -> nbd::Limits {
+    let defaults = nbd::Limits::default();
+    nbd::Limits {
+        write_deadline: options.write_timeout,
+        handshake_timeout: options.login_timeout,
+        handshakes_per_source: options.max_logins_per_source,
+        // Below the connection total, so that negotiating connections
+        // can never fill it and the eviction of the oldest always helps.
+        handshakes_total: options.max_logins.min(defaults.max_connections / 4),
+        connections_per_source: options.max_connections_per_source,
+        keep_alive: options.nop_interval.map(|idle| (idle, options.nop_timeout)),
+        shutdown_grace: SHUTDOWN_GRACE,
+        ..defaults
+    }
+}
+
+/// How long NBD sessions get, on shutdown, to answer what they have in
+/// flight; iSCSI initiators get their logout time meanwhile, so this is
+/// not added to it.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The NBD server's counters at every scrape, labelled transport="nbd".
 #[derive(Clone)]
@@ -126,6 +156,20 @@ impl SampleSource for NbdSamples {
                 Counter,
                 &[("reason", "portal_full")],
                 s.refused_full,
+            ),
+            sample(
+                REFUSED,
+                REFUSED_HELP,
+                Counter,
+                &[("reason", "source_holds_most")],
+                s.refused_source,
+            ),
+            sample(
+                "openarray_connections_stalled",
+                "Connections dropped because the peer stopped reading",
+                Counter,
+                &[],
+                s.stalled,
             ),
             sample(
                 "openarray_connections_evicted",

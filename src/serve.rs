@@ -57,6 +57,36 @@ impl AdminSocket {
     }
 }
 
+/// Ends the sessions of both transports at once, so that their peers'
+/// graces overlap instead of adding up. A second signal while sessions
+/// drain means "stop now".
+async fn end_sessions(
+    iscsi: &iscsi::Server,
+    nbd: NbdFrontend,
+    sigterm: &mut tokio::signal::unix::Signal,
+    sigint: &mut tokio::signal::unix::Signal,
+) {
+    let sessions_ended = async {
+        tokio::join!(iscsi.shutdown(), nbd.shutdown(ACCEPT_LOOP_GRACE));
+    };
+    tokio::select! {
+        _ = sessions_ended => {}
+        _ = sigterm.recv() => tracing::warn!("second SIGTERM: not waiting for sessions to end"),
+        _ = sigint.recv() => tracing::warn!("second SIGINT: not waiting for sessions to end"),
+    }
+}
+
+/// A TCP listener on `addr` when one is given, for `what`.
+fn bind_optional(
+    addr: Option<SocketAddr>,
+    what: &str,
+) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    addr.map(|addr| {
+        portals::bind(addr).with_context(|| format!("cannot listen for {what} on {addr}"))
+    })
+    .transpose()
+}
+
 /// How long shutdown waits for the accept loops to return.
 const ACCEPT_LOOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -80,7 +110,7 @@ pub fn run(
     admin_socket: &AdminSocket,
     metrics_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
-    keep_freed_memory();
+    peer_limits::keep_freed_memory();
     let default_path = default_config_path();
     let config_path =
         config_path.or_else(|| default_path.exists().then_some(default_path.as_path()));
@@ -128,7 +158,7 @@ pub fn run(
         nbd_listen_override: nbd_listen.to_vec(),
     };
     let api = match (current.config.daemon.api_listen, api_token) {
-        (Some(addr), Some(token)) => Some((addr, admin::Token::new(&token))),
+        (Some(addr), Some(token)) => Some((addr, api_guard(&current, &token))),
         _ => None,
     };
     let handles = connection_runtimes
@@ -203,6 +233,23 @@ fn apply_daemon_timeouts(daemon: &control::Daemon, options: &mut iscsi::ServerOp
     }
 }
 
+/// The TCP API's token, with the CHAP back-off settings for wrong ones
+/// and the pre-login budget for its connections.
+fn api_guard(current: &admin::Current, token: &str) -> admin::ApiGuard {
+    let daemon = &current.config.daemon;
+    let options = &current.runtime.options;
+    let delays = (
+        daemon
+            .auth_fail_delay
+            .unwrap_or(iscsi::AuthThrottle::DEFAULT_DELAY),
+        daemon
+            .auth_fail_delay_max
+            .unwrap_or(iscsi::AuthThrottle::DEFAULT_DELAY_MAX),
+    );
+    let budget = (options.max_logins_per_source, options.max_logins);
+    admin::ApiGuard::new(admin::Token::new(token), delays, budget)
+}
+
 /// The `[daemon]` deadlines of administration API requests, where given.
 fn api_deadlines(daemon: &control::Daemon) -> admin::Deadlines {
     let defaults = admin::Deadlines::default();
@@ -216,7 +263,7 @@ async fn serve(
     mut current: admin::Current,
     admin_socket: &AdminSocket,
     metrics_listen: Option<SocketAddr>,
-    api: Option<(SocketAddr, admin::Token)>,
+    api: Option<(SocketAddr, admin::ApiGuard)>,
     connection_runtimes: Vec<tokio::runtime::Handle>,
 ) -> anyhow::Result<()> {
     // Handlers first, so a signal arriving while we start is not lost.
@@ -246,7 +293,7 @@ async fn serve(
         .add_source(Arc::new(crate::listener_metrics::ListenerSamples(
             server.clone(),
         )));
-    let mut nbd = NbdFrontend::new(&current.config, &runtime.exports)?;
+    let mut nbd = NbdFrontend::new(&current.config, &runtime.exports, &runtime.options)?;
     nbd.server.set_connection_runtimes(connection_runtimes);
     // The built-in default's NBD address may be held by another daemon;
     // an address of a file or of --nbd-listen must be served.
@@ -263,18 +310,8 @@ async fn serve(
         .stats
         .add_source(crate::nbd_serve::samples(&nbd.server));
     let admin_listener = admin_socket.bind()?;
-    let api_listener = match &api {
-        Some((addr, _)) => Some(
-            portals::bind(*addr).with_context(|| format!("cannot listen for the API on {addr}"))?,
-        ),
-        None => None,
-    };
-    let metrics_listener = match metrics_listen {
-        Some(addr) => Some(
-            portals::bind(addr).with_context(|| format!("cannot listen for metrics on {addr}"))?,
-        ),
-        None => None,
-    };
+    let api_listener = bind_optional(api.as_ref().map(|(addr, _)| *addr), "the API")?;
+    let metrics_listener = bind_optional(metrics_listen, "metrics")?;
     let deadlines = api_deadlines(&current.config.daemon);
     let stats = current.runtime.stats.clone();
     let metrics_task = metrics_listener.map(|listener| {
@@ -310,9 +347,9 @@ async fn serve(
         }
         tokio::spawn(admin::serve_unix(admin.clone(), listener, deadlines))
     });
-    let api_task = api.zip(api_listener).map(|((addr, token), listener)| {
+    let api_task = api.zip(api_listener).map(|((addr, guard), listener)| {
         tracing::info!(%addr, "administration API listening on TCP (token required)");
-        tokio::spawn(admin::serve_tcp(admin.clone(), listener, token, deadlines))
+        tokio::spawn(admin::serve_tcp(admin.clone(), listener, guard, deadlines))
     });
 
     crate::systemd::ready();
@@ -333,20 +370,15 @@ async fn serve(
     if let Some(task) = watchdog {
         task.abort();
     }
-    // A second signal while sessions drain means "stop now".
-    tokio::select! {
-        _ = server.shutdown() => {}
-        _ = sigterm.recv() => tracing::warn!("second SIGTERM: not waiting for sessions to end"),
-        _ = sigint.recv() => tracing::warn!("second SIGINT: not waiting for sessions to end"),
-    }
-    nbd.shutdown(ACCEPT_LOOP_GRACE).await;
-    // No configuration change may start while the devices are flushed.
+    // No configuration change may start while the devices are flushed;
+    // API callers get no say in how long shutdown takes.
     if let Some(task) = admin_task {
         task.abort();
     }
     if let Some(task) = api_task {
         task.abort();
     }
+    end_sessions(&server, nbd, &mut sigterm, &mut sigint).await;
     let mut listeners = std::mem::replace(
         &mut *admin.portals.lock().unwrap_or_else(|p| p.into_inner()),
         portals::Portals::new(server.clone()),
@@ -370,20 +402,4 @@ async fn serve(
     flushed.context("flushing the logical units or closing the devices failed")?;
     tracing::info!("all logical units flushed; exiting");
     outcome
-}
-
-/// Large I/O buffers are freed and allocated again all the time. By
-/// default glibc gives the top of each thread's heap back to the kernel on
-/// free, and the next buffer then takes a page fault per page: a tenth of
-/// the daemon's CPU in 1 MiB writes. Keeping up to 32 MiB per heap, and
-/// serving buffers below 8 MiB from the heap, measured 13% less CPU per
-/// write and 15-40% more throughput (docs/bench/techniques.md).
-fn keep_freed_memory() {
-    // SAFETY: mallopt only sets allocator parameters; called before the
-    // daemon's threads start.
-    #[cfg(target_env = "gnu")]
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 8 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 32 << 20);
-    }
 }

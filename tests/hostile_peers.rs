@@ -1,16 +1,21 @@
-//! Peers that stall or flood, against the real daemon: one that stops
+//! Peers that stall or flood, against the real daemon and each of its
+//! listeners (iSCSI, NBD, the TCP administration API): one that stops
 //! reading while it keeps sending, one that opens thousands of idle
-//! connections, and SIGTERM while a stalled peer is connected. Each must
-//! cost only its own connections: memory comes back, the session can be
-//! reinstated, other initiators log in and do verified I/O, the log stays
-//! quiet, and shutdown does not wait on the peer.
+//! connections, one that guesses the API token, and SIGTERM while stalled
+//! peers are connected everywhere. Each must cost only its own
+//! connections: memory comes back, the session can be reinstated, other
+//! clients connect and do verified I/O, the log stays quiet, and shutdown
+//! does not wait on the peer.
 //!
 //! The flood and stall drivers in `hostile_peers/` speak only TCP and a
-//! callback, so the same scenarios can be pointed at any listener.
+//! callback; `nbd` and `api` add the few protocol bytes each listener
+//! needs before a peer can misbehave.
 
 mod common;
 mod hostile_peers {
+    pub mod api;
     pub mod flood;
+    pub mod nbd;
     pub mod stall;
 }
 
@@ -97,6 +102,11 @@ fn wait_for_log(d: &Daemon, limit: Duration, what: impl Fn(&str) -> bool) -> Opt
         std::thread::sleep(Duration::from_millis(50));
     }
     None
+}
+
+/// Lines of the daemon's log that contain `needle`.
+fn log_lines(d: &Daemon, needle: &str) -> usize {
+    d.log().lines().filter(|l| l.contains(needle)).count()
 }
 
 /// Sessions of [`INITIATOR`] closed so far.
@@ -228,16 +238,19 @@ fn a_reinstating_login_replaces_a_stalled_session_at_once() {
 }
 
 #[test]
-fn sigterm_ends_the_daemon_within_its_bound_despite_a_stalled_peer() {
-    let d = Daemon::start_with_config(&config("write_timeout = \"60s\"\nnop_interval = \"off\""));
-    let _stalled = stalled_session(d.addr(), INITIATOR);
+fn sigterm_ends_the_daemon_in_5s_despite_stalled_peers_on_every_listener() {
+    let all = all_listeners("write_timeout = \"60s\"\nnop_interval = \"off\"");
+    let _iscsi = stalled_session(all.d.addr(), INITIATOR);
+    let _nbd = nbd_stall(all.nbd);
+    // Half a request head, then nothing.
+    let mut api = connect_from(all.api, source(1), Some(4096));
+    api.write_all(b"GET /v1/status HTTP/1.1\r\nHost:").unwrap();
     let started = Instant::now();
-    let status = d.terminate();
+    let status = all.d.terminate();
     let took = started.elapsed();
     eprintln!("SIGTERM to exit: {took:?}");
     assert!(status.success(), "{status}");
-    // logout_timeout (5 s) for peers, then nothing waits on them.
-    assert!(took < Duration::from_secs(10), "shutdown took {took:?}");
+    assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
 }
 
 #[test]
@@ -281,12 +294,223 @@ fn an_idle_flood_from_one_address_does_not_lock_out_another() {
     );
     assert!(evicted >= 1, "the logins from a third address evicted none");
     // One line per 10 s interval, not one per refusal.
-    let lines = d
-        .log()
-        .lines()
-        .filter(|l| l.contains("connection refused"))
-        .count();
+    let lines = log_lines(&d, "connection refused");
     eprintln!("{refused} refusals, {lines} log lines, {evicted} evicted");
     let bound = 2 + started.elapsed().as_secs() / 10;
     assert!(lines as u64 <= bound, "{lines} refusal lines in the log");
+}
+
+const TOKEN: &str = "t0ken-of-the-hostile-peers-0123456789";
+
+/// A daemon on every listener: the iSCSI portal (one RAM LUN), NBD with
+/// a file export `f` and an export `hidden` no loopback client may use,
+/// the TCP API, and metrics.
+struct AllListeners {
+    d: Daemon,
+    metrics: SocketAddr,
+    nbd: SocketAddr,
+    api: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+fn all_listeners(daemon: &str) -> AllListeners {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = dir.path().join("api.token");
+    std::fs::write(&token, format!("{TOKEN}\n")).expect("token file");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    let (nbd, api) = (loopback(common::free_port()), loopback(common::free_port()));
+    let daemon = format!(
+        "{daemon}\napi_listen = \"{api}\"\napi_token_file = \"{}\"",
+        token.display()
+    );
+    let toml = format!(
+        "{}\n[[device]]\nname = \"f\"\nkind = \"file\"\npath = \"{}\"\nsize = \"256M\"\n\n\
+         [nbd]\nlisten = [\"{nbd}\"]\n[[nbd.export]]\nname = \"f\"\ndevice = \"f\"\n\
+         [[nbd.export]]\nname = \"hidden\"\ndevice = \"f\"\nallow = [\"10.0.0.0/8\"]\n",
+        config(&daemon),
+        dir.path().join("f.img").display()
+    );
+    let (d, metrics) = Daemon::start_with_metrics(&toml);
+    let listening = format!("NBD listening addr={nbd}");
+    wait_for_log(&d, Duration::from_secs(10), |l| l.ends_with(&listening))
+        .unwrap_or_else(|| panic!("NBD not listening:\n{}", d.log()));
+    AllListeners {
+        d,
+        metrics,
+        nbd,
+        api,
+        _dir: dir,
+    }
+}
+
+/// An NBD client from `source(1)` with a tiny receive buffer, in
+/// transmission on `f`, that sends 1 MiB reads until the daemon stops
+/// taking them.
+fn nbd_stall(addr: SocketAddr) -> TcpStream {
+    let mut s = connect_from(addr, source(1), Some(4096));
+    hostile_peers::nbd::go(&mut s, "f").expect("NBD_OPT_GO");
+    let cookie = std::cell::Cell::new(0u64);
+    let read = || {
+        let i = cookie.get() + 1;
+        cookie.set(i);
+        hostile_peers::nbd::request(nbd::proto::CMD_READ, i, (i % 256) << 20, 1 << 20, &[])
+    };
+    let sent = stall(&mut s, read, 1 << 30);
+    assert!(sent > 0, "the daemon took no request");
+    s
+}
+
+fn nbd_stalled_total(all: &AllListeners) -> u64 {
+    sample(
+        &metrics(all.metrics),
+        "openarray_connections_stalled_total{transport=\"nbd\"}",
+    )
+}
+
+/// Stalls an NBD client and waits until the daemon dropped it; how long
+/// that took after the client's writes stopped going through.
+fn nbd_stall_round(all: &AllListeners, bound: Duration) -> Duration {
+    let before = nbd_stalled_total(all);
+    let s = nbd_stall(all.nbd);
+    let stalled_at = Instant::now();
+    while nbd_stalled_total(all) == before {
+        assert!(
+            stalled_at.elapsed() < bound,
+            "the stalled NBD client was not dropped within {bound:?}:\n{}",
+            all.d.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(s);
+    stalled_at.elapsed()
+}
+
+#[test]
+fn a_stalled_nbd_client_is_dropped_in_time_and_gives_its_memory_back() {
+    let write_timeout = Duration::from_secs(1);
+    let all = all_listeners("write_timeout = \"1s\"");
+    let baseline = all.d.rss_kib().expect("daemon RSS");
+    // The client notices the stall a second after the daemon's writes
+    // stopped, so the drop comes within the write timeout of that.
+    let took = nbd_stall_round(&all, write_timeout + Duration::from_secs(2));
+    eprintln!("stalled NBD client dropped {took:?} after it saw its writes stop for 1 s");
+    assert!(all
+        .d
+        .log()
+        .contains("nbd: dropped a client that stopped reading replies"));
+    // The daemon trims its heaps a moment after a drop.
+    std::thread::sleep(Duration::from_millis(500));
+    let first = all.d.rss_kib().expect("daemon RSS");
+    for _ in 1..10 {
+        nbd_stall_round(&all, write_timeout + Duration::from_secs(5));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let tenth = all.d.rss_kib().expect("daemon RSS");
+    eprintln!(
+        "RSS {baseline} KiB before, {first} KiB after the first stall, {tenth} after the tenth"
+    );
+    assert!(
+        tenth < first + 20 * 1024,
+        "RSS {tenth} KiB after ten stalled clients, {first} KiB after the first"
+    );
+    // One line per 10 s, not one per drop.
+    let lines = log_lines(&all.d, "stopped reading replies");
+    assert!(lines <= 4, "{lines} lines for ten drops");
+    hostile_peers::nbd::verified_io(all.nbd, source(2), "f");
+}
+
+#[test]
+fn one_address_cannot_hold_every_nbd_or_api_slot() {
+    let all = all_listeners("");
+    // NBD serves 1024 connections at most; one address finishing the
+    // handshake 1100 times and sitting idle gets its share (256).
+    let mut held = Vec::new();
+    let started = Instant::now();
+    for _ in 0..1100 {
+        if let Some(s) = hostile_peers::nbd::connect_go(all.nbd, source(1), "f") {
+            held.push(s);
+        }
+    }
+    eprintln!(
+        "{} of 1100 NBD connections from one address held after {:?}",
+        held.len(),
+        started.elapsed()
+    );
+    assert!(
+        held.len() <= 256,
+        "one address holds {} NBD slots",
+        held.len()
+    );
+    hostile_peers::nbd::verified_io(all.nbd, source(2), "f");
+    let text = metrics(all.metrics);
+    let refused = sample(
+        &text,
+        "openarray_connections_refused_total{transport=\"nbd\",reason=\"source_holds_most\"}",
+    );
+    assert!(refused >= 800, "{refused} refusals counted");
+    let lines = log_lines(&all.d, "its source address holds its most open");
+    assert!(lines <= 2, "{lines} refusal lines in the log");
+
+    // The API's idle callers: one address holds 16 (max_logins_per_source).
+    let flood = IdleFlood::open(all.api, source(3), 200);
+    std::thread::sleep(Duration::from_millis(500));
+    let open = flood.still_open();
+    eprintln!(
+        "{open} of {} idle API connections from one address kept",
+        flood.opened()
+    );
+    assert!(open <= 16, "one address holds {open} API connections");
+    let bearer = format!("Bearer {TOKEN}");
+    let status = hostile_peers::api::get(all.api, source(2), "/metrics", &[&bearer]);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn an_export_a_client_may_not_use_is_answered_as_an_unknown_name() {
+    let all = all_listeners("");
+    let answer = |export: &str| {
+        let mut s = connect_from(all.nbd, source(1), None);
+        hostile_peers::nbd::go(&mut s, export)
+    };
+    let unknown = answer("no-such-export");
+    assert_eq!(unknown, Err(nbd::proto::REP_ERR_UNKNOWN));
+    assert_eq!(answer("hidden"), unknown);
+}
+
+#[test]
+fn wrong_api_tokens_are_slowed_and_logged_and_two_tokens_refused() {
+    let all = all_listeners("auth_fail_delay = \"10ms\"\nauth_fail_delay_max = \"40ms\"");
+    let bearer = format!("Bearer {TOKEN}");
+    let get = |auth: &[&str]| hostile_peers::api::get(all.api, source(1), "/metrics", auth);
+    assert_eq!(get(&[&bearer, "Bearer guess"]), 400);
+    assert_eq!(get(&["Bearer guess", &bearer]), 400);
+    let started = Instant::now();
+    for i in 0..30 {
+        assert_eq!(get(&[&format!("Bearer guess-{i}")]), 401);
+    }
+    let took = started.elapsed();
+    eprintln!(
+        "30 wrong tokens took {took:?}: {:.0} guesses a second",
+        30.0 / took.as_secs_f64()
+    );
+    // Waits of 10, 20, then 40 ms: about 1.1 s in all.
+    assert!(
+        took >= Duration::from_millis(900),
+        "30 guesses took {took:?}"
+    );
+    // Another address is not slowed, and the right token still works.
+    let other = Instant::now();
+    assert_eq!(
+        hostile_peers::api::get(all.api, source(2), "/metrics", &[&bearer]),
+        200
+    );
+    assert!(other.elapsed() < Duration::from_millis(500));
+    assert_eq!(get(&[&bearer]), 200);
+    let lines = log_lines(&all.d, "admin API: request refused");
+    assert!(
+        (1..=2).contains(&lines),
+        "{lines} lines for 30 wrong tokens"
+    );
 }

@@ -1,23 +1,25 @@
 //! HTTP/1.1 (hyper) for the administration API and the metrics listener:
 //! one request per connection, a bounded head and body, the bearer token
-//! on TCP, and the answer as JSON or Prometheus text.
+//! on TCP (`guard.rs`), and the answer as JSON or Prometheus text.
 
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use peer_limits::PreLoginTicket;
 use serde_json::{json, Value};
-use subtle::ConstantTimeEq;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 
+use super::guard::{ApiGuard, Refused};
 use super::{route, Admin, Request};
 
 /// Largest request head (hyper's read buffer) and body accepted.
@@ -45,35 +47,14 @@ impl Default for Deadlines {
 /// The content type of the Prometheus text the encoder writes.
 const METRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The secret a TCP caller must present as `Authorization: Bearer <token>`.
-pub struct Token(Vec<u8>);
-
-impl Token {
-    pub fn new(token: &str) -> Token {
-        Token(token.as_bytes().to_vec())
-    }
-
-    /// Whether the header carries the token. The comparison takes the same
-    /// time wherever the first difference is, so timing tells nothing.
-    fn admits(&self, header: Option<&HeaderValue>) -> bool {
-        let Some(given) = header
-            .map(HeaderValue::as_bytes)
-            .and_then(|h| h.strip_prefix(b"Bearer "))
-        else {
-            return false;
-        };
-        bool::from(given.ct_eq(&self.0))
-    }
-}
-
 /// What the callers of one listener may do.
 #[derive(Clone)]
 enum Service {
-    /// The whole API; `token` is required on TCP (the unix socket is
-    /// guarded by its file mode instead).
+    /// The whole API; `guard` (the token) on TCP, where `peer` is the
+    /// caller's address (the unix socket is guarded by its file mode).
     Admin {
         admin: Arc<Admin>,
-        token: Option<Arc<Token>>,
+        guard: Option<(Arc<ApiGuard>, IpAddr)>,
     },
     /// `GET /metrics` only: the statistics carry no secrets.
     Metrics(Arc<stats::Registry>),
@@ -81,29 +62,36 @@ enum Service {
 
 /// Answer requests on the unix socket until the task is dropped.
 pub async fn serve_unix(admin: Arc<Admin>, listener: UnixListener, deadlines: Deadlines) {
-    let service = Service::Admin { admin, token: None };
+    let service = Service::Admin { admin, guard: None };
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => spawn_connection(stream, service.clone(), deadlines),
+            Ok((stream, _)) => spawn_connection(stream, service.clone(), deadlines, None),
             Err(e) => accept_failed("admin socket", e).await,
         }
     }
 }
 
-/// Answer requests bearing `token` on a TCP listener until the task is dropped.
+/// Answer requests bearing the token of `guard` on a TCP listener until
+/// the task is dropped.
 pub async fn serve_tcp(
     admin: Arc<Admin>,
     listener: TcpListener,
-    token: Token,
+    guard: ApiGuard,
     deadlines: Deadlines,
 ) {
-    let service = Service::Admin {
-        admin,
-        token: Some(Arc::new(token)),
-    };
+    let guard = Arc::new(guard);
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => spawn_connection(stream, service.clone(), deadlines),
+            Ok((stream, peer)) => {
+                let Some(ticket) = guard.admit(peer.ip()) else {
+                    continue;
+                };
+                let service = Service::Admin {
+                    admin: admin.clone(),
+                    guard: Some((guard.clone(), peer.ip())),
+                };
+                spawn_connection(stream, service, deadlines, Some(ticket));
+            }
             Err(e) => accept_failed("admin API listener", e).await,
         }
     }
@@ -118,7 +106,7 @@ pub async fn serve_metrics(
     let service = Service::Metrics(stats);
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => spawn_connection(stream, service.clone(), deadlines),
+            Ok((stream, _)) => spawn_connection(stream, service.clone(), deadlines, None),
             Err(e) => accept_failed("metrics listener", e).await,
         }
     }
@@ -130,8 +118,14 @@ async fn accept_failed(what: &str, e: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-fn spawn_connection<S>(stream: S, service: Service, deadlines: Deadlines)
-where
+/// Serves one connection; `ticket`, its place in a budget of connections,
+/// ends it early when the budget evicts it for a newer one.
+fn spawn_connection<S>(
+    stream: S,
+    service: Service,
+    deadlines: Deadlines,
+    ticket: Option<PreLoginTicket>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
@@ -140,13 +134,25 @@ where
             async move { Ok::<_, Infallible>(answer(&service, req, deadlines.body).await) }
         });
         // hyper times the head from the start of the connection.
-        let served = http1::Builder::new()
+        let serving = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(deadlines.head)
             .max_buf_size(MAX_HEAD)
             .keep_alive(false)
-            .serve_connection(TokioIo::new(stream), handler)
-            .await;
+            .serve_connection(TokioIo::new(stream), handler);
+        let evicted = async {
+            match &ticket {
+                Some(t) => t.evicted().await,
+                None => std::future::pending().await,
+            }
+        };
+        let served = tokio::select! {
+            served = serving => served,
+            _ = evicted => {
+                tracing::debug!("admin connection closed to make room for a newer one");
+                return;
+            }
+        };
         match served {
             Err(e) if e.is_timeout() => {
                 tracing::info!(deadline = ?deadlines.head, "admin request dropped: its head did not arrive in time");
@@ -183,28 +189,46 @@ fn metrics(stats: &Arc<stats::Registry>, method: &Method) -> Response<Full<Bytes
     response(200, METRICS_TYPE, stats::prometheus::encode_text(stats))
 }
 
+fn refusal(refused: Refused) -> Response<Full<Bytes>> {
+    let (status, message, header) = match refused {
+        Refused::Ambiguous => (400, "more than one Authorization header", None),
+        Refused::WrongToken => (
+            401,
+            "a valid `Authorization: Bearer` token is required",
+            Some((WWW_AUTHENTICATE, "Bearer")),
+        ),
+        Refused::Delayed => (
+            429,
+            "too many wrong tokens from this address: retry later",
+            Some((RETRY_AFTER, "5")),
+        ),
+    };
+    let mut answer = error_response(status, message);
+    if let Some((name, value)) = header {
+        answer
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+    }
+    answer
+}
+
 async fn answer(
     service: &Service,
     req: hyper::Request<Incoming>,
     body_deadline: Duration,
 ) -> Response<Full<Bytes>> {
-    let (admin, token) = match service {
+    let (admin, guard) = match service {
         Service::Metrics(stats) => {
             return match req.uri().path() {
                 "/metrics" => metrics(stats, req.method()),
                 path => error_response(404, &format!("no such resource {path}")),
             }
         }
-        Service::Admin { admin, token } => (admin, token),
+        Service::Admin { admin, guard } => (admin, guard),
     };
-    if let Some(token) = token {
-        if !token.admits(req.headers().get(AUTHORIZATION)) {
-            let mut refused =
-                error_response(401, "a valid `Authorization: Bearer` token is required");
-            refused
-                .headers_mut()
-                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return refused;
+    if let Some((guard, peer)) = guard {
+        if let Err(refused) = guard.check(*peer, req.headers()).await {
+            return refusal(refused);
         }
     }
     if req.uri().path() == "/metrics" {
@@ -260,22 +284,4 @@ async fn answer(
         .await
         .unwrap_or_else(|e| (500, json!({ "error": e.to_string() })));
     json_response(status, &body)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_token_must_match_exactly() {
-        let token = Token::new("s3cret-token");
-        let header = |v: &str| HeaderValue::from_str(v).unwrap();
-        assert!(token.admits(Some(&header("Bearer s3cret-token"))));
-        assert!(!token.admits(None));
-        assert!(!token.admits(Some(&header("Bearer s3cret-toke"))));
-        assert!(!token.admits(Some(&header("Bearer s3cret-token2"))));
-        assert!(!token.admits(Some(&header("Basic s3cret-token"))));
-        assert!(!token.admits(Some(&header("s3cret-token"))));
-        assert!(!token.admits(Some(&header("Bearer "))));
-    }
 }

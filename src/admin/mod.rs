@@ -1,6 +1,6 @@
 //! The administration API: HTTP/1.1 with JSON bodies on a unix socket that
 //! only its owner may use (mode 0600), and optionally on TCP with a bearer
-//! token (`http.rs`). The full reference is docs/admin.md.
+//! token (`http.rs`, `guard.rs`). The full reference is docs/admin.md.
 //!
 //! | request | answer |
 //! | --- | --- |
@@ -28,6 +28,7 @@
 //! and so is one that replaces data a LUN serves unless `force=true`.
 
 mod devices;
+mod guard;
 mod http;
 mod kind_routes;
 mod sessions;
@@ -38,7 +39,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-pub use http::{serve_metrics, serve_tcp, serve_unix, Deadlines, Token};
+pub use guard::{ApiGuard, Token};
+pub use http::{serve_metrics, serve_tcp, serve_unix, Deadlines};
 pub use socket::{bind, held_by_a_daemon, SocketFile};
 
 pub use daemon::{portals, write_atomically, Current};

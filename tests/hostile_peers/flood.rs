@@ -52,6 +52,20 @@ impl IdleFlood {
         self.held.len()
     }
 
+    /// Connections the listener has not closed.
+    pub fn still_open(&self) -> usize {
+        self.held
+            .iter()
+            .filter(|s| {
+                s.set_nonblocking(true).expect("nonblocking");
+                let mut byte = [0; 1];
+                let open = matches!(s.peek(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+                s.set_nonblocking(false).expect("blocking");
+                open
+            })
+            .count()
+    }
+
     /// Keep opening connections from `source` in the background for
     /// `duration`, holding the newest 64.
     pub fn churn(addr: SocketAddr, source: IpAddr, duration: Duration) -> Churn {

@@ -87,6 +87,9 @@ pub struct Daemon {
     pub max_logins_per_source: Option<usize>,
     /// Most connections logging in at once; the oldest makes room.
     pub max_logins: Option<usize>,
+    /// Most connections one address may hold past login or negotiation,
+    /// on each listener (iSCSI, NBD, the TCP API).
+    pub max_connections_per_source: Option<usize>,
     /// Bytes one connection may have queued toward its initiator.
     pub max_queued_output: Option<usize>,
     /// TCP address of the administration API, beside the unix socket.

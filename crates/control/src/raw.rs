@@ -65,6 +65,7 @@ pub struct RawDaemon {
     pub write_timeout: Option<Spanned<String>>,
     pub max_logins_per_source: Option<Spanned<i64>>,
     pub max_logins: Option<Spanned<i64>>,
+    pub max_connections_per_source: Option<Spanned<i64>>,
     pub max_queued_output: Option<Spanned<String>>,
     pub api_listen: Option<Spanned<String>>,
     pub api_token_file: Option<Spanned<String>>,

@@ -176,6 +176,10 @@ pub fn daemon_fields(d: &Daemon) -> Vec<Field> {
         ),
         ("max_logins", opt(&d.max_logins, shown, DEFAULT)),
         (
+            "max_connections_per_source",
+            opt(&d.max_connections_per_source, shown, DEFAULT),
+        ),
+        (
             "max_queued_output",
             opt(&d.max_queued_output, |n| size(*n as u64), DEFAULT),
         ),

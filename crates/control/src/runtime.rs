@@ -429,6 +429,10 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             .max_logins_per_source
             .unwrap_or(defaults.max_logins_per_source),
         max_logins: config.daemon.max_logins.unwrap_or(defaults.max_logins),
+        max_connections_per_source: config
+            .daemon
+            .max_connections_per_source
+            .unwrap_or(defaults.max_connections_per_source),
         max_queued_output: config
             .daemon
             .max_queued_output

@@ -5,7 +5,6 @@
 //! - [`text`], [`negotiation`], [`login`], [`auth`], [`auth_chap`]: the login
 //!   phase as pure functions and state machines (fuzzed from `fuzz/`);
 //! - [`access`]: initiator groups, their LUN views and CHAP credentials;
-//! - [`auth_backoff`]: the keyed back-off that slows down CHAP guessing;
 //! - [`cmdsn`], [`datain`], [`dataout`], [`discovery`], [`lun`]: the
 //!   arithmetic of the full feature phase;
 //! - the connection loop and session table (private), driven by [`Server`].
@@ -44,9 +43,7 @@ mod access_property;
 #[cfg(test)]
 mod alloc_count;
 pub mod auth;
-pub mod auth_backoff;
 pub mod auth_chap;
-mod auth_throttle;
 pub mod cmdsn;
 mod connection;
 pub mod datain;
@@ -68,11 +65,12 @@ mod session_json;
 mod shards;
 pub mod text;
 
-pub use auth_throttle::AuthThrottle;
 pub use frontend::targets_of;
 pub use login_outcome::{LoginCounters, Refusal};
 pub use negotiation::Digest;
 pub use options::ServerOptions;
+/// The CHAP back-off lives with the other peer limits.
+pub use peer_limits::AuthThrottle;
 pub use server::{Server, SessionCounts, Target};
 pub use session_info::{ConnectionInfo, SessionInfo};
 pub use session_json::session_json;

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::access::{AccessPolicy, OpenAccess};
 use crate::auth::{Authenticator, NoAuthentication};
-use crate::auth_throttle::AuthThrottle;
 use crate::negotiation::TargetLimits;
+use peer_limits::AuthThrottle;
 
 /// Limits the target negotiates with and the timers it runs.
 #[derive(Clone)]
@@ -42,6 +42,9 @@ pub struct ServerOptions {
     /// Most connections logging in at once, all sources together; at this
     /// count the oldest is closed to make room for a new one.
     pub max_logins: usize,
+    /// Most logged-in connections one source address may hold on all
+    /// portals together; a login beyond is refused with status 0x0302.
+    pub max_connections_per_source: usize,
     /// Bytes one connection may have queued toward its initiator.
     pub max_queued_output: usize,
     /// A connection whose initiator accepts no data for this long (its
@@ -71,6 +74,7 @@ impl Default for ServerOptions {
             max_connections_per_portal: 4096,
             max_logins_per_source: 16,
             max_logins: 1024,
+            max_connections_per_source: 256,
             max_queued_output: 4 << 20,
             write_timeout: Duration::from_secs(20),
             authenticator: Arc::new(NoAuthentication),

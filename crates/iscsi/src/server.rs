@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use peer_limits::{EventLog, PreLoginBudget};
+use peer_limits::{EventLog, PreLoginBudget, SourceLimit};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -17,7 +17,7 @@ use crate::login::{TargetDirectory, TargetInfo};
 use crate::login_outcome::LoginCounters;
 use crate::negotiation::TargetLimits;
 use crate::options::ServerOptions;
-use crate::session::{Control, Registry};
+use crate::session::{Control, Registry, SessionHandle};
 use crate::session_info::SessionInfo;
 use crate::shards::Shards;
 
@@ -101,6 +101,8 @@ pub struct ListenerEvents {
     pub login_evicted: EventLog,
     /// Logins refused: the portal had its most logged-in connections.
     pub portal_full: EventLog,
+    /// Logins refused: their source held its most logged-in connections.
+    pub source_holds_most: EventLog,
     /// Connections dropped because the initiator stopped reading.
     pub stalled: EventLog,
 }
@@ -113,6 +115,7 @@ impl Default for ListenerEvents {
             source_full: EventLog::new(EVENT_LOG_INTERVAL),
             login_evicted: EventLog::new(EVENT_LOG_INTERVAL),
             portal_full: EventLog::new(EVENT_LOG_INTERVAL),
+            source_holds_most: EventLog::new(EVENT_LOG_INTERVAL),
             stalled: EventLog::new(EVENT_LOG_INTERVAL),
         }
     }
@@ -131,6 +134,8 @@ pub struct Server {
     shards: Shards,
     /// Connections accepted and not logged in yet, on every portal.
     prelogin: Arc<PreLoginBudget>,
+    /// Logged-in connections, per source address.
+    pub(crate) per_source: Arc<SourceLimit>,
     pub(crate) events: ListenerEvents,
     /// Logins accepted and refused, by reason.
     pub(crate) logins: LoginCounters,
@@ -223,6 +228,7 @@ impl Server {
             next_id: AtomicU64::new(1),
             shards: Shards::new(runtimes),
             prelogin: PreLoginBudget::new(options.max_logins_per_source, options.max_logins),
+            per_source: SourceLimit::new(options.max_connections_per_source),
             events: ListenerEvents::default(),
             logins: LoginCounters::default(),
             options,
@@ -455,8 +461,10 @@ impl Server {
 
     /// Stop accepting, end every session (async logout request, then
     /// drop), and wait for in-flight commands. Peers get `logout_timeout`
-    /// to log out; after that no wait depends on them, only on the
-    /// devices finishing commands already running.
+    /// to log out, except ones that stopped reading, which cannot see the
+    /// request: they are dropped once their queue shows no progress for
+    /// [`STALLED_AT_SHUTDOWN`]. After that no wait depends on a peer,
+    /// only on the devices finishing commands already running.
     pub async fn shutdown(&self) {
         let _ = self.shutdown.send(true);
         let sessions = self.registry.lock().all();
@@ -465,14 +473,43 @@ impl Server {
         }
         let mut count = self.connections.0.subscribe();
         let grace = self.options.logout_timeout;
-        if tokio::time::timeout(grace, count.wait_for(|c| *c == 0))
-            .await
-            .is_err()
-        {
+        let all_gone = count.wait_for(|c| *c == 0);
+        let logged_out = async {
+            tokio::select! {
+                _ = all_gone => {}
+                _ = close_stalled(&sessions) => {}
+            }
+        };
+        if tokio::time::timeout(grace, logged_out).await.is_err() {
             for s in self.registry.lock().all() {
                 s.close(crate::session::CloseReason::Shutdown);
             }
             let _ = count.wait_for(|c| *c == 0).await;
+        }
+    }
+}
+
+/// How long a session's outgoing queue may sit unchanged, and not empty,
+/// before shutdown stops waiting for its initiator to log out.
+const STALLED_AT_SHUTDOWN: Duration = Duration::from_secs(1);
+
+/// Closes each of `sessions` whose queue toward its initiator stays full
+/// and unchanged for [`STALLED_AT_SHUTDOWN`]; a reading initiator drains
+/// its queue within that time. Never returns.
+async fn close_stalled(sessions: &[SessionHandle]) {
+    let mut seen: Vec<usize> = sessions.iter().map(|s| s.outgoing.queued()).collect();
+    loop {
+        tokio::time::sleep(STALLED_AT_SHUTDOWN).await;
+        for (s, before) in sessions.iter().zip(seen.iter_mut()) {
+            let now = s.outgoing.queued();
+            if now > 0 && now == *before && !s.outgoing.is_closed() {
+                tracing::info!(
+                    tsih = s.tsih,
+                    "shutdown: dropping a session whose initiator stopped reading"
+                );
+                s.close(crate::session::CloseReason::Shutdown);
+            }
+            *before = now;
         }
     }
 }

@@ -35,7 +35,7 @@ use crate::proto::*;
 use crate::reply::{self, Answering};
 use crate::socket::{self, recv_now};
 use crate::spin::{self, Polled, SpinPolicy, Way};
-use crate::transmission::{count, gone, run_guarded, Ended};
+use crate::transmission::{count, gone, protocol_error, run_guarded, stalled, Ended};
 use crate::wire::{self, Agreed, Command, Framing, RequestHeader};
 
 /// What the input buffer holds when no request needs more.
@@ -212,10 +212,7 @@ where
             ) {
                 Ok(h) => h,
                 Err(e) => {
-                    closing = Some(Err(Ended {
-                        reason: format!("malformed request: {e}"),
-                        protocol: true,
-                    }));
+                    closing = Some(Err(protocol_error(format!("malformed request: {e}"))));
                     break;
                 }
             };
@@ -432,7 +429,7 @@ where
             Event::Eof => return Err(closed_without_disc()),
             Event::ReadFailed(e) => return Err(gone(format!("reading a request: {e}"))),
             Event::WriteFailed(e) => return Err(write_failed(closing, e)),
-            Event::Stalled => return Err(gone("the client stopped reading replies".into())),
+            Event::Stalled => return Err(stalled(write_deadline)),
         }
     }
     closing.unwrap_or(Ok(()))

@@ -6,6 +6,8 @@ use std::io;
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use peer_limits::EventLog;
+
 use crate::access::Peer;
 use crate::exports::{ExportCounters, ExportTable, Served};
 use crate::proto::*;
@@ -46,6 +48,8 @@ pub(crate) struct Offer<'a> {
     pub max_payload: u32,
     /// TLS the client may start, and whether it must.
     pub tls: Option<TlsMode>,
+    /// Where refusals by an allow list are logged.
+    pub refused: &'a EventLog,
 }
 
 /// Where negotiation ended.
@@ -301,18 +305,18 @@ async fn option<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// The export `name` if it exists and admits `peer`; otherwise the error
-/// reply for it. A refusal is logged and counted.
+/// reply for it. An export the client may not use is answered exactly as
+/// a name that does not exist, so its existence cannot be probed; the
+/// refusal is counted, and logged at most once per interval.
 fn admit(offer: &Offer<'_>, peer: Peer, name: &str) -> Result<Served, (u32, String)> {
-    let Some(served) = offer.exports.find(name) else {
-        return Err((REP_ERR_UNKNOWN, format!("no export named {name:?}")));
-    };
+    let unknown = || (REP_ERR_UNKNOWN, format!("no export named {name:?}"));
+    let served = offer.exports.find(name).ok_or_else(unknown)?;
     if !served.export.allow.admits(peer) {
         ExportCounters::add(&served.counters.refused, 1);
-        tracing::warn!(export = %served.name, %peer, "nbd: client refused by the export's allow list");
-        return Err((
-            REP_ERR_POLICY,
-            format!("{peer} may not use export {name:?}"),
-        ));
+        offer.refused.record(|held_back| {
+            tracing::warn!(export = %served.name, %peer, held_back, "nbd: client refused by the export's allow list");
+        });
+        return Err(unknown());
     }
     Ok(served)
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use peer_limits::{EventLog, PreLoginBudget};
+use peer_limits::{EventLog, PreLoginBudget, SourceLimit};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{watch, Semaphore};
@@ -22,7 +22,7 @@ use crate::handshake::{self, HandshakeError, Negotiated, Offer, Step};
 use crate::placed::RecvInto;
 use crate::placement::Placement;
 use crate::sessions::{Session, Sessions};
-use crate::socket::fix_receive_buffer;
+use crate::socket::{fix_receive_buffer, keep_alive};
 use crate::tls::Tls;
 use crate::transmission::{self, Shared};
 
@@ -44,9 +44,18 @@ pub struct Limits {
     /// Connections negotiating at once, per source address and in total.
     pub handshakes_per_source: usize,
     pub handshakes_total: usize,
+    /// Connections one source address may have open, negotiating or
+    /// transmitting (unix-socket clients are not counted).
+    pub connections_per_source: usize,
     /// Connections open at once, negotiating or transmitting; with
     /// `in_flight_bytes` it bounds the server's memory.
     pub max_connections: usize,
+    /// Probe a TCP client silent for the first, dropping it when the
+    /// probes go unanswered for the second; `None`: never.
+    pub keep_alive: Option<(Duration, Duration)>,
+    /// On shutdown, how long connections may take to answer what they
+    /// have in flight before they are cut.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Limits {
@@ -55,11 +64,14 @@ impl Default for Limits {
             max_payload: 32 << 20,
             in_flight_bytes: 64 << 20,
             device_threads: 64,
-            write_deadline: Duration::from_secs(30),
-            handshake_timeout: Duration::from_secs(10),
+            write_deadline: Duration::from_secs(20),
+            handshake_timeout: Duration::from_secs(15),
             handshakes_per_source: 16,
             handshakes_total: 256,
+            connections_per_source: 256,
             max_connections: 1024,
+            keep_alive: Some((Duration::from_secs(15), Duration::from_secs(30))),
+            shutdown_grace: Duration::from_secs(2),
         }
     }
 }
@@ -77,6 +89,10 @@ pub struct ServerStats {
     pub refused_busy: u64,
     /// Connections refused at `max_connections`.
     pub refused_full: u64,
+    /// Connections refused because their source held its most open.
+    pub refused_source: u64,
+    /// Connections dropped because the client stopped reading replies.
+    pub stalled: u64,
     /// Negotiating connections evicted to make room for newer ones.
     pub evicted: u64,
     pub exports: Vec<ExportStats>,
@@ -88,6 +104,7 @@ struct Inner {
     exports: ExportTable,
     shared: Arc<Shared>,
     prelogin: Arc<PreLoginBudget>,
+    per_source: Arc<SourceLimit>,
     shutdown: watch::Sender<bool>,
     tls: parking_lot::RwLock<Option<Tls>>,
     sessions: Sessions,
@@ -95,6 +112,11 @@ struct Inner {
     protocol_errors: EventLog,
     source_full: EventLog,
     server_full: EventLog,
+    source_holds_most: EventLog,
+    stalled: EventLog,
+    /// Clients refused an export they may not use (each answered as if it
+    /// did not exist).
+    pub(crate) export_refused: EventLog,
     connection_slots: Arc<Semaphore>,
     placement: Placement,
 }
@@ -124,6 +146,7 @@ impl Server {
     pub fn new(exports: BTreeMap<String, Export>, limits: Limits) -> Server {
         let max_connections = limits.max_connections.max(1);
         let prelogin = PreLoginBudget::new(limits.handshakes_per_source, limits.handshakes_total);
+        let per_source = SourceLimit::new(limits.connections_per_source);
         let shared = Arc::new(Shared {
             device_slots: Arc::new(Semaphore::new(limits.device_threads.max(1))),
             limits,
@@ -133,6 +156,7 @@ impl Server {
                 exports: ExportTable::new(exports),
                 shared,
                 prelogin,
+                per_source,
                 shutdown: watch::channel(false).0,
                 tls: parking_lot::RwLock::new(None),
                 sessions: Sessions::default(),
@@ -140,6 +164,9 @@ impl Server {
                 protocol_errors: EventLog::new(EVENT_LOG_INTERVAL),
                 source_full: EventLog::new(EVENT_LOG_INTERVAL),
                 server_full: EventLog::new(EVENT_LOG_INTERVAL),
+                source_holds_most: EventLog::new(EVENT_LOG_INTERVAL),
+                stalled: EventLog::new(EVENT_LOG_INTERVAL),
+                export_refused: EventLog::new(EVENT_LOG_INTERVAL),
                 connection_slots: Arc::new(Semaphore::new(max_connections)),
                 placement: Placement::default(),
             }),
@@ -200,6 +227,8 @@ impl Server {
             protocol_errors: i.protocol_errors.total(),
             refused_busy: i.source_full.total(),
             refused_full: i.server_full.total(),
+            refused_source: i.source_holds_most.total(),
+            stalled: i.stalled.total(),
             evicted: i.prelogin.evicted(),
             exports: i.exports.stats(),
         }
@@ -253,6 +282,11 @@ impl Server {
             let _ = stream.set_nodelay(true);
             if let Err(e) = fix_receive_buffer(stream.as_raw_fd()) {
                 tracing::debug!("nbd: sizing a connection's receive buffer: {e}");
+            }
+            if let Some((idle, timeout)) = self.inner.shared.limits.keep_alive {
+                if let Err(e) = keep_alive(stream.as_raw_fd(), idle, timeout) {
+                    tracing::debug!("nbd: setting a connection's keep-alive: {e}");
+                }
             }
             let server = self.clone();
             self.inner
@@ -346,6 +380,18 @@ impl Server {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let i = &self.inner;
+        let _source_slot = match peer {
+            Peer::Unix => None,
+            Peer::Ip(_) => match i.per_source.admit(source) {
+                Ok(t) => Some(t),
+                Err(_) => {
+                    i.source_holds_most.record(|held| {
+                        tracing::warn!(%peer, held_back = held, "nbd: refused a connection: its source address holds its most open connections");
+                    });
+                    return;
+                }
+            },
+        };
         let Ok(_slot) = i.connection_slots.clone().try_acquire_owned() else {
             i.server_full.record(|held| {
                 tracing::warn!(%peer, held_back = held, "nbd: refused a connection: the server has its maximum open");
@@ -367,6 +413,7 @@ impl Server {
             exports: &i.exports,
             max_payload: i.shared.limits.max_payload,
             tls: tls.as_ref().map(|t| t.mode),
+            refused: &i.export_refused,
         };
         let timeout = i.shared.limits.handshake_timeout;
         let negotiated = tokio::select! {
@@ -415,25 +462,47 @@ impl Server {
         // The export may have been replaced since negotiation found it.
         i.sessions.end_changed(&i.exports.list());
         let end = registered.end.clone();
-        let ended = match link {
-            Link::Plain(stream) => {
-                let (r, w) = split(stream);
-                transmission::transmit(r, w, negotiated, i.shared.clone(), true, stop, end).await
+        let mut stop_cut = stop.clone();
+        let transmitted = async {
+            match link {
+                Link::Plain(stream) => {
+                    let (r, w) = split(stream);
+                    transmission::transmit(r, w, negotiated, i.shared.clone(), true, stop, end)
+                        .await
+                }
+                Link::Tls(secure) => {
+                    let (r, w) = tokio::io::split(*secure);
+                    transmission::transmit(r, w, negotiated, i.shared.clone(), false, stop, end)
+                        .await
+                }
             }
-            Link::Tls(secure) => {
-                let (r, w) = tokio::io::split(*secure);
-                transmission::transmit(r, w, negotiated, i.shared.clone(), false, stop, end).await
+        };
+        // A client that reads nothing cannot take its last replies: after
+        // the grace it is cut, so shutdown does not wait on it.
+        let grace = i.shared.limits.shutdown_grace;
+        let ended = tokio::select! {
+            ended = transmitted => ended,
+            _ = async { stopped(&mut stop_cut).await; tokio::time::sleep(grace).await } => {
+                Err(transmission::gone(format!("cut {} ms into shutdown", grace.as_millis())))
             }
         };
         drop(registered);
         i.open.fetch_sub(1, Ordering::Relaxed);
         counters.open_connections.fetch_sub(1, Ordering::Relaxed);
         if let Err(e) = ended {
-            if e.protocol {
-                self.protocol_error(peer, &export, &e.reason);
-            } else {
-                tracing::debug!(%peer, %export, "nbd: connection ended: {}", e.reason);
-            }
+            self.log_end(peer, &export, &e);
+        }
+    }
+
+    fn log_end(&self, peer: Peer, export: &str, e: &transmission::Ended) {
+        if e.protocol {
+            self.protocol_error(peer, export, &e.reason);
+        } else if e.stalled {
+            self.inner.stalled.record(|held| {
+                tracing::warn!(%peer, %export, held_back = held, "nbd: dropped a client that stopped reading replies: {}", e.reason);
+            });
+        } else {
+            tracing::debug!(%peer, %export, "nbd: connection ended: {}", e.reason);
         }
     }
 

@@ -5,6 +5,7 @@
 
 use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
+use std::time::Duration;
 
 /// Sets the socket-level option `option` of `fd` to `value` (a plain C
 /// value: an int, a timeval).
@@ -13,11 +14,20 @@ pub(crate) fn set_socket_option<T: Copy>(
     option: libc::c_int,
     value: T,
 ) -> io::Result<()> {
+    set_option(fd, libc::SOL_SOCKET, option, value)
+}
+
+fn set_option<T: Copy>(
+    fd: RawFd,
+    level: libc::c_int,
+    option: libc::c_int,
+    value: T,
+) -> io::Result<()> {
     // SAFETY: `value` lives through the call and its size is given.
     let r = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_SOCKET,
+            level,
             option,
             (&value as *const T).cast(),
             std::mem::size_of::<T>() as libc::socklen_t,
@@ -27,6 +37,23 @@ pub(crate) fn set_socket_option<T: Copy>(
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Probes a TCP peer silent for `idle`, and has the kernel drop the
+/// connection when three probes over `timeout` go unanswered: NBD has no
+/// ping of its own, and a client idle for hours is normal, but a dead one
+/// must not hold its slot.
+pub(crate) fn keep_alive(fd: RawFd, idle: Duration, timeout: Duration) -> io::Result<()> {
+    let secs = |d: Duration| d.as_secs().clamp(1, i32::MAX as u64) as libc::c_int;
+    set_socket_option(fd, libc::SO_KEEPALIVE, 1 as libc::c_int)?;
+    set_option(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs(idle))?;
+    set_option(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPINTVL,
+        secs(timeout / 3),
+    )?;
+    set_option(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3 as libc::c_int)
 }
 
 /// The receive buffer a TCP connection asks for: the kernel doubles it for

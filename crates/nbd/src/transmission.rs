@@ -50,12 +50,46 @@ pub(crate) struct Ended {
     pub reason: String,
     /// The client broke the protocol (as opposed to leaving or stalling).
     pub protocol: bool,
+    /// The client accepted no reply bytes for the write deadline.
+    pub stalled: bool,
 }
 
 pub(crate) fn gone(reason: String) -> Ended {
     Ended {
         reason,
         protocol: false,
+        stalled: false,
+    }
+}
+
+pub(crate) fn protocol_error(reason: String) -> Ended {
+    Ended {
+        protocol: true,
+        ..gone(reason)
+    }
+}
+
+/// The client stopped reading: its queued replies are about to be freed,
+/// and given back to the system rather than kept in the heaps.
+pub(crate) fn stalled(deadline: Duration) -> Ended {
+    peer_limits::release_freed_memory();
+    Ended {
+        stalled: true,
+        ..gone(format!(
+            "the client read no replies for {} ms",
+            deadline.as_millis()
+        ))
+    }
+}
+
+/// Aborts the task writing replies when transmission is dropped: a
+/// shutdown that stops waiting for a stalled client must not leave the
+/// writer holding the socket until its deadline.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -86,13 +120,15 @@ where
     let budget = Arc::new(OutgoingBudget::new(shared.limits.in_flight_bytes));
     let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
     let writer_failed = Arc::new(Notify::new());
+    let deadline = shared.limits.write_deadline;
     let writing = tokio::spawn(write_replies(
         writer,
         rx,
         budget.clone(),
         writer_failed.clone(),
-        shared.limits.write_deadline,
+        deadline,
     ));
+    let _abort_writer = AbortOnDrop(writing.abort_handle());
     let backing = served.export.backing.clone();
     let counters = served.counters.clone();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
@@ -118,12 +154,7 @@ where
             agreed.max_payload,
         ) {
             Ok(h) => h,
-            Err(e) => {
-                break Err(Ended {
-                    reason: format!("malformed request: {e}"),
-                    protocol: true,
-                })
-            }
+            Err(e) => break Err(protocol_error(format!("malformed request: {e}"))),
         };
         let payload_len = h.payload_len(agreed.extended) as usize;
         let checked = wire::check_request(&h, &agreed);
@@ -208,6 +239,7 @@ where
         .await
         .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
     match (ended, written) {
+        (_, Err(e)) if e.kind() == io::ErrorKind::TimedOut => Err(stalled(deadline)),
         (Err(e), _) => Err(e),
         (Ok(()), Err(e)) => Err(gone(format!("writing replies: {e}"))),
         (Ok(()), Ok(())) => Ok(()),
@@ -278,6 +310,13 @@ async fn write_replies<W: AsyncWrite + Unpin>(
         write_deadline(deadline, out.shutdown()).await
     }
     .await;
+    if result
+        .as_ref()
+        .is_err_and(|e| e.kind() == io::ErrorKind::TimedOut)
+    {
+        // Before the queue below is dropped.
+        peer_limits::release_freed_memory();
+    }
     if result.is_err() {
         // Wakes the reader, waiting for budget or for a request: the
         // connection is over.

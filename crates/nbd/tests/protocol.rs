@@ -175,7 +175,7 @@ fn fua_and_flush_survive_a_power_cut_and_nothing_else_does() {
 }
 
 #[test]
-fn allow_lists_refuse_with_policy_and_unknown_exports_are_unknown() {
+fn an_export_a_client_may_not_use_answers_as_an_unknown_name() {
     let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
     let mut closed = Export::new(dev.clone());
     closed.allow = Allow::parse(&["10.0.0.0/8"]).unwrap();
@@ -188,7 +188,8 @@ fn allow_lists_refuse_with_policy_and_unknown_exports_are_unknown() {
     let list = c.option(OPT_LIST, &[]).unwrap();
     assert_eq!(list.len(), 2, "{list:?}");
     assert_eq!(list[0].1, [&string("open")[..], b"the open one"].concat());
-    assert_eq!(c.go("closed", false, false, false), Err(REP_ERR_POLICY));
+    // A hidden export's existence cannot be probed.
+    assert_eq!(c.go("closed", false, false, false), Err(REP_ERR_UNKNOWN));
     assert_eq!(c.go("nothere", false, false, false), Err(REP_ERR_UNKNOWN));
     // Options the server does not know, or data where none belongs.
     assert_eq!(c.option(99, &[]).unwrap()[0].0, REP_ERR_UNSUP);
@@ -314,7 +315,7 @@ fn unix_socket_clients_and_shutdown() {
     let serving = srv.runtime().block_on(srv.server.listen(&addr)).unwrap();
     // Over TCP the export is refused; over the socket it is served.
     let mut tcp = Raw::connect(srv.addr).unwrap();
-    assert_eq!(tcp.go("u", false, false, false), Err(REP_ERR_POLICY));
+    assert_eq!(tcp.go("u", false, false, false), Err(REP_ERR_UNKNOWN));
     let out = common::run(
         "nbdinfo",
         &[
@@ -342,6 +343,19 @@ fn unix_socket_clients_and_shutdown() {
     ));
 }
 
+/// A new connection to `addr` is closed without a greeting.
+fn assert_closed_before_greeting(addr: std::net::SocketAddr) {
+    let mut refused = std::net::TcpStream::connect(addr).unwrap();
+    refused
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0; 8];
+    assert!(matches!(
+        std::io::Read::read(&mut refused, &mut buf),
+        Ok(0) | Err(_)
+    ));
+}
+
 #[test]
 fn connections_beyond_the_maximum_are_refused() {
     let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
@@ -354,21 +368,35 @@ fn connections_beyond_the_maximum_are_refused() {
     a.go("v", false, false, false).unwrap();
     let _b = Raw::connect(srv.addr).unwrap();
     // The third is closed before its greeting.
-    let mut third = std::net::TcpStream::connect(srv.addr).unwrap();
-    third
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut buf = [0; 8];
-    assert!(matches!(
-        std::io::Read::read(&mut third, &mut buf),
-        Ok(0) | Err(_)
-    ));
+    assert_closed_before_greeting(srv.addr);
     assert_eq!(srv.server.stats().refused_full, 1);
     // A session leaving frees its place.
     a.request(CMD_DISC, 0, 1, 0, 0, &[]);
     drop(a);
     std::thread::sleep(Duration::from_millis(200));
     assert!(Raw::connect(srv.addr).is_ok());
+}
+
+#[test]
+fn one_source_holds_at_most_its_share_after_the_handshake_too() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
+    let limits = nbd::Limits {
+        connections_per_source: 2,
+        ..nbd::Limits::default()
+    };
+    let srv = common::Running::with_limits(vec![("v", Export::new(dev))], limits);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c = Raw::connect(srv.addr).unwrap();
+        c.go("v", false, false, false).unwrap();
+        held.push(c);
+    }
+    assert_closed_before_greeting(srv.addr);
+    assert_eq!(srv.server.stats().refused_source, 1);
+    held.pop();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut again = Raw::connect(srv.addr).unwrap();
+    again.go("v", false, false, false).unwrap();
 }
 
 #[test]
@@ -415,6 +443,7 @@ fn a_client_that_stops_reading_is_dropped_and_pins_bounded_memory() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(srv.server.stats().stalled, 1);
     assert_eq!(other.command(CMD_FLUSH, 0, 2, 0, 0, &[]), 0);
 }
 

@@ -19,8 +19,8 @@ use tokio::sync::Notify;
 /// Why a connection was not admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// Its source address already has as many connections logging in as
-    /// it may.
+    /// Its source address already has as many connections (logging in,
+    /// or open, as the budget counts them) as it may.
     SourceFull,
 }
 

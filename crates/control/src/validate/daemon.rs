@@ -36,6 +36,8 @@ impl Checker<'_> {
         let write_timeout = self.duration(d.write_timeout, "write_timeout");
         let max_logins_per_source = self.limit(d.max_logins_per_source, "max_logins_per_source");
         let max_logins = self.limit(d.max_logins, "max_logins");
+        let max_connections_per_source =
+            self.limit(d.max_connections_per_source, "max_connections_per_source");
         let max_queued_output = d.max_queued_output.and_then(|v| {
             let ok = parse_size(v.get_ref()).and_then(|n| {
                 if (64 << 10..=1 << 30).contains(&n) {
@@ -82,6 +84,7 @@ impl Checker<'_> {
             write_timeout,
             max_logins_per_source,
             max_logins,
+            max_connections_per_source,
             max_queued_output,
             api_listen,
             api_token_file,
@@ -177,7 +180,8 @@ mod tests {
     fn api_deadlines_and_auth_delays_parse() {
         let config = crate::parse_config(
             "[daemon]\napi_header_timeout = \"3s\"\napi_body_timeout = \"250ms\"\n\
-             auth_fail_delay = \"2ms\"\nauth_fail_delay_max = \"20ms\"\n",
+             auth_fail_delay = \"2ms\"\nauth_fail_delay_max = \"20ms\"\n\
+             max_connections_per_source = 8\n",
             "t.toml",
         )
         .unwrap();
@@ -186,6 +190,7 @@ mod tests {
         assert_eq!(d.api_body_timeout, Some(Duration::from_millis(250)));
         assert_eq!(d.auth_fail_delay, Some(Duration::from_millis(2)));
         assert_eq!(d.auth_fail_delay_max, Some(Duration::from_millis(20)));
+        assert_eq!(d.max_connections_per_source, Some(8));
         assert_eq!(
             crate::parse_config("[daemon]\n", "t.toml").unwrap().daemon,
             crate::Daemon::default()
@@ -216,5 +221,11 @@ mod tests {
         // Against the default maximum when none is given.
         let err = error("[daemon]\nauth_fail_delay = \"6s\"\n");
         assert!(err.contains("daemon.auth_fail_delay"), "{err}");
+        let err = error("[daemon]\nmax_connections_per_source = 0\n");
+        assert!(
+            err.contains("t.toml:2:30: daemon.max_connections_per_source"),
+            "{err}"
+        );
+        assert!(err.contains("outside 1..=65535"), "{err}");
     }
 }

@@ -198,7 +198,7 @@ pub(crate) async fn run(server: Arc<Server>, stream: TcpStream, est: Established
     let cause = conn.main_loop(&mut reader, est.control_rx).await;
     drop(reader);
     conn.teardown(cause, writer, est.closed_tx).await;
-    drop(est.portal_slot);
+    drop((est.portal_slot, est.source_slot));
 }
 
 pub(super) fn next_tag(t: u32) -> u32 {

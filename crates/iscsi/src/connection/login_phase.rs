@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use peer_limits::{OutgoingBudget, PreLoginTicket};
+use peer_limits::{EventLog, OutgoingBudget, PreLoginTicket, SourceTicket};
 use scsi_api::Nexus;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
@@ -14,7 +14,6 @@ use tokio::time::Instant;
 
 use super::io::read_pdu;
 use super::SessionCtx;
-use crate::auth_throttle;
 use crate::login::{LoginMachine, LoginResult, LoginStatus, LoginStep, Reply};
 use crate::negotiation::SessionType;
 use crate::pdu::initiator::Request;
@@ -36,6 +35,8 @@ pub(crate) struct Established {
     pub outgoing: Arc<OutgoingBudget>,
     /// The connection's place among its portal's logged-in connections.
     pub portal_slot: Option<PortalSlot>,
+    /// Its place among its source address's.
+    pub source_slot: Option<SourceTicket>,
 }
 
 async fn send_reply<S: AsyncWrite + Unpin>(stream: &mut S, reply: &Reply) -> std::io::Result<()> {
@@ -108,7 +109,7 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
         // Wrong proofs delay this initiator's and this address's next ones.
         let checks_proof = machine.auth().is_some_and(|a| a.awaits_proof()) && !req.continue_;
         let proof = if checks_proof {
-            let keys = auth_throttle::keys(machine.initiator_name().unwrap_or(""), peer.ip());
+            let keys = peer_limits::auth_keys(machine.initiator_name().unwrap_or(""), peer.ip());
             let throttle = &server.options.auth_throttle;
             let Some(start) = throttle.reserve(&keys, deadline.into_std()) else {
                 tracing::info!(
@@ -151,18 +152,22 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 return None;
             }
             LoginStep::Complete(mut reply, result) => {
-                let Some(slot) = portal.try_take() else {
-                    let status = LoginStatus::OUT_OF_RESOURCES;
-                    server.logins.count_refused(crate::Refusal::PortalFull);
-                    server.events.portal_full.record(|held_back| {
-                        tracing::info!(%peer, portal = %local, held_back, "login refused: portal at its limit of logged-in connections");
-                    });
-                    let _ = send_reply(stream, &machine.failure(&req, status)).await;
-                    return None;
+                let (slot, source_slot) = match take_places(server, portal, peer) {
+                    Ok(places) => places,
+                    Err((refusal, events, why)) => {
+                        server.logins.count_refused(refusal);
+                        events.record(|held_back| {
+                            tracing::info!(%peer, portal = %local, held_back, "login refused: {why}");
+                        });
+                        let status = LoginStatus::OUT_OF_RESOURCES;
+                        let _ = send_reply(stream, &machine.failure(&req, status)).await;
+                        return None;
+                    }
                 };
                 let established = match establish(server, &directory, *result, peer, local).await {
                     Ok(mut e) => {
                         e.portal_slot = Some(slot);
+                        e.source_slot = Some(source_slot);
                         e
                     }
                     Err(status) => {
@@ -185,12 +190,35 @@ pub(crate) async fn login<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// A logged-in connection's places among its portal's and its source
+/// address's; at either limit, how the refusal is counted and logged.
+fn take_places<'a>(
+    server: &'a Server,
+    portal: &PortalCount,
+    peer: SocketAddr,
+) -> Result<(PortalSlot, SourceTicket), (crate::Refusal, &'a EventLog, &'static str)> {
+    let events = &server.events;
+    let slot = portal.try_take().ok_or((
+        crate::Refusal::PortalFull,
+        &events.portal_full,
+        "portal at its limit of logged-in connections",
+    ))?;
+    let source = server.per_source.admit(peer.ip()).map_err(|_| {
+        (
+            crate::Refusal::OutOfResources,
+            &events.source_holds_most,
+            "the source address holds its limit of logged-in connections",
+        )
+    })?;
+    Ok((slot, source))
+}
+
 /// Counts a checked proof: a failure delays the keys' next attempts, a
 /// success clears them.
 fn judge_proof(
     server: &Server,
     machine: &LoginMachine,
-    keys: &[auth_throttle::Key],
+    keys: &[peer_limits::AuthKey],
     step: &LoginStep,
     peer: SocketAddr,
     local: SocketAddr,
@@ -411,5 +439,6 @@ async fn establish(
         next_statsn: result.next_statsn,
         outgoing,
         portal_slot: None,
+        source_slot: None,
     })
 }

@@ -1,7 +1,7 @@
-//! Slowing down CHAP guessing: every failed proof delays the next attempts
-//! of the same initiator name and of the same source address (IPv6 by its
-//! /64, which one host usually has whole), so neither many connections
-//! nor many names get around it.
+//! Slowing down secret guessing (CHAP proofs, API tokens): every failed
+//! attempt delays the next attempts of the same name and of the same
+//! source address (IPv6 by its /64, which one host usually has whole), so
+//! neither many connections nor many names get around it.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,29 +14,37 @@ use crate::auth_backoff::{KeyedBackoff, Settings};
 const CAPACITY: usize = 8192;
 /// A key quiet for this long has its count halved.
 const DECAY: Duration = Duration::from_secs(60);
-/// Initiator names are cut to this many bytes as keys (iSCSI names have at
-/// most 223), so long names cannot inflate the table.
+/// Names are cut to this many bytes as keys (iSCSI names have at most
+/// 223), so long names cannot inflate the table.
 const MAX_NAME_KEY: usize = 255;
 
+/// What an attempt is counted against.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Key {
-    Initiator(Box<str>),
+pub enum Key {
+    /// The name it claims (an iSCSI initiator name).
+    Name(Box<str>),
     Source(IpAddr),
 }
 
-/// The keys one login attempt is counted against.
-pub(crate) fn keys(initiator: &str, source: IpAddr) -> [Key; 2] {
-    let mut end = initiator.len().min(MAX_NAME_KEY);
-    while !initiator.is_char_boundary(end) {
+/// The keys an attempt by `name` from `source` is counted against.
+pub fn keys(name: &str, source: IpAddr) -> [Key; 2] {
+    let mut end = name.len().min(MAX_NAME_KEY);
+    while !name.is_char_boundary(end) {
         end -= 1;
     }
     [
-        Key::Initiator(initiator[..end].into()),
+        Key::Name(name[..end].into()),
         Key::Source(source_key(source)),
     ]
 }
 
-fn source_key(ip: IpAddr) -> IpAddr {
+/// The key of an attempt that claims no name (an API token): its source.
+pub fn source_keys(source: IpAddr) -> [Key; 1] {
+    [Key::Source(source_key(source))]
+}
+
+/// A source as limits count it: IPv6 by its /64.
+pub(crate) fn source_key(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -49,7 +57,7 @@ fn source_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The back-off of failed CHAP proofs and their count.
+/// The back-off of failed attempts and their count.
 pub struct AuthThrottle {
     backoff: Mutex<KeyedBackoff<Key>>,
     failures: Arc<AtomicU64>,
@@ -73,7 +81,12 @@ impl AuthThrottle {
         }
     }
 
-    /// Failed CHAP proofs since start.
+    /// The longest delay a key's failures can bring.
+    pub fn delay_max(&self) -> Duration {
+        self.lock().settings().max
+    }
+
+    /// Failed attempts since start.
     pub fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
     }
@@ -84,21 +97,21 @@ impl AuthThrottle {
 
     /// When an attempt for `keys` may be checked (its slot taken), or
     /// `None` if not before `latest`.
-    pub(crate) fn reserve(&self, keys: &[Key], latest: Instant) -> Option<Instant> {
+    pub fn reserve(&self, keys: &[Key], latest: Instant) -> Option<Instant> {
         self.lock().reserve(keys, Instant::now(), latest)
     }
 
-    /// Counts a wrong proof; the failures in a row now held against the
+    /// Counts a wrong secret; the failures in a row now held against the
     /// attempt's keys and the delay the next attempt will wait.
-    pub(crate) fn failed(&self, keys: &[Key]) -> (u32, Duration) {
+    pub fn failed(&self, keys: &[Key]) -> (u32, Duration) {
         self.failures.fetch_add(1, Ordering::Relaxed);
         let mut backoff = self.lock();
         let count = backoff.failed(keys, Instant::now());
         (count, backoff.delay(count))
     }
 
-    /// A right proof: its keys start over.
-    pub(crate) fn succeeded(&self, keys: &[Key]) {
+    /// A right secret: its keys start over.
+    pub fn succeeded(&self, keys: &[Key]) {
         self.lock().succeeded(keys);
     }
 }
@@ -137,10 +150,14 @@ mod tests {
             Key::Source(v6("192.0.2.7"))
         );
         let long = "é".repeat(400);
-        let [Key::Initiator(name), _] = keys(&long, v6("192.0.2.7")) else {
+        let [Key::Name(name), _] = keys(&long, v6("192.0.2.7")) else {
             panic!("keys are a name and a source");
         };
         assert!(name.len() <= MAX_NAME_KEY && long.starts_with(&*name));
+        assert_eq!(
+            source_keys(v6("2001:db8:1:2:3:4:5:6")),
+            [Key::Source(v6("2001:db8:1:2::"))]
+        );
     }
 
     #[test]
