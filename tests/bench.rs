@@ -18,6 +18,7 @@ const IQN: &str = "iqn.2026-11.org.openarray.test:bench";
 /// and `c`, each exported over NBD under its own name.
 struct Served {
     _daemon: AdminDaemon,
+    port: u16,
     nbd: SocketAddr,
     dir: tempfile::TempDir,
 }
@@ -31,7 +32,7 @@ fn serve() -> Served {
              [[nbd.export]]\nname = \"{name}\"\ndevice = \"{name}\"\n\n"
         );
     }
-    let (daemon, nbd_port) = retrying_taken_ports(|| {
+    let (daemon, port, nbd_port) = retrying_taken_ports(|| {
         let (port, nbd_port) = (free_port(), free_port());
         let text = format!(
             "[[portal]]\nlisten = \"127.0.0.1:{port}\"\n\n[nbd]\nlisten = [\"127.0.0.1:{nbd_port}\"]\n\n\
@@ -39,10 +40,11 @@ fn serve() -> Served {
         );
         let cfg = dir.path().join("openarray.toml");
         std::fs::write(&cfg, text).unwrap();
-        AdminDaemon::try_start(&cfg, dir.path(), port).map(|d| (d, nbd_port))
+        AdminDaemon::try_start(&cfg, dir.path(), port).map(|d| (d, port, nbd_port))
     });
     Served {
         _daemon: daemon,
+        port,
         nbd: SocketAddr::from(([127, 0, 0, 1], nbd_port)),
         dir,
     }
@@ -51,6 +53,10 @@ fn serve() -> Served {
 impl Served {
     fn nbd_url(&self, export: &str) -> String {
         format!("nbd://{}/{export}", self.nbd)
+    }
+
+    fn iscsi_url(&self) -> String {
+        format!("iscsi://127.0.0.1:{}/{IQN}/0", self.port)
     }
 }
 
@@ -289,5 +295,58 @@ fn compare_runs_both_targets_and_reports_ratios() {
     assert!(
         json["rows"][1]["measured"][1]["iops"].as_f64().unwrap() > 0.0,
         "{json}"
+    );
+}
+
+/// The built-in initiator unless a fio with the libiscsi engine is found.
+fn iscsi_engine() -> &'static str {
+    match bench::fio::find_with_engine("libiscsi") {
+        Some(_) => "fio libiscsi engine",
+        None => "built-in iSCSI initiator",
+    }
+}
+
+#[test]
+fn iscsi_matrix_writes_a_report_folder_and_its_writes_land() {
+    let s = serve();
+    let out_dir = s.dir.path().join("iscsi-report");
+    let url = s.iscsi_url();
+    let mut args = vec![
+        url.as_str(),
+        "--jobs",
+        "2",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ];
+    args.extend(SHORT);
+    let out = bench(&args);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    check_report(&out_dir, &stderr, iscsi_engine());
+
+    // The LUN's device is also export `a`: the writes are there to read.
+    let target = bench::url::Target::parse(&s.nbd_url("a")).unwrap();
+    let mut nbd = bench::nbd_client::NbdClient::connect(&target).unwrap();
+    let at = bench::probe::first_data(&mut nbd)
+        .unwrap()
+        .expect("the writes landed");
+    assert!(nbd.read(at, 4096).unwrap().iter().any(|&b| b != 0));
+    drop(nbd);
+
+    // So the guard rail, reading through iSCSI, now refuses writes.
+    let again = bench(&[
+        &url,
+        "--runtime",
+        "1",
+        "--depths",
+        "1",
+        "--patterns",
+        "randwrite",
+    ]);
+    let (_, stderr) = text(&again);
+    assert!(!again.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("holds data (the block at byte offset"),
+        "{stderr}"
     );
 }

@@ -4,16 +4,23 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
+use crate::iscsi_session::Session;
 use crate::probe::BlockReader;
 use crate::spec::{Measured, Point};
 use crate::url::Target;
-use crate::{fio, nbd_client};
+use crate::{fio, iscsi_load, nbd_client};
 
 #[derive(Clone, Debug)]
 pub enum Engine {
-    Fio { fio: PathBuf, engine: &'static str },
+    Fio {
+        fio: PathBuf,
+        engine: &'static str,
+    },
+    /// The initiator of this crate (iscsi_load), for iSCSI without fio's
+    /// libiscsi engine.
+    Builtin,
 }
 
 /// How one target is driven, with what it needs to know.
@@ -36,9 +43,7 @@ impl Driver {
                     fio,
                     engine: "libiscsi",
                 },
-                None => bail!(
-                    "no fio with the libiscsi engine: build one with bench/fio-libiscsi.sh or set OPENARRAY_FIO"
-                ),
+                None => Engine::Builtin,
             },
         };
         Ok(Driver {
@@ -51,6 +56,9 @@ impl Driver {
     pub fn describe(&self) -> String {
         match &self.engine {
             Engine::Fio { fio, engine } => format!("fio {engine} engine ({})", fio.display()),
+            Engine::Builtin => "built-in iSCSI initiator (no fio with the libiscsi engine found; \
+                 bench/fio-libiscsi.sh builds one)"
+                .into(),
         }
     }
 
@@ -59,6 +67,7 @@ impl Driver {
             Engine::Fio { fio, engine } => {
                 fio::run(fio, &fio::args(&self.target, engine, point, runtime, size))
             }
+            Engine::Builtin => iscsi_load::run(&self.target, point, runtime, size),
         }
     }
 
@@ -68,7 +77,28 @@ impl Driver {
             Target::Nbd { .. } | Target::NbdUnix { .. } => {
                 Ok(Box::new(nbd_client::NbdClient::connect(&self.target)?))
             }
-            Target::Iscsi { .. } => bail!("reading an iSCSI LUN's blocks is not supported yet"),
+            Target::Iscsi { .. } => Ok(Box::new(ProbeSession(Session::login(
+                &self.target,
+                0x7fff,
+            )?))),
         }
+    }
+}
+
+/// A session that logs out when the sample is read.
+struct ProbeSession(Session);
+
+impl BlockReader for ProbeSession {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read(&mut self, offset: u64, len: u32) -> Result<Vec<u8>> {
+        self.0.read(offset, len)
+    }
+}
+
+impl Drop for ProbeSession {
+    fn drop(&mut self) {
+        let _ = self.0.logout();
     }
 }

@@ -4,6 +4,9 @@
 
 pub mod engine;
 pub mod fio;
+pub mod iscsi_load;
+pub mod iscsi_pdu;
+pub mod iscsi_session;
 pub mod machine;
 pub mod matrix;
 pub mod nbd_client;
