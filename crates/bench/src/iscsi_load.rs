@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::sync::{Condvar, LazyLock, Mutex};
+use std::sync::{Condvar, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
@@ -32,6 +32,21 @@ struct Job {
     session: Mutex<Session>,
     state: Mutex<State>,
     changed: Condvar,
+}
+
+impl Job {
+    /// The state once `ready` holds, or the reader's error.
+    fn wait(&self, ready: impl Fn(&State) -> bool) -> Result<MutexGuard<'_, State>> {
+        let mut st = self.state.lock().unwrap();
+        while st.error.is_none() && !ready(&st) {
+            let tick = Duration::from_millis(100);
+            st = self.changed.wait_timeout(st, tick).unwrap().0;
+        }
+        match &st.error {
+            Some(e) => bail!("{e}"),
+            None => Ok(st),
+        }
+    }
 }
 
 /// Runs `point` for `runtime` seconds with `point.jobs` sessions.
@@ -125,19 +140,8 @@ fn run_job(
         });
         let issued = (|| -> Result<()> {
             while Instant::now() < deadline {
-                let mut st = job.state.lock().unwrap();
-                while st.error.is_none()
-                    && (st.free == 0 || (st.max_cmd_sn.wrapping_sub(cmd_sn) as i32) < 0)
-                {
-                    st = job
-                        .changed
-                        .wait_timeout(st, Duration::from_millis(100))
-                        .unwrap()
-                        .0;
-                }
-                if let Some(e) = &st.error {
-                    bail!("{e}");
-                }
+                let mut st =
+                    job.wait(|st| st.free > 0 && (st.max_cmd_sn.wrapping_sub(cmd_sn) as i32) >= 0)?;
                 st.free -= 1;
                 drop(st);
                 let index = if point.pattern.is_random() {
@@ -152,17 +156,7 @@ fn run_job(
                 issue(&job, point, index * per_io, per_io as u32)?;
                 cmd_sn = cmd_sn.wrapping_add(1);
             }
-            let mut st = job.state.lock().unwrap();
-            while st.error.is_none() && st.free < point.depth {
-                st = job
-                    .changed
-                    .wait_timeout(st, Duration::from_millis(100))
-                    .unwrap()
-                    .0;
-            }
-            if let Some(e) = &st.error {
-                bail!("{e}");
-            }
+            let st = job.wait(|st| st.free == point.depth)?;
             drop(st);
             job.session.lock().unwrap().logout_request()?;
             Ok(())

@@ -101,6 +101,15 @@ impl Pdu {
     }
 }
 
+/// A READ(16) or WRITE(16) CDB.
+pub fn rw16(write: bool, lba: u64, blocks: u32) -> [u8; 16] {
+    let mut cdb = [0u8; 16];
+    cdb[0] = if write { 0x8a } else { 0x88 };
+    cdb[2..10].copy_from_slice(&lba.to_be_bytes());
+    cdb[10..14].copy_from_slice(&blocks.to_be_bytes());
+    cdb
+}
+
 /// `key=value` pairs, NUL-separated as login and text PDUs carry them.
 pub fn keys(pairs: &[(&str, String)]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -119,15 +128,6 @@ pub fn parse_keys(data: &[u8]) -> Vec<(String, String)> {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
         })
         .collect()
-}
-
-/// A READ(16) or WRITE(16) CDB.
-pub fn rw16(write: bool, lba: u64, blocks: u32) -> [u8; 16] {
-    let mut cdb = [0u8; 16];
-    cdb[0] = if write { 0x8a } else { 0x88 };
-    cdb[2..10].copy_from_slice(&lba.to_be_bytes());
-    cdb[10..14].copy_from_slice(&blocks.to_be_bytes());
-    cdb
 }
 
 #[cfg(test)]
