@@ -3,6 +3,7 @@
 mod admin;
 mod admin_cli;
 mod api_client;
+mod bench_cli;
 mod cache_cli;
 mod check_config;
 mod completions;
@@ -135,6 +136,9 @@ enum Command {
     /// Targets, portals, sessions, LUNs and pools of a running daemon and
     /// what is degraded; exit status 0 healthy, 1 degraded, 2 not reached.
     Status(status_cli::StatusArgs),
+    /// Benchmark an iSCSI LUN or NBD export (any array, local or remote):
+    /// a fio-style matrix written up as a report folder.
+    Bench(bench_cli::BenchArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish, ...).
     Completions {
         #[arg(value_name = "SHELL")]
@@ -209,6 +213,7 @@ fn main() -> ExitCode {
         Command::Session { api, command } => session_cli::run(&api, command),
         Command::Cache { api, command } => cache_cli::run(&api, command),
         Command::Status(args) => status_cli::run(args),
+        Command::Bench(args) => bench_cli::run(args),
         Command::Raid { api, command } => raid_cli::run(&api, command),
         Command::Edit(cmd) => edit_cli::run(cmd),
         Command::DefaultConfig => {
