@@ -311,6 +311,9 @@ impl Harness {
                 for name in std::mem::take(&mut self.gone) {
                     self.spec.spares.retain(|n| *n != name);
                     self.devices.remove(&name);
+                    // Pulled: gone from wherever it was, a spare's list too
+                    // (it may have become one since it was pulled).
+                    self.members.spares.remove(&name);
                     if let Some(s) = self.members.slot_of(&name) {
                         self.members.in_slot[s] = None;
                     }
@@ -450,10 +453,25 @@ fn cases() -> u32 {
         .unwrap_or(50)
 }
 
+/// The same sequences on every run unless `PROPTEST_RNG_SEED` asks for
+/// others: a run that fails fails again. Other seeds go in by hand, with
+/// more cases (`PROPTEST_CASES=300 PROPTEST_RNG_SEED=$RANDOM`).
+fn seed() -> proptest::test_runner::RngSeed {
+    let seed = std::env::var("PROPTEST_RNG_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x6f70_656e_6172_7261);
+    proptest::test_runner::RngSeed::Fixed(seed)
+}
+
 macro_rules! lifecycle {
     ($name:ident, $level:expr, $members:expr) => {
         proptest! {
-            #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+            #![proptest_config(ProptestConfig {
+                cases: cases(),
+                rng_seed: seed(),
+                ..ProptestConfig::default()
+            })]
             #[test]
             fn $name(ops in prop::collection::vec(op(), 1..24)) {
                 run($level, $members, ops);
@@ -466,3 +484,22 @@ lifecycle!(raid1_members_over_their_life, 1, 2);
 lifecycle!(raid5_members_over_their_life, 5, 4);
 lifecycle!(raid6_members_over_their_life, 6, 5);
 lifecycle!(raid10_members_over_their_life, 10, 4);
+
+/// A device pulled while it held a slot, then failed out of it and put
+/// back as a spare before the restart, is gone from the spares after it.
+#[test]
+fn a_pulled_device_put_back_as_a_spare_is_gone_after_the_restart() {
+    run(
+        10,
+        4,
+        vec![
+            Op::AddNew,
+            Op::Fail(1),
+            Op::Vanish(0),
+            Op::PutBack(0),
+            Op::Fail(1),
+            Op::PutBack(0),
+            Op::Restart(Stop::Term),
+        ],
+    );
+}
