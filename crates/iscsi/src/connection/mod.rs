@@ -15,6 +15,7 @@ mod spin;
 mod tasks;
 mod text;
 mod tmf;
+mod upkeep;
 mod write_data;
 mod writer;
 
