@@ -22,6 +22,7 @@ mod session_cli;
 mod stat_cli;
 mod status_cli;
 mod systemd;
+mod target_cli;
 mod volume_api;
 
 use std::io::IsTerminal;

@@ -341,50 +341,66 @@ impl Negotiator {
         if discovery && IRRELEVANT_FOR_DISCOVERY.contains(&key) {
             return Ok(Some(IRRELEVANT.to_string()));
         }
+        match key {
+            "InitiatorName" | "InitiatorAlias" | "TargetName" | "SessionType" => {
+                self.record_identity(key, value);
+                Ok(None)
+            }
+            "HeaderDigest" | "DataDigest" => self.answer_digest(key, value).map(Some),
+            _ => Ok(self.answer_operational(key, value)),
+        }
+    }
+
+    /// Identity keys are declarations: recorded, never answered.
+    /// SessionType was taken before the batch.
+    fn record_identity(&mut self, key: &str, value: &str) {
+        let slot = match key {
+            "InitiatorName" => &mut self.initiator_name,
+            "InitiatorAlias" => &mut self.initiator_alias,
+            "TargetName" => &mut self.target_name,
+            _ => return,
+        };
+        *slot = Some(value.to_string());
+    }
+
+    /// The responder picks the first offered digest it supports; with
+    /// none of them, Reject leaves the default (None) in force, unless the
+    /// target does not accept None either.
+    fn answer_digest(&mut self, key: &str, value: &str) -> Result<String, NegotiationError> {
+        let (ours, slot, name) = if key == "HeaderDigest" {
+            (
+                &self.limits.header_digests,
+                &mut self.params.header_digest,
+                "HeaderDigest",
+            )
+        } else {
+            (
+                &self.limits.data_digests,
+                &mut self.params.data_digest,
+                "DataDigest",
+            )
+        };
+        let pick = value
+            .split(',')
+            .filter_map(Digest::parse)
+            .find(|d| ours.contains(d));
+        match pick {
+            Some(d) => {
+                *slot = d;
+                Ok(d.as_str().to_string())
+            }
+            None if ours.contains(&Digest::None) => Ok(REJECT.to_string()),
+            None => Err(NegotiationError::NoAcceptableValue(name)),
+        }
+    }
+
+    /// Keys that set a session parameter, combined with the target's
+    /// limit by the key's result function; `None` for a declaration. Any
+    /// other key has a [`fixed_answer`].
+    fn answer_operational(&mut self, key: &str, value: &str) -> Option<String> {
         let p = &mut self.params;
         let l = &self.limits;
-        let answer = match key {
-            "InitiatorName" => {
-                self.initiator_name = Some(value.to_string());
-                None
-            }
-            "InitiatorAlias" => {
-                self.initiator_alias = Some(value.to_string());
-                None
-            }
-            "TargetName" => {
-                self.target_name = Some(value.to_string());
-                None
-            }
-            "SessionType" => None,
-            "HeaderDigest" | "DataDigest" => {
-                let (ours, slot) = if key == "HeaderDigest" {
-                    (&l.header_digests, &mut p.header_digest)
-                } else {
-                    (&l.data_digests, &mut p.data_digest)
-                };
-                // The responder picks the first offered value it supports.
-                let pick = value
-                    .split(',')
-                    .filter_map(Digest::parse)
-                    .find(|d| ours.contains(d));
-                match pick {
-                    Some(d) => {
-                        *slot = d;
-                        Some(d.as_str().to_string())
-                    }
-                    None if ours.contains(&Digest::None) => Some(REJECT.to_string()),
-                    None => {
-                        return Err(NegotiationError::NoAcceptableValue(
-                            if key == "HeaderDigest" {
-                                "HeaderDigest"
-                            } else {
-                                "DataDigest"
-                            },
-                        ))
-                    }
-                }
-            }
+        match key {
             "MaxConnections" => Some(match number_in(value, 1, 65535) {
                 Some(n) => {
                     p.max_connections = n.min(u64::from(l.max_connections)) as u16;
@@ -448,11 +464,6 @@ impl Negotiator {
                 }
                 None => REJECT.to_string(),
             }),
-            // We only deliver in order; OR with our Yes is always Yes.
-            "DataPDUInOrder" | "DataSequenceInOrder" => Some(match parse_bool(value) {
-                Some(_) => yes_no(true),
-                None => REJECT.to_string(),
-            }),
             "ErrorRecoveryLevel" => Some(match number_in(value, 0, 2) {
                 Some(_) => {
                     p.error_recovery_level = 0;
@@ -460,30 +471,45 @@ impl Negotiator {
                 }
                 None => REJECT.to_string(),
             }),
-            // Markers are not supported: AND with our No.
-            "IFMarker" | "OFMarker" | "RDMAExtensions" => Some(match parse_bool(value) {
-                Some(_) => yes_no(false),
-                None => REJECT.to_string(),
-            }),
-            "IFMarkInt"
-            | "OFMarkInt"
-            | "InitiatorRecvDataSegmentLength"
-            | "TargetRecvDataSegmentLength" => Some(IRRELEVANT.to_string()),
-            "iSCSIProtocolLevel" => Some(match number_in(value, 0, 31) {
-                Some(n) => n.min(1).to_string(),
-                None => REJECT.to_string(),
-            }),
-            "TaskReporting" => Some(if value.split(',').any(|v| v == "RFC3720") {
+            _ => Some(fixed_answer(key, value)),
+        }
+    }
+}
+
+/// The answer to a key whose outcome the target decides alone: what it
+/// always does (in-order delivery, no markers, RFC 3720 task reporting),
+/// Irrelevant, Reject or NotUnderstood.
+fn fixed_answer(key: &str, value: &str) -> String {
+    match key {
+        // We only deliver in order; OR with our Yes is always Yes.
+        "DataPDUInOrder" | "DataSequenceInOrder" => match parse_bool(value) {
+            Some(_) => yes_no(true),
+            None => REJECT.to_string(),
+        },
+        // Markers are not supported: AND with our No.
+        "IFMarker" | "OFMarker" | "RDMAExtensions" => match parse_bool(value) {
+            Some(_) => yes_no(false),
+            None => REJECT.to_string(),
+        },
+        "IFMarkInt"
+        | "OFMarkInt"
+        | "InitiatorRecvDataSegmentLength"
+        | "TargetRecvDataSegmentLength" => IRRELEVANT.to_string(),
+        "iSCSIProtocolLevel" => match number_in(value, 0, 31) {
+            Some(n) => n.min(1).to_string(),
+            None => REJECT.to_string(),
+        },
+        "TaskReporting" => {
+            if value.split(',').any(|v| v == "RFC3720") {
                 "RFC3720".to_string()
             } else {
                 REJECT.to_string()
-            }),
-            "SendTargets" => Some(IRRELEVANT.to_string()),
-            // Target-declared keys cannot come from an initiator.
-            "TargetAlias" | "TargetAddress" | "TargetPortalGroupTag" => Some(REJECT.to_string()),
-            _ => Some(NOT_UNDERSTOOD.to_string()),
-        };
-        Ok(answer)
+            }
+        }
+        "SendTargets" => IRRELEVANT.to_string(),
+        // Target-declared keys cannot come from an initiator.
+        "TargetAlias" | "TargetAddress" | "TargetPortalGroupTag" => REJECT.to_string(),
+        _ => NOT_UNDERSTOOD.to_string(),
     }
 }
 

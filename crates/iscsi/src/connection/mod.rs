@@ -15,6 +15,8 @@ mod spin;
 mod tasks;
 mod text;
 mod tmf;
+mod upkeep;
+mod write_data;
 mod writer;
 
 use std::net::SocketAddr;
