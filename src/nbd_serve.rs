@@ -1,16 +1,17 @@
 //! The NBD transport of the daemon: its server over the configuration's
 //! device exports, its listeners, and its counters in `/metrics`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use stats::{Sample, SampleKind, SampleSource};
-use tokio::task::JoinHandle;
 
 /// The NBD server of a daemon and its listeners.
 pub struct NbdFrontend {
     pub server: nbd::Server,
-    listeners: Vec<JoinHandle<std::io::Result<()>>>,
+    listeners: Arc<nbd::Listeners>,
+    /// The TLS files being served, to load them again when they change.
+    tls: Arc<Mutex<Option<nbd::TlsConfig>>>,
 }
 
 /// Where NBD listens, and whether a failure to bind there stops the
@@ -32,35 +33,30 @@ impl NbdFrontend {
         options: &iscsi::ServerOptions,
     ) -> anyhow::Result<Self> {
         let server = nbd::Server::new(nbd::exports_of(exports), limits(options));
-        if let Some(tls) = config.nbd.as_ref().and_then(|n| n.tls.as_ref()) {
-            let mode = if tls.require {
-                nbd::TlsMode::Require
-            } else {
-                nbd::TlsMode::Allow
-            };
-            let loaded =
-                nbd::Tls::from_pem_files(&tls.cert, &tls.key, mode).with_context(|| {
-                    format!(
-                        "nbd.tls: cannot load {} and {}",
-                        tls.cert.display(),
-                        tls.key.display()
-                    )
-                })?;
-            server.set_tls(Some(loaded));
-        }
+        let tls = config.nbd.as_ref().and_then(|n| n.tls.clone());
+        server.set_tls(load_tls(tls.as_ref()).map_err(anyhow::Error::msg)?);
         Ok(NbdFrontend {
+            listeners: Arc::new(nbd::Listeners::new(server.clone())),
             server,
-            listeners: Vec::new(),
+            tls: Arc::new(Mutex::new(tls)),
+        })
+    }
+
+    /// What moves the listeners and TLS files on a configuration change.
+    pub fn live(&self) -> Arc<dyn daemon::LiveListeners> {
+        Arc::new(NbdLive {
+            server: self.server.clone(),
+            listeners: self.listeners.clone(),
+            tls: self.tls.clone(),
         })
     }
 
     pub async fn listen(&mut self, listen: &NbdListen) -> anyhow::Result<()> {
         for addr in &listen.addrs {
-            match self.server.listen(addr).await {
-                Ok(task) => {
-                    tracing::info!(%addr, "NBD listening");
-                    self.listeners.push(task);
-                }
+            let bound = nbd::listeners::bind(addr)
+                .and_then(|bound| self.listeners.start(addr.clone(), bound));
+            match bound {
+                Ok(()) => {}
                 Err(e) if !listen.required => {
                     tracing::warn!(%addr, error = %e, "NBD not served there (give --nbd-listen ADDR)");
                 }
@@ -74,12 +70,114 @@ impl NbdFrontend {
     /// answered, or is cut after [`SHUTDOWN_GRACE`].
     pub async fn shutdown(self, grace: std::time::Duration) {
         self.server.shutdown();
-        for task in self.listeners {
-            let _ = tokio::time::timeout(grace, task).await;
-        }
+        self.listeners.join(grace).await;
         let deadline = tokio::time::Instant::now() + grace;
         while !self.server.sessions().is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// The server's TLS from the files `tls` names; `None` without.
+fn load_tls(tls: Option<&nbd::TlsConfig>) -> Result<Option<nbd::Tls>, String> {
+    let Some(tls) = tls else {
+        return Ok(None);
+    };
+    let mode = if tls.require {
+        nbd::TlsMode::Require
+    } else {
+        nbd::TlsMode::Allow
+    };
+    nbd::Tls::from_pem_files(&tls.cert, &tls.key, mode)
+        .map(Some)
+        .map_err(|e| {
+            format!(
+                "nbd.tls: cannot load {} and {}: {e}",
+                tls.cert.display(),
+                tls.key.display()
+            )
+        })
+}
+
+/// The NBD listeners and TLS files as a configuration change moves them.
+struct NbdLive {
+    server: nbd::Server,
+    listeners: Arc<nbd::Listeners>,
+    tls: Arc<Mutex<Option<nbd::TlsConfig>>>,
+}
+
+/// How long a change waits for a dropped address's socket to close.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A change of where NBD listens, bound and loaded.
+struct NbdChange {
+    live: NbdLive,
+    added: Vec<(nbd::ListenAddr, nbd::listeners::Bound)>,
+    removed: Vec<nbd::ListenAddr>,
+    /// New TLS files and what they load to, when they changed.
+    tls: Option<(Option<nbd::TlsConfig>, Option<nbd::Tls>)>,
+}
+
+impl daemon::LiveListeners for NbdLive {
+    fn prepare(
+        &self,
+        next: &control::Config,
+    ) -> Result<Box<dyn daemon::PreparedListeners>, String> {
+        let wanted = next.nbd.as_ref().map_or(&[][..], |n| &n.listen[..]);
+        let running = self.listeners.addrs();
+        let mut added = Vec::new();
+        for addr in wanted.iter().filter(|a| !running.contains(a)) {
+            let bound = nbd::listeners::bind(addr)
+                .map_err(|e| format!("nbd.listen: cannot listen on {addr}: {e}"))?;
+            added.push((addr.clone(), bound));
+        }
+        let removed = running
+            .into_iter()
+            .filter(|a| !wanted.contains(a))
+            .collect();
+        let tls = next.nbd.as_ref().and_then(|n| n.tls.clone());
+        let changed = *self.tls.lock().unwrap_or_else(|p| p.into_inner()) != tls;
+        let tls = match changed {
+            true => Some((tls.clone(), load_tls(tls.as_ref())?)),
+            false => None,
+        };
+        Ok(Box::new(NbdChange {
+            live: NbdLive {
+                server: self.server.clone(),
+                listeners: self.listeners.clone(),
+                tls: self.tls.clone(),
+            },
+            added,
+            removed,
+            tls,
+        }))
+    }
+}
+
+impl daemon::PreparedListeners for NbdChange {
+    fn commit(self: Box<Self>) {
+        let live = &self.live;
+        if let Some((files, loaded)) = self.tls {
+            live.server.set_tls(loaded);
+            *live.tls.lock().unwrap_or_else(|p| p.into_inner()) = files;
+            tracing::info!("NBD TLS files changed; new clients get them");
+        }
+        for (addr, bound) in self.added {
+            if let Err(e) = live.listeners.start(addr.clone(), bound) {
+                tracing::error!(%addr, error = %e, "NBD listener did not start");
+            }
+        }
+        let closing: Vec<_> = self
+            .removed
+            .iter()
+            .filter_map(|addr| live.listeners.stop(addr))
+            .collect();
+        // Returns once the sockets are closed, so that the next change may
+        // bind their addresses again. (Polled: changes run on a blocking
+        // thread.)
+        let waiting = std::time::Instant::now();
+        while closing.iter().any(|t| !t.is_finished()) && waiting.elapsed() < CLOSE_WAIT {
+            std::thread::sleep(std::time::Duration::from_millis(2));
         }
     }
 }

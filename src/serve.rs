@@ -324,6 +324,7 @@ async fn serve(
         current: Mutex::new(current),
         server: server.clone(),
         frontends: vec![server.clone(), Arc::new(nbd.server.clone())],
+        listeners: vec![nbd.live()],
         stats,
         portals: Mutex::new(portals),
         jobs: Arc::default(),

@@ -567,6 +567,64 @@ device = "a"
     );
 }
 
+#[test]
+fn where_nbd_listens_changes_live() {
+    let s = Served::start(
+        r#"
+[[device]]
+name = "a"
+kind = "mem"
+size = "4M"
+
+[[nbd.export]]
+name = "first"
+device = "a"
+"#,
+    );
+    let mut before = s.raw("first");
+    let data = pattern(4, 4096);
+    assert_eq!(before.command(CMD_WRITE, 0, 1, 0, 4096, &data), 0);
+    let cfg = s.path("openarray.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let old = format!("listen = [\"{}\"]", s.nbd);
+    let moved = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let socket = s.path("nbd.sock");
+    let apply = |listen: &str| {
+        std::fs::write(&cfg, text.replace(&old, listen)).unwrap();
+        s.daemon.config_cli(&["apply", &cfg])
+    };
+    let out = apply(&format!("listen = [\"{moved}\", \"unix:{socket}\"]"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The new addresses serve at once; the old one no longer accepts, and
+    // the session that came through it goes on.
+    let mut c = Raw::connect(moved).unwrap();
+    c.go("first", true, false, false).unwrap();
+    assert_eq!(c.read(1, 0, 4096).unwrap(), data);
+    let out = run("nbdinfo", &[&format!("nbd+unix:///first?socket={socket}")]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("export-size: 4194304"));
+    assert!(Raw::connect(s.nbd).is_err());
+    assert_eq!(before.read(2, 0, 4096).unwrap(), data);
+
+    // An address that is taken refuses the whole change, naming it.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().map(|a| (a, taken)).unwrap();
+    let out = apply(&format!("listen = [\"{}\"]", taken.0));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("nbd.listen: cannot listen on {}", taken.0)),
+        "{err}"
+    );
+    assert!(Raw::connect(moved).is_ok());
+    assert!(std::path::Path::new(&socket).exists());
+    let listing = s.get("/v1/config");
+    assert!(listing.contains(&moved.to_string()), "{listing}");
+}
+
 /// Resident memory of a process in bytes.
 fn rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -51,6 +51,8 @@ pub struct Admin {
     pub server: Arc<iscsi::Server>,
     /// Every transport, each given the exports of a change.
     pub frontends: Vec<Arc<dyn export::Frontend>>,
+    /// The listeners of the transports other than iSCSI, moved by a change.
+    pub listeners: Vec<Arc<dyn daemon::LiveListeners>>,
     /// The daemon's I/O statistics (one registry for its whole life).
     pub stats: Arc<stats::Registry>,
     /// The iSCSI listeners, one per portal (lock after `current`).
@@ -260,6 +262,7 @@ fn apply_text(
 ) -> (u16, Value) {
     let transports = daemon::Transports {
         portals: &admin.portals,
+        listeners: &admin.listeners,
         frontends: &admin.frontends,
     };
     match daemon::apply_text(&transports, current, text, origin, force) {

@@ -9,9 +9,11 @@
 //! the file as they were.
 
 mod iscsi_options;
+mod live_listeners;
 pub mod portals;
 
 pub use iscsi_options::iscsi_options;
+pub use live_listeners::{LiveListeners, PreparedListeners};
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -79,6 +81,8 @@ pub struct Applied {
 /// The transports and listeners a change reaches.
 pub struct Transports<'a> {
     pub portals: &'a Mutex<portals::Portals>,
+    /// The listeners of transports other than iSCSI's portals.
+    pub listeners: &'a [Arc<dyn LiveListeners>],
     pub frontends: &'a [Arc<dyn export::Frontend>],
 }
 
@@ -132,6 +136,12 @@ pub fn apply_text(
             .map_err(|e| Refused::Invalid(format!("portal: cannot listen on {addr}: {e}")))?;
         listeners.push((addr, l));
     }
+    let prepared = transports
+        .listeners
+        .iter()
+        .map(|l| l.prepare(&config))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Refused::Invalid)?;
     // Persist before going live: a file that cannot be written leaves
     // everything as it was.
     write_atomically(&path, &text)
@@ -146,6 +156,9 @@ pub fn apply_text(
         tracing::info!(%addr, "portal added");
         portals.start(addr, listener);
     }
+    for change in prepared {
+        change.commit();
+    }
     let closing: Vec<_> = removed
         .into_iter()
         .filter_map(|a| portals.stop(a))
@@ -158,12 +171,8 @@ pub fn apply_text(
     while closing.iter().any(|t| !t.is_finished()) && waiting.elapsed() < PORTAL_CLOSE_WAIT {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    // The transports read their [daemon] settings, and NBD where it
-    // listens and its TLS, once, at start.
-    let nbd_listeners =
-        |c: &control::Config| c.nbd.as_ref().map(|n| (n.listen.clone(), n.tls.clone()));
-    let restart_needed = current.config.daemon != config.daemon
-        || nbd_listeners(&current.config) != nbd_listeners(&config);
+    // The transports read their [daemon] settings once, at start.
+    let restart_needed = current.config.daemon != config.daemon;
     let previous = std::mem::replace(&mut current.runtime, runtime);
     current.config = config;
     current.text = text;
@@ -180,10 +189,7 @@ pub fn apply_text(
     Ok(Applied {
         changes,
         applied: true,
-        note: restart_needed.then(|| {
-            "[daemon] settings and where NBD listens (listen, tls) take effect at the next start"
-                .to_string()
-        }),
+        note: restart_needed.then(|| "[daemon] settings take effect at the next start".to_string()),
     })
 }
 

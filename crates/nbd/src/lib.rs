@@ -33,7 +33,8 @@
 //! - [`Server`]: TCP and unix-socket listeners, a live-replaceable table
 //!   of [`Export`]s with allow lists, the [`Session`]s in transmission,
 //!   and counters for metrics ([`ServerStats`]);
-//! - [`ListenAddr`]: where the server listens, as `[nbd] listen` names it;
+//! - [`ListenAddr`]: where the server listens, as `[nbd] listen` names it,
+//!   and [`Listeners`]: those addresses changed while the server runs;
 //! - [`exports_of`] and `impl export::Frontend for Server`: the daemon's
 //!   device exports served over the [`export::Backing`] every transport
 //!   of a device shares (one range lock, one write-cache policy).
@@ -44,6 +45,7 @@ mod exports;
 mod frontend;
 mod gather;
 mod handshake;
+pub mod listeners;
 mod ops;
 mod outbox;
 mod placed;
@@ -70,6 +72,7 @@ pub fn parse_listen(s: &str) -> Result<ListenAddr, String> {
 }
 pub use exports::{Export, ExportStats, DEFAULT_EXPORT};
 pub use frontend::exports_of;
+pub use listeners::Listeners;
 pub use server::{Limits, Server, ServerStats};
 pub use sessions::Session;
 pub use tls::{Tls, TlsMode};
