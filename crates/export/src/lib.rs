@@ -11,6 +11,7 @@
 //! [`Exports`] from the configuration and hands each frontend the new set
 //! on every change; the frontend serves what concerns it.
 
+mod identity;
 mod range_lock;
 mod sessions;
 pub mod thread_slots;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use block::BlockDevice;
 
+pub use identity::{naa_from_seed, NamespaceIds};
 pub use range_lock::{RangeGuard, RangeLock};
 pub use sessions::utc;
 
@@ -33,6 +35,9 @@ pub struct Backing {
     /// Whether writes may complete before they are stable (the volatile
     /// cache is on); off, every write is forced to stable storage.
     write_cache: AtomicBool,
+    /// The NAA designator the logical unit over the device reports, once
+    /// one is built: what every transport names the device by.
+    naa: parking_lot::Mutex<Option<[u8; 16]>>,
 }
 
 impl Backing {
@@ -41,6 +46,7 @@ impl Backing {
             device,
             locks: RangeLock::default(),
             write_cache: AtomicBool::new(write_cache),
+            naa: parking_lot::Mutex::new(None),
         })
     }
 
@@ -54,6 +60,24 @@ impl Backing {
 
     pub fn set_write_cache(&self, on: bool) {
         self.write_cache.store(on, Ordering::Relaxed);
+    }
+
+    /// The device's NAA designator, as its logical unit reports it.
+    pub fn naa(&self) -> Option<[u8; 16]> {
+        *self.naa.lock()
+    }
+
+    /// Records the designator the logical unit over the device reports,
+    /// so the other transports identify the device the same way.
+    pub fn set_naa(&self, naa: [u8; 16]) {
+        *self.naa.lock() = Some(naa);
+    }
+
+    /// NVMe namespace identifiers of the device: those of the designator
+    /// its logical unit reports, else derived from `seed` (the configured
+    /// name) as the logical unit's would be.
+    pub fn namespace_ids(&self, seed: &str) -> NamespaceIds {
+        NamespaceIds::from_naa(self.naa().unwrap_or_else(|| naa_from_seed(seed)))
     }
 
     /// Whether a write must be stable before it completes.
