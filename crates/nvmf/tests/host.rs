@@ -24,9 +24,15 @@ async fn verified_io(host: &mut nvmf::initiator::Host, nsid: u32, bs: usize) {
         // several H2CData PDUs) writes.
         for (blocks, seed) in [(2usize, 1u8), ((300 << 10) / bs, 2)] {
             let data = pattern(blocks * bs, seed + i as u8);
-            let c = q.one(nvm::write(nsid, slba, data.clone(), bs, seed == 2)).await.unwrap();
+            let c = q
+                .one(nvm::write(nsid, slba, data.clone(), bs, seed == 2))
+                .await
+                .unwrap();
             expect_success(&c, "write").unwrap();
-            let c = q.one(nvm::read(nsid, slba, blocks as u32, bs)).await.unwrap();
+            let c = q
+                .one(nvm::read(nsid, slba, blocks as u32, bs))
+                .await
+                .unwrap();
             expect_success(&c, "read").unwrap();
             assert_eq!(c.data, data, "queue {i}: read back what was written");
         }
@@ -34,30 +40,75 @@ async fn verified_io(host: &mut nvmf::initiator::Host, nsid: u32, bs: usize) {
     }
     let q = &mut host.io[queues - 1];
     // Write Zeroes, plain and deallocating; Dataset Management.
-    expect_success(&q.one(nvm::write_zeroes(nsid, 1, 1, false)).await.unwrap(), "write zeroes").unwrap();
-    expect_success(&q.one(nvm::write_zeroes(nsid, 2, 2, true)).await.unwrap(), "write zeroes, deallocate").unwrap();
-    expect_success(&q.one(nvm::deallocate(nsid, &[(5, 3), (64, 1)])).await.unwrap(), "deallocate").unwrap();
+    expect_success(
+        &q.one(nvm::write_zeroes(nsid, 1, 1, false)).await.unwrap(),
+        "write zeroes",
+    )
+    .unwrap();
+    expect_success(
+        &q.one(nvm::write_zeroes(nsid, 2, 2, true)).await.unwrap(),
+        "write zeroes, deallocate",
+    )
+    .unwrap();
+    expect_success(
+        &q.one(nvm::deallocate(nsid, &[(5, 3), (64, 1)]))
+            .await
+            .unwrap(),
+        "deallocate",
+    )
+    .unwrap();
     let back = q.one(nvm::read(nsid, 0, 8, bs)).await.unwrap().data;
     // Queue 0's last write there was the large one.
     assert!(back[..bs] == pattern(bs, 2)[..], "block 0 untouched");
-    assert!(back[bs..4 * bs].iter().all(|b| *b == 0), "zeroed blocks read zeros");
-    assert!(back[5 * bs..8 * bs].iter().all(|b| *b == 0), "deallocated blocks read zeros");
+    assert!(
+        back[bs..4 * bs].iter().all(|b| *b == 0),
+        "zeroed blocks read zeros"
+    );
+    assert!(
+        back[5 * bs..8 * bs].iter().all(|b| *b == 0),
+        "deallocated blocks read zeros"
+    );
     let other = q.one(nvm::read(nsid, 64, 1, bs)).await.unwrap().data;
     assert!(other.iter().all(|b| *b == 0));
     // Compare and Write: refused on a mismatch, done on a match.
     let now = q.one(nvm::read(nsid, 200, 2, bs)).await.unwrap().data;
     let new = pattern(2 * bs, 99);
-    let c = q.run(nvm::compare_and_write(nsid, 200, new.clone(), new.clone(), bs)).await.unwrap();
-    assert_eq!((c[0].status(), c[1].status()), (Status::COMPARE_FAILURE, Status::FUSED_FAILED));
-    let c = q.run(nvm::compare_and_write(nsid, 200, now, new.clone(), bs)).await.unwrap();
-    assert_eq!((c[0].status(), c[1].status()), (Status::SUCCESS, Status::SUCCESS));
+    let c = q
+        .run(nvm::compare_and_write(
+            nsid,
+            200,
+            new.clone(),
+            new.clone(),
+            bs,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        (c[0].status(), c[1].status()),
+        (Status::COMPARE_FAILURE, Status::FUSED_FAILED)
+    );
+    let c = q
+        .run(nvm::compare_and_write(nsid, 200, now, new.clone(), bs))
+        .await
+        .unwrap();
+    assert_eq!(
+        (c[0].status(), c[1].status()),
+        (Status::SUCCESS, Status::SUCCESS)
+    );
     assert_eq!(q.one(nvm::read(nsid, 200, 2, bs)).await.unwrap().data, new);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_io_queues_without_digests() {
     let t = target().await;
-    let mut h = host(t.addr, Options { io_queues: 4, ..Options::default() }).await;
+    let mut h = host(
+        t.addr,
+        Options {
+            io_queues: 4,
+            ..Options::default()
+        },
+    )
+    .await;
     assert_eq!(h.io.len(), 4);
     verified_io(&mut h, 1, 512).await;
     verified_io(&mut h, 2, 4096).await;
@@ -66,7 +117,12 @@ async fn four_io_queues_without_digests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_io_queues_with_digests_and_flow_control_off() {
     let t = target().await;
-    let opts = Options { io_queues: 4, digests: BOTH, flow_off: true, ..Options::default() };
+    let opts = Options {
+        io_queues: 4,
+        digests: BOTH,
+        flow_off: true,
+        ..Options::default()
+    };
     let mut h = host(t.addr, opts).await;
     assert_eq!(h.admin.digests, BOTH);
     verified_io(&mut h, 1, 512).await;
@@ -96,7 +152,11 @@ async fn identify_names_the_device_as_the_scsi_side_does() {
     assert_eq!(&d[16..32], &naa, "the NGUID is the LU's NAA designator");
     assert_eq!(&d[36..52], &ids.uuid);
     let ns1 = h.identify(0, 1).await.unwrap().data;
-    assert_eq!(&ns1[104..120], &export::naa_from_seed("file0"), "derived from the device name");
+    assert_eq!(
+        &ns1[104..120],
+        &export::naa_from_seed("file0"),
+        "derived from the device name"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,7 +173,12 @@ async fn failures_end_with_the_status_the_spec_names() {
     assert_eq!(c.status(), Status::COMPARE_FAILURE);
     let c = q.one(nvm::read(1, 0, 4096, 512)).await.unwrap();
     assert_eq!(c.status(), Status::INVALID_FIELD, "longer than MDTS");
-    let c = q.one(Command::new(nvmf::capsule::SqeBuilder::new(0x7D, 0).nsid(1))).await.unwrap();
+    let c = q
+        .one(Command::new(
+            nvmf::capsule::SqeBuilder::new(0x7D, 0).nsid(1),
+        ))
+        .await
+        .unwrap();
     assert_eq!(c.status(), Status::INVALID_OPCODE);
     // A second of a fused pair without its first.
     let mut lone = nvm::write(1, 0, vec![0; 512], 512, false);
@@ -123,7 +188,10 @@ async fn failures_end_with_the_status_the_spec_names() {
     let mut first = nvm::compare(1, 0, vec![0; 512], 512);
     first.sqe = first.sqe.fuse(nvmf::capsule::Fuse::First);
     let c = q.run(vec![first, nvm::read(1, 0, 1, 512)]).await.unwrap();
-    assert_eq!((c[0].status(), c[1].status()), (Status::FUSED_MISSING, Status::SUCCESS));
+    assert_eq!(
+        (c[0].status(), c[1].status()),
+        (Status::FUSED_MISSING, Status::SUCCESS)
+    );
     // Failed commands are in the error log, newest first.
     let log = h.get_log(0x01, 64, false).await.unwrap();
     assert!(le64(&log.data, 0) >= 6);
@@ -134,10 +202,27 @@ async fn failures_end_with_the_status_the_spec_names() {
 async fn connect_refuses_hosts_not_allowed_and_unknown_subsystems() {
     let t = target().await;
     let mut q = Queue::open(t.addr, Digests::default()).await.unwrap();
-    let c = q.connect(0, 32, 0xFFFF, &who(OTHER_NQN), 0, false).await.unwrap();
+    let c = q
+        .connect(0, 32, 0xFFFF, &who(OTHER_NQN), 0, false)
+        .await
+        .unwrap();
     assert_eq!(c.status(), Status::CONNECT_INVALID_HOST);
-    assert_eq!(c.cqe.result, 1 << 16 | 512, "the host NQN of the Connect data");
-    let c = q.connect(0, 32, 0xFFFF, &who("nqn.2026-11.org.openarray:none"), 0, false).await.unwrap();
+    assert_eq!(
+        c.cqe.result,
+        1 << 16 | 512,
+        "the host NQN of the Connect data"
+    );
+    let c = q
+        .connect(
+            0,
+            32,
+            0xFFFF,
+            &who("nqn.2026-11.org.openarray:none"),
+            0,
+            false,
+        )
+        .await
+        .unwrap();
     assert_eq!(c.status(), Status::CONNECT_INVALID_PARAMETERS);
     assert_eq!(c.cqe.result, 1 << 16 | 256);
     // An I/O queue naming a controller that does not exist.
@@ -147,32 +232,69 @@ async fn connect_refuses_hosts_not_allowed_and_unknown_subsystems() {
     let c = q.one(nvm::flush(1)).await.unwrap();
     assert_eq!(c.status(), Status::COMMAND_SEQUENCE);
     // An I/O queue beyond the ones granted.
-    let h = host(t.addr, Options { io_queues: 2, ..Options::default() }).await;
+    let h = host(
+        t.addr,
+        Options {
+            io_queues: 2,
+            ..Options::default()
+        },
+    )
+    .await;
     let mut q = Queue::open(t.addr, Digests::default()).await.unwrap();
-    let c = q.connect(3, 32, h.cntlid, &who(SUBNQN), 0, false).await.unwrap();
+    let c = q
+        .connect(3, 32, h.cntlid, &who(SUBNQN), 0, false)
+        .await
+        .unwrap();
     assert_eq!(c.status(), Status::CONNECT_INVALID_PARAMETERS);
-    let c = q.connect(2, 32, h.cntlid, &who(SUBNQN), 0, false).await.unwrap();
-    assert_eq!(c.status(), Status::CONNECT_INVALID_PARAMETERS, "queue 2 is connected already");
+    let c = q
+        .connect(2, 32, h.cntlid, &who(SUBNQN), 0, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.status(),
+        Status::CONNECT_INVALID_PARAMETERS,
+        "queue 2 is connected already"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn properties_and_the_keep_alive_timeout() {
     let t = target().await;
-    let mut h = host(t.addr, Options { kato_ms: 300, ..Options::default() }).await;
+    let mut h = host(
+        t.addr,
+        Options {
+            kato_ms: 300,
+            ..Options::default()
+        },
+    )
+    .await;
     let cap = h.admin.property_get(0x00, true).await.unwrap();
     assert_eq!(cap.cqe.result & 0xFFFF, 127, "MQES");
     assert_eq!(cap.cqe.result >> 37 & 1, 1, "NVM command set");
     let vs = h.admin.property_get(0x08, false).await.unwrap();
     assert_eq!(vs.cqe.result, 0x0002_0000);
-    assert_eq!(h.admin.property_get(0x08, true).await.unwrap().status(), Status::INVALID_FIELD);
+    assert_eq!(
+        h.admin.property_get(0x08, true).await.unwrap().status(),
+        Status::INVALID_FIELD
+    );
     for _ in 0..4 {
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-        let ka = h.admin.one(Command::new(nvmf::capsule::SqeBuilder::new(0x18, 0))).await.unwrap();
+        let ka = h
+            .admin
+            .one(Command::new(nvmf::capsule::SqeBuilder::new(0x18, 0)))
+            .await
+            .unwrap();
         expect_success(&ka, "keep alive").unwrap();
     }
     assert_eq!(t.server.sessions().len(), 1, "kept alive past the timeout");
     tokio::time::sleep(std::time::Duration::from_millis(800)).await;
-    assert!(t.server.sessions().is_empty(), "the controller ended without keep alives");
-    assert!(h.admin.one(nvm::flush(0)).await.is_err(), "its connections are closed");
+    assert!(
+        t.server.sessions().is_empty(),
+        "the controller ended without keep alives"
+    );
+    assert!(
+        h.admin.one(nvm::flush(0)).await.is_err(),
+        "its connections are closed"
+    );
     assert!(h.io[0].one(nvm::flush(1)).await.is_err());
 }

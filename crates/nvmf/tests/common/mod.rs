@@ -63,8 +63,14 @@ pub async fn target_with(limits: Limits) -> Target {
     )
     .unwrap();
     let devices: BTreeMap<String, Arc<Backing>> = BTreeMap::from([
-        ("file0".to_string(), Backing::new(Arc::new(file) as Arc<dyn BlockDevice>, true)),
-        ("mem0".to_string(), Backing::new(Arc::new(MemDevice::new(8 << 20)), true)),
+        (
+            "file0".to_string(),
+            Backing::new(Arc::new(file) as Arc<dyn BlockDevice>, true),
+        ),
+        (
+            "mem0".to_string(),
+            Backing::new(Arc::new(MemDevice::new(8 << 20)), true),
+        ),
     ]);
     let exports = Exports {
         devices,
@@ -102,5 +108,7 @@ pub async fn host(addr: SocketAddr, opts: Options) -> Host {
 
 /// Bytes that say where they were written.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
