@@ -118,6 +118,11 @@ fn identify(ctrl: &Controller, sqe: &Sqe, offer: &Offer) -> Reply {
             None if (1..=crate::config::MAX_NSID).contains(&nsid) => data(vec![0; identify::PAGE]),
             None => done(Status::INVALID_NAMESPACE),
         },
+        identify::CNS_INDEPENDENT => match namespace() {
+            Some(ns) => data(identify::independent(&ns)),
+            None if (1..=crate::config::MAX_NSID).contains(&nsid) => data(vec![0; identify::PAGE]),
+            None => done(Status::INVALID_NAMESPACE),
+        },
         identify::CNS_DESCRIPTORS => match namespace() {
             Some(ns) => data(identify::descriptors(&ns)),
             None => done(Status::INVALID_NAMESPACE),

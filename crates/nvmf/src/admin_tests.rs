@@ -106,6 +106,13 @@ fn identify_reports_the_controller_and_the_namespace() {
     assert_eq!((d[32], d[33]), (3, 16));
     assert_eq!(&d[36..52], &ids.uuid);
 
+    let (_, indep) = ok(run(&c, &cmd(OP_IDENTIFY, 1, 8, 0), &OFFER));
+    assert_eq!(
+        (indep[0], le32(&indep, 4), indep[13]),
+        (1, 1, 1),
+        "thin, ANA group 1, ready"
+    );
+
     let (_, inactive) = ok(run(&c, &cmd(OP_IDENTIFY, 9, 0, 0), &OFFER));
     assert!(inactive.iter().all(|b| *b == 0));
     assert_eq!(

@@ -48,7 +48,8 @@ pub const AER_LIMIT: usize = 4;
 pub struct Event(pub u32);
 
 impl Event {
-    pub const NS_ATTRIBUTE_CHANGED: Event = Event(2 | 0x00 << 8 | (LOG_CHANGED_NS as u32) << 16);
+    /// A notice (2), information 0: namespace attribute changed.
+    pub const NS_ATTRIBUTE_CHANGED: Event = Event(2 | (LOG_CHANGED_NS as u32) << 16);
     pub const ANA_CHANGED: Event = Event(2 | 0x03 << 8 | (LOG_ANA as u32) << 16);
 }
 

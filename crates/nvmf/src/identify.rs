@@ -11,6 +11,7 @@ pub const CNS_NAMESPACE: u8 = 0x00;
 pub const CNS_CONTROLLER: u8 = 0x01;
 pub const CNS_ACTIVE_LIST: u8 = 0x02;
 pub const CNS_DESCRIPTORS: u8 = 0x03;
+pub const CNS_INDEPENDENT: u8 = 0x08;
 
 pub const PAGE: usize = 4096;
 
@@ -111,6 +112,19 @@ pub fn namespace(ns: &Namespace) -> Vec<u8> {
     b[120..128].copy_from_slice(&ns.ids.eui64);
     // LBA format 0: no metadata, the block size, best performance.
     b[130] = ns.block_size.trailing_zeros() as u8;
+    b
+}
+
+/// I/O command set independent Identify Namespace (figure 280), which
+/// hosts of NVMe 2.0 controllers ask for first.
+pub fn independent(ns: &Namespace) -> Vec<u8> {
+    let mut b = vec![0u8; PAGE];
+    let caps = ns.backing.device().capabilities();
+    b[0] = u8::from(caps.thin); // NSFEAT: thin provisioning
+    b[1] = 1; // NMIC: shared
+    put32(&mut b, 4, ANA_GROUP);
+    b[8] = u8::from(caps.read_only); // NSATTR: write protected
+    b[13] = 1; // NSTAT: ready
     b
 }
 

@@ -54,10 +54,10 @@ impl Registry {
         let mut id = *last;
         for _ in 0..MAX_CNTLID {
             id = if id >= MAX_CNTLID { 1 } else { id + 1 };
-            if !map.contains_key(&id) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = map.entry(id) {
                 *last = id;
                 let ctrl = Arc::new(build(id));
-                map.insert(id, ctrl.clone());
+                slot.insert(ctrl.clone());
                 return Some(ctrl);
             }
         }
