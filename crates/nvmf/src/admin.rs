@@ -118,6 +118,8 @@ fn identify(ctrl: &Controller, sqe: &Sqe, offer: &Offer) -> Reply {
             None if (1..=crate::config::MAX_NSID).contains(&nsid) => data(vec![0; identify::PAGE]),
             None => done(Status::INVALID_NAMESPACE),
         },
+        // Command set 0 (NVM) is the only one.
+        identify::CNS_CSI_CONTROLLER if sqe.cdw(11) >> 24 == 0 => data(identify::nvm_controller()),
         identify::CNS_INDEPENDENT => match namespace() {
             Some(ns) => data(identify::independent(&ns)),
             None if (1..=crate::config::MAX_NSID).contains(&nsid) => data(vec![0; identify::PAGE]),

@@ -113,6 +113,13 @@ fn identify_reports_the_controller_and_the_namespace() {
         "thin, ANA group 1, ready"
     );
 
+    let (_, nvm) = ok(run(&c, &cmd(OP_IDENTIFY, 0, 6, 0), &OFFER));
+    assert!(nvm.iter().all(|b| *b == 0), "no limits of its own");
+    assert_eq!(
+        status(run(&c, &cmd(OP_IDENTIFY, 0, 6, 2 << 24), &OFFER)),
+        Status::INVALID_FIELD
+    );
+
     let (_, inactive) = ok(run(&c, &cmd(OP_IDENTIFY, 9, 0, 0), &OFFER));
     assert!(inactive.iter().all(|b| *b == 0));
     assert_eq!(

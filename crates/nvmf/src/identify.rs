@@ -11,6 +11,7 @@ pub const CNS_NAMESPACE: u8 = 0x00;
 pub const CNS_CONTROLLER: u8 = 0x01;
 pub const CNS_ACTIVE_LIST: u8 = 0x02;
 pub const CNS_DESCRIPTORS: u8 = 0x03;
+pub const CNS_CSI_CONTROLLER: u8 = 0x06;
 pub const CNS_INDEPENDENT: u8 = 0x08;
 
 pub const PAGE: usize = 4096;
@@ -126,6 +127,13 @@ pub fn independent(ns: &Namespace) -> Vec<u8> {
     b[8] = u8::from(caps.read_only); // NSATTR: write protected
     b[13] = 1; // NSTAT: ready
     b
+}
+
+/// The NVM command set's Identify Controller (NVM Command Set 1.0,
+/// figure 93): zeros, as this target sets no verify, write zeroes,
+/// write uncorrectable or dataset management limits of its own.
+pub fn nvm_controller() -> Vec<u8> {
+    vec![0u8; PAGE]
 }
 
 /// Active namespace ids above `after`, at most 1024.

@@ -247,3 +247,45 @@ async fn compare_and_write_is_atomic_against_concurrent_writes_of_another_queue(
     assert!(last.iter().all(|b| *b == last[0]));
     assert!(swaps > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_data_digest_fails_its_command_only() {
+    use nvmf::capsule::SGL_IN_CAPSULE;
+    use nvmf::status::Status;
+    let t = target().await;
+    let mut h = host(
+        t.addr,
+        Options {
+            digests: BOTH,
+            ..Options::default()
+        },
+    )
+    .await;
+    let q = &mut h.io[0];
+    let mut sqe = nvm::write(1, 0, vec![9; 512], BS, false)
+        .sqe
+        .sgl(SGL_IN_CAPSULE, 0, 512);
+    wire::put16(&mut sqe.0, 2, 500);
+    let mut pdu = wire::encode_command(&sqe.0, &[9; 512], BOTH);
+    let n = pdu.len();
+    pdu[n - 20] ^= 1; // in the data, under its digest
+    q.stream.write_all(&pdu).await.unwrap();
+    let Pdu::Response { cqe } = q.receive().await.unwrap() else {
+        panic!("a completion")
+    };
+    let cqe = nvmf::capsule::Cqe::decode(&cqe);
+    assert_eq!((cqe.cid, cqe.status), (500, Status::TRANSIENT_TRANSPORT));
+    assert!(!cqe.status.do_not_retry(), "the host may retry it");
+    assert_eq!(
+        q.one(nvm::read(1, 0, 1, BS)).await.unwrap().data,
+        vec![0; 512],
+        "nothing written"
+    );
+    expect_success(
+        &q.one(nvm::write(1, 0, vec![9; 512], BS, false))
+            .await
+            .unwrap(),
+        "the retry",
+    )
+    .unwrap();
+}
