@@ -66,7 +66,7 @@ pub fn run(ctrl: &Controller, sqe: &Sqe, offer: &Offer) -> Reply {
     }
     let out = match sqe.opcode() {
         OP_IDENTIFY => identify(ctrl, sqe, offer),
-        OP_GET_LOG_PAGE => get_log_page(ctrl, sqe),
+        OP_GET_LOG_PAGE => get_log_page(ctrl, sqe, 4096 << offer.mdts),
         OP_SET_FEATURES => set_features(ctrl, sqe),
         OP_GET_FEATURES => get_features(ctrl, sqe),
         OP_ASYNC_EVENT => match ctrl.add_aer(sqe.cid()) {
@@ -133,7 +133,7 @@ fn identify(ctrl: &Controller, sqe: &Sqe, offer: &Offer) -> Reply {
     }
 }
 
-fn get_log_page(ctrl: &Controller, sqe: &Sqe) -> Reply {
+fn get_log_page(ctrl: &Controller, sqe: &Sqe, max: usize) -> Reply {
     let cdw10 = sqe.cdw(10);
     let lid = cdw10 as u8;
     let lsp = (cdw10 >> 8 & 0x7F) as u8;
@@ -159,7 +159,7 @@ fn get_log_page(ctrl: &Controller, sqe: &Sqe) -> Reply {
         return done(Status::INVALID_FIELD);
     }
     // Past the page the host reads zeros, up to what its buffer holds.
-    let len = len.min(sqe.sgl().len as usize);
+    let len = len.min(sqe.sgl().len as usize).min(max);
     let mut out = page[offset as usize..].to_vec();
     out.resize(len, 0);
     data(out)

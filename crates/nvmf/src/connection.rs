@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
-use crate::outbox::{Completer, Out};
+use crate::outbox::{Backlog, Completer, Out};
 use crate::queue::{End, Queue};
 use crate::server::Context;
 use crate::wire::{self, fes, kind, Digests, Fatal, IcResp, Pdu};
@@ -62,6 +62,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     mut w: W,
     mut rx: mpsc::UnboundedReceiver<Out>,
     budget: Arc<OutgoingBudget>,
+    backlog: Arc<Backlog>,
     deadline: Duration,
 ) {
     const BATCH: usize = 256 << 10;
@@ -79,6 +80,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         }
         let r = write_deadline(deadline, w.write_all(&buf)).await;
         budget.give_back(taken);
+        backlog.written(buf.len());
         if let Err(e) = r {
             tracing::debug!("nvmf: writing to a host: {e}");
             budget.close();
@@ -184,12 +186,20 @@ pub(crate) async fn serve(
     let (mut rd, wr) = stream.into_split();
     let budget = Arc::new(OutgoingBudget::new(limits.outgoing_bytes));
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut writer = tokio::spawn(write_loop(wr, rx, budget.clone(), limits.write_deadline));
-    let completer = Arc::new(Completer::new(tx, digests, align, budget.clone()));
+    let backlog = Arc::new(Backlog::default());
+    let mut writer = tokio::spawn(write_loop(
+        wr,
+        rx,
+        budget.clone(),
+        backlog.clone(),
+        limits.write_deadline,
+    ));
+    let completer = Arc::new(Completer::new(tx, digests, align, budget.clone(), backlog));
     let mut queue = Queue::new(cx.clone(), peer, completer.clone(), digests, Some(ticket));
     let max_pdu = limits.max_pdu();
     let mut ctrl_end: Option<watch::Receiver<bool>> = None;
     let connect_by = tokio::time::Instant::now() + limits.connect_timeout;
+    let mut writer_done = false;
     let end = loop {
         let connected = queue.connected();
         if ctrl_end.is_none() {
@@ -199,7 +209,10 @@ pub(crate) async fn serve(
             r = read_pdu(&mut rd, HOST_SENDS, digests, max_pdu) => r,
             _ = raised(&mut ctrl_end) => break End::Closed("the controller ended".into()),
             _ = crate::connection::until(&mut stop) => break End::Closed("shutting down".into()),
-            _ = &mut writer => break End::Stalled("the host stopped reading".into()),
+            _ = &mut writer => {
+                writer_done = true;
+                break End::Stalled("the host stopped reading".into());
+            }
             _ = tokio::time::sleep_until(connect_by), if !connected => break End::Closed("no Connect in time".into()),
             _ = queue.evicted(), if !connected => break End::Closed("evicted for a newer connection".into()),
         };
@@ -217,9 +230,11 @@ pub(crate) async fn serve(
     }
     completer.send(Vec::new(), 0); // closes the connection once written
     queue.closed();
-    if tokio::time::timeout(Duration::from_secs(2), &mut writer)
-        .await
-        .is_err()
+    // A writer that ended must not be polled again.
+    if !writer_done
+        && tokio::time::timeout(Duration::from_secs(2), &mut writer)
+            .await
+            .is_err()
     {
         writer.abort();
     }

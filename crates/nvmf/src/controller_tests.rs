@@ -36,6 +36,7 @@ pub(crate) fn admin_queue(ctrl: &Controller) -> mpsc::UnboundedReceiver<Out> {
         Digests::default(),
         4,
         Arc::new(OutgoingBudget::new(1 << 20)),
+        Default::default(),
     ));
     ctrl.set_admin(c);
     rx
@@ -145,12 +146,15 @@ fn queues_are_granted_once_within_the_limit() {
 fn the_keep_alive_timer_expires_without_keep_alives() {
     let c = controller();
     assert!(!c.keep_alive_expired(), "no timeout set");
-    c.set_kato(Duration::from_millis(30));
-    std::thread::sleep(Duration::from_millis(20));
+    c.set_kato(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(200));
     c.keep_alive();
-    std::thread::sleep(Duration::from_millis(20));
-    assert!(!c.keep_alive_expired());
-    std::thread::sleep(Duration::from_millis(20));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !c.keep_alive_expired(),
+        "400 ms after the timer started, 200 after the last"
+    );
+    std::thread::sleep(Duration::from_millis(150));
     assert!(c.keep_alive_expired());
 }
 

@@ -2,12 +2,13 @@
 //! completions of its commands, each sent once.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use peer_limits::OutgoingBudget;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 use crate::capsule::Cqe;
 use crate::status::Status;
@@ -22,6 +23,47 @@ pub(crate) struct Out {
     pub taken: u32,
 }
 
+/// Bytes handed to the writer and not yet written. Every host PDU is
+/// read only while this is under the connection's limit, so a host that
+/// sends commands and reads no answers pins a bounded amount.
+#[derive(Default)]
+pub(crate) struct Backlog {
+    bytes: AtomicUsize,
+    drained: Notify,
+}
+
+impl Backlog {
+    fn add(&self, n: usize) {
+        self.bytes.fetch_add(n, Ordering::SeqCst);
+    }
+
+    pub(crate) fn written(&self, n: usize) {
+        self.bytes.fetch_sub(n, Ordering::SeqCst);
+        self.drained.notify_waiters();
+    }
+
+    pub(crate) fn queued(&self) -> usize {
+        self.bytes.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at most `limit` bytes wait; false when that takes
+    /// longer than `deadline` (the host stopped reading).
+    pub(crate) async fn below(&self, limit: usize, deadline: Duration) -> bool {
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.queued() <= limit {
+                return true;
+            }
+            if tokio::time::timeout_at(until, drained).await.is_err() {
+                return false;
+            }
+        }
+    }
+}
+
 /// The sending side of one queue.
 pub struct Completer {
     tx: mpsc::UnboundedSender<Out>,
@@ -29,6 +71,7 @@ pub struct Completer {
     /// The host's PDU data alignment in bytes.
     pub(crate) align: usize,
     pub(crate) budget: Arc<OutgoingBudget>,
+    pub(crate) backlog: Arc<Backlog>,
     sqid: AtomicU16,
     /// Submission queue head: entries fetched, modulo the queue size.
     sqhd: AtomicU32,
@@ -45,12 +88,14 @@ impl Completer {
         digests: Digests,
         align: usize,
         budget: Arc<OutgoingBudget>,
+        backlog: Arc<Backlog>,
     ) -> Completer {
         Completer {
             tx,
             digests,
             align,
             budget,
+            backlog,
             sqid: AtomicU16::new(0),
             sqhd: AtomicU32::new(0),
             sq_entries: AtomicU32::new(32),
@@ -75,9 +120,12 @@ impl Completer {
     }
 
     pub(crate) fn send(&self, bytes: Vec<u8>, taken: u32) -> bool {
+        let len = bytes.len();
+        self.backlog.add(len);
         let ok = self.tx.send(Out { bytes, taken }).is_ok();
         if !ok {
             self.budget.give_back(taken);
+            self.backlog.written(len);
         }
         ok
     }

@@ -2,7 +2,7 @@
 //! then admin or NVM commands, their data in the capsule or asked for
 //! with R2T, fused pairs kept together, device work on blocking threads.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -52,8 +52,11 @@ struct Fused {
     partner: HashMap<u16, u16>,
     /// Commands with their data, waiting for their partner's.
     parked: HashMap<u16, (Sqe, Vec<u8>)>,
-    /// Fused commands whose partner never came.
-    orphans: HashSet<u16>,
+    /// The first fused command failed before its second came.
+    failed_first: bool,
+    /// Fused commands to fail when their data is in: their partner never
+    /// came, or failed.
+    orphans: HashMap<u16, Status>,
 }
 
 struct Connected {
@@ -117,6 +120,15 @@ impl Queue {
     }
 
     pub(crate) async fn on_pdu(&mut self, pdu: Pdu) -> Result<(), End> {
+        let limits = &self.cx.limits;
+        if !self
+            .completer
+            .backlog
+            .below(limits.outgoing_bytes, limits.write_deadline)
+            .await
+        {
+            return Err(End::Stalled("the host reads no answers".into()));
+        }
         match pdu {
             Pdu::Command {
                 sqe,
@@ -254,6 +266,10 @@ impl Queue {
     fn pair(&mut self, sqe: &Sqe) {
         let cid = sqe.cid();
         let f = &mut self.fused;
+        if std::mem::take(&mut f.failed_first) && sqe.fuse() == Fuse::Second {
+            f.orphans.insert(cid, Status::FUSED_FAILED);
+            return;
+        }
         match (f.open_first.take(), sqe.fuse()) {
             (Some(first), Fuse::Second) => {
                 f.partner.insert(first, cid);
@@ -263,11 +279,11 @@ impl Queue {
                 if f.parked.remove(&first).is_some() {
                     self.completer.complete_now(first, Status::FUSED_MISSING, 0);
                 } else {
-                    f.orphans.insert(first);
+                    f.orphans.insert(first, Status::FUSED_MISSING);
                 }
             }
             (None, Fuse::Second) => {
-                f.orphans.insert(cid);
+                f.orphans.insert(cid, Status::FUSED_MISSING);
             }
             _ => {}
         }
@@ -285,14 +301,14 @@ impl Queue {
         f.orphans.remove(&cid);
         if f.open_first == Some(cid) {
             f.open_first = None;
-            f.orphans.insert(cid); // its second is failed when it comes
+            f.failed_first = true;
         }
         if let Some(p) = f.partner.remove(&cid) {
             f.partner.remove(&p);
             if f.parked.remove(&p).is_some() {
                 self.completer.complete_now(p, Status::FUSED_FAILED, 0);
             } else {
-                f.orphans.insert(p);
+                f.orphans.insert(p, Status::FUSED_FAILED);
             }
         }
         Ok(())
@@ -387,8 +403,8 @@ impl Queue {
     /// An NVM command with its data: alone, or as half of a fused pair.
     async fn nvm(&mut self, ctrl: Arc<Controller>, sqe: Sqe, data: Vec<u8>) -> Result<(), End> {
         let cid = sqe.cid();
-        if self.fused.orphans.remove(&cid) {
-            return self.fail(&sqe, Status::FUSED_MISSING);
+        if let Some(status) = self.fused.orphans.remove(&cid) {
+            return self.fail(&sqe, status);
         }
         match sqe.fuse() {
             Fuse::Normal => {}

@@ -214,6 +214,11 @@ impl Server {
         }
     }
 
+    /// Connections dropped because their host stopped reading, since start.
+    pub fn stalled(&self) -> u64 {
+        self.inner.stalled.total()
+    }
+
     /// Connections ended for breaking the protocol, since start.
     pub fn protocol_errors(&self) -> u64 {
         self.inner.protocol_errors.total()

@@ -289,3 +289,42 @@ async fn a_bad_data_digest_fails_its_command_only() {
     )
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_reads_no_answers_is_dropped_with_bounded_memory() {
+    let limits = nvmf::Limits {
+        outgoing_bytes: 64 << 10,
+        write_deadline: Duration::from_millis(500),
+        ..nvmf::Limits::default()
+    };
+    let t = target_with(limits).await;
+    let mut good = host(t.addr, Options::default()).await;
+    let h = host(t.addr, Options::default()).await;
+    // Identify after Identify, 4 KiB answers each, none of them read.
+    let mut admin = h.admin;
+    let sender = tokio::spawn(async move {
+        let mut bytes = Vec::new();
+        for cid in 0..5000u16 {
+            let mut sqe = nvmf::capsule::SqeBuilder::new(0x06, cid).cdw(10, 1);
+            sqe = sqe.sgl(nvmf::capsule::SGL_TRANSPORT, 0, 4096);
+            bytes.extend(wire::encode_command(&sqe.0, &[], Digests::default()));
+        }
+        let _ = admin.stream.write_all(&bytes).await;
+        admin
+    });
+    let mut dropped = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if t.server.stalled() > 0 {
+            dropped = true;
+            break;
+        }
+    }
+    assert!(dropped, "the silent host is dropped");
+    sender.abort();
+    expect_success(
+        &good.io[0].one(nvm::flush(1)).await.unwrap(),
+        "the other host goes on",
+    )
+    .unwrap();
+}
