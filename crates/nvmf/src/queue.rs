@@ -208,6 +208,11 @@ impl Queue {
             return Ok(0);
         }
         let sub = conn.ctrl.subsystem();
+        // Until its controller is ended, a host the allow list no longer
+        // admits reaches no namespace.
+        if !sub.admits(&conn.ctrl.host_nqn) {
+            return Err(Status::ACCESS_DENIED);
+        }
         let ns = sub.namespaces.get(&sqe.nsid());
         match io::transfer(ns.map(|n| &**n), sqe, self.cx.limits.transfer())? {
             Transfer::ToTarget(n) => Ok(n),

@@ -25,7 +25,6 @@ impl Status {
     pub const INVALID_OPCODE: Status = status(GENERIC, 0x01, false);
     pub const INVALID_FIELD: Status = status(GENERIC, 0x02, false);
     pub const CID_CONFLICT: Status = status(GENERIC, 0x03, false);
-    pub const DATA_TRANSFER_ERROR: Status = status(GENERIC, 0x04, false);
     pub const INTERNAL_ERROR: Status = status(GENERIC, 0x06, false);
     pub const ABORT_REQUESTED: Status = status(GENERIC, 0x07, false);
     pub const FUSED_FAILED: Status = status(GENERIC, 0x09, false);
@@ -41,7 +40,6 @@ impl Status {
     pub const CAPACITY_EXCEEDED: Status = status(GENERIC, 0x81, false);
     pub const NAMESPACE_NOT_READY: Status = status(GENERIC, 0x82, true);
     // Command specific status (figure 101, and Fabrics 2.0 figure 38).
-    pub const INVALID_QUEUE_ID: Status = status(SPECIFIC, 0x01, false);
     pub const AER_LIMIT: Status = status(SPECIFIC, 0x05, false);
     pub const INVALID_LOG_PAGE: Status = status(SPECIFIC, 0x09, false);
     pub const NOT_SAVEABLE: Status = status(SPECIFIC, 0x0D, false);
@@ -109,6 +107,199 @@ mod tests {
         assert!(s.do_not_retry() && !s.is_success());
         assert!(!Status::INTERRUPTED.do_not_retry());
         assert!(Status::SUCCESS.is_success());
+    }
+
+    /// Every status this target sends, where it sits in the completion
+    /// entry, and the section of the specification that defines it.
+    #[test]
+    fn statuses_are_the_ones_the_specifications_define() {
+        let table = [
+            (
+                Status::INVALID_OPCODE,
+                0,
+                0x01,
+                "Base 2.0 4.6.1.2.1: Invalid Command Opcode (an unknown opcode)",
+            ),
+            (
+                Status::INVALID_FIELD,
+                0,
+                0x02,
+                "Base 2.0 4.6.1.2.1: Invalid Field in Command (a transfer over MDTS, a bad CNS)",
+            ),
+            (
+                Status::CID_CONFLICT,
+                0,
+                0x03,
+                "Base 2.0 4.6.1.2.1: Command ID Conflict",
+            ),
+            (
+                Status::INTERNAL_ERROR,
+                0,
+                0x06,
+                "Base 2.0 4.6.1.2.1: Internal Error",
+            ),
+            (
+                Status::ABORT_REQUESTED,
+                0,
+                0x07,
+                "Base 2.0 4.6.1.2.1: Command Abort Requested (an aborted event request)",
+            ),
+            (
+                Status::FUSED_FAILED,
+                0,
+                0x09,
+                "Base 2.0 4.6.1.2.1: Command Aborted due to Failed Fused Command",
+            ),
+            (
+                Status::FUSED_MISSING,
+                0,
+                0x0A,
+                "Base 2.0 4.6.1.2.1: Command Aborted due to Missing Fused Command",
+            ),
+            (
+                Status::INVALID_NAMESPACE,
+                0,
+                0x0B,
+                "Base 2.0 4.6.1.2.1: Invalid Namespace or Format",
+            ),
+            (
+                Status::COMMAND_SEQUENCE,
+                0,
+                0x0C,
+                "Base 2.0 4.6.1.2.1: Command Sequence Error (before Connect, before CC.EN)",
+            ),
+            (
+                Status::SGL_LENGTH_INVALID,
+                0,
+                0x0F,
+                "Base 2.0 4.6.1.2.1: Data SGL Length Invalid",
+            ),
+            (
+                Status::SGL_INVALID_TYPE,
+                0,
+                0x11,
+                "Base 2.0 4.6.1.2.1: SGL Descriptor Type Invalid",
+            ),
+            (
+                Status::WRITE_PROTECTED,
+                0,
+                0x20,
+                "Base 2.0 4.6.1.2.1: Namespace is Write Protected",
+            ),
+            (
+                Status::INTERRUPTED,
+                0,
+                0x21,
+                "Base 2.0 4.6.1.2.1: Command Interrupted",
+            ),
+            (
+                Status::TRANSIENT_TRANSPORT,
+                0,
+                0x22,
+                "Base 2.0 4.6.1.2.1: Transient Transport Error (a bad data digest)",
+            ),
+            (
+                Status::LBA_OUT_OF_RANGE,
+                0,
+                0x80,
+                "Base 2.0 4.6.1.2.1: LBA Out of Range",
+            ),
+            (
+                Status::CAPACITY_EXCEEDED,
+                0,
+                0x81,
+                "Base 2.0 4.6.1.2.1: Capacity Exceeded",
+            ),
+            (
+                Status::NAMESPACE_NOT_READY,
+                0,
+                0x82,
+                "Base 2.0 4.6.1.2.1: Namespace Not Ready",
+            ),
+            (
+                Status::AER_LIMIT,
+                1,
+                0x05,
+                "Base 2.0 5.2: Asynchronous Event Request Limit Exceeded",
+            ),
+            (
+                Status::INVALID_LOG_PAGE,
+                1,
+                0x09,
+                "Base 2.0 5.16: Invalid Log Page",
+            ),
+            (
+                Status::NOT_SAVEABLE,
+                1,
+                0x0D,
+                "Base 2.0 5.27: Feature Identifier Not Saveable",
+            ),
+            (
+                Status::CONNECT_INCOMPATIBLE,
+                1,
+                0x80,
+                "Fabrics 2.0 6.3: Connect Incompatible Format",
+            ),
+            (
+                Status::CONNECT_BUSY,
+                1,
+                0x81,
+                "Fabrics 2.0 6.3: Connect Controller Busy",
+            ),
+            (
+                Status::CONNECT_INVALID_PARAMETERS,
+                1,
+                0x82,
+                "Fabrics 2.0 6.3: Connect Invalid Parameters",
+            ),
+            (
+                Status::CONNECT_INVALID_HOST,
+                1,
+                0x84,
+                "Fabrics 2.0 6.3: Connect Invalid Host (not in allow_hosts)",
+            ),
+            (
+                Status::WRITE_FAULT,
+                2,
+                0x80,
+                "Base 2.0 4.6.1.2.4: Write Fault",
+            ),
+            (
+                Status::UNRECOVERED_READ,
+                2,
+                0x81,
+                "Base 2.0 4.6.1.2.4: Unrecovered Read Error",
+            ),
+            (
+                Status::COMPARE_FAILURE,
+                2,
+                0x85,
+                "Base 2.0 4.6.1.2.4: Compare Failure",
+            ),
+            (
+                Status::ACCESS_DENIED,
+                2,
+                0x86,
+                "Base 2.0 4.6.1.2.4: Access Denied (a host no longer admitted)",
+            ),
+            (
+                Status::ANA_INACCESSIBLE,
+                3,
+                0x02,
+                "Base 2.0 4.6.1.2.5: Asymmetric Access Inaccessible",
+            ),
+        ];
+        for (status, sct, sc, section) in table {
+            assert_eq!((status.code_type(), status.code()), (sct, sc), "{section}");
+            // Retrying these can succeed; nothing else is worth it.
+            let retry = [
+                Status::INTERRUPTED,
+                Status::TRANSIENT_TRANSPORT,
+                Status::NAMESPACE_NOT_READY,
+                Status::CONNECT_BUSY,
+            ];
+            assert_eq!(status.do_not_retry(), !retry.contains(&status), "{section}");
+        }
     }
 
     /// Each device error class, the status it ends a command with, and

@@ -192,10 +192,18 @@ async fn failures_end_with_the_status_the_spec_names() {
         (c[0].status(), c[1].status()),
         (Status::FUSED_MISSING, Status::SUCCESS)
     );
+    // A first that fails takes its second with it.
+    let mut pair = nvm::compare_and_write(1, blocks, vec![0; 512], vec![1; 512], 512);
+    pair[1].sqe = pair[1].sqe.cdw(10, 0); // the second names a valid range
+    let c = q.run(pair).await.unwrap();
+    assert_eq!(
+        (c[0].status(), c[1].status()),
+        (Status::LBA_OUT_OF_RANGE, Status::FUSED_FAILED)
+    );
     // Failed commands are in the error log, newest first.
     let log = h.get_log(0x01, 64, false).await.unwrap();
-    assert!(le64(&log.data, 0) >= 6);
-    assert_eq!(le16(&log.data, 12) >> 1, Status::FUSED_MISSING.0);
+    assert!(le64(&log.data, 0) >= 8);
+    assert_eq!(le16(&log.data, 12) >> 1, Status::FUSED_FAILED.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -109,11 +109,14 @@ async fn sessions_are_listed_and_ended_through_the_frontend() {
     );
     assert!(frontend.sessions().is_empty());
 
-    // A host the allow list no longer admits is ended on request.
-    let _h = host(t.addr, Options::default()).await;
+    // A host the allow list no longer admits is denied access, and
+    // ended on request.
+    let mut h = host(t.addr, Options::default()).await;
     let mut config = t.config.clone();
     config.subsystems[0].allow_hosts = vec!["nqn.2026-11.org.example:someone-else".into()];
     t.server.reconfigure(&config).await.unwrap();
+    let c = h.io[0].one(nvm::read(1, 0, 1, BS)).await.unwrap();
+    assert_eq!(c.status(), Status::ACCESS_DENIED);
     assert_eq!(frontend.end_refused_sessions(), 1);
     assert!(frontend.sessions().is_empty());
 }
