@@ -6,9 +6,10 @@ use std::time::Duration;
 use crate::fabrics::QueueLimits;
 use crate::identify::Offer;
 
-/// A connection holds at most `queue_entries` commands, each moving at
-/// most `max_transfer` bytes: that bounds its memory, with
-/// `outgoing_bytes` bounding what waits for a host that does not read.
+/// A connection's memory is bounded by the write data it asks for
+/// (`r2t_bytes`), what waits for its host (`outgoing_bytes`, with a
+/// deadline), and the commands on the device (`device_threads`
+/// server-wide, each at most `max_transfer` bytes).
 #[derive(Clone, Debug)]
 pub struct Limits {
     /// Entries of the longest queue (CAP.MQES + 1).
@@ -21,6 +22,9 @@ pub struct Limits {
     pub in_capsule: u32,
     /// Most data bytes in one H2CData PDU (MAXH2CDATA).
     pub max_h2c_data: u32,
+    /// Write data one connection may have asked for with R2T and not
+    /// yet received; later writes wait for their R2T.
+    pub r2t_bytes: usize,
     /// Bytes one connection may have queued toward its host.
     pub outgoing_bytes: usize,
     /// How long one write to a host may make no progress.
@@ -45,6 +49,7 @@ impl Default for Limits {
             max_transfer: 1 << 20,
             in_capsule: 16 << 10,
             max_h2c_data: 128 << 10,
+            r2t_bytes: 8 << 20,
             outgoing_bytes: 4 << 20,
             write_deadline: Duration::from_secs(20),
             connect_timeout: Duration::from_secs(15),

@@ -2,7 +2,7 @@
 //! then admin or NVM commands, their data in the capsule or asked for
 //! with R2T, fused pairs kept together, device work on blocking threads.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -71,6 +71,10 @@ pub(crate) struct Queue {
     ticket: Option<PreLoginTicket>,
     conn: Option<Connected>,
     transfers: HashMap<u16, Pending>,
+    /// Commands whose data is yet to be asked for, and their lengths.
+    deferred: VecDeque<(Sqe, usize)>,
+    /// Bytes asked for with R2T and not yet received.
+    receiving: usize,
     fused: Fused,
 }
 
@@ -89,6 +93,8 @@ impl Queue {
             ticket,
             conn: None,
             transfers: HashMap::new(),
+            deferred: VecDeque::new(),
+            receiving: 0,
             fused: Fused::default(),
         }
     }
@@ -178,20 +184,36 @@ impl Queue {
             }
             (_, SGL_IN_CAPSULE) => self.fail(&sqe, Status::SGL_LENGTH_INVALID),
             (n, SGL_TRANSPORT) if data.is_empty() => {
-                let r2t = wire::encode_r2t(cid, cid, 0, n as u32, self.completer.digests);
-                self.transfers.insert(
-                    cid,
-                    Pending {
-                        sqe,
-                        buf: Vec::with_capacity(n),
-                        want: n,
-                        digest_ok: true,
-                    },
-                );
-                self.completer.send(r2t, 0);
+                self.deferred.push_back((sqe, n));
+                self.ask_for_data();
                 Ok(())
             }
             _ => self.fail(&sqe, Status::SGL_INVALID_TYPE),
+        }
+    }
+
+    /// Sends R2Ts for the commands waiting for their data, in order,
+    /// while the data asked for and not yet received stays within the
+    /// connection's bound (one command at least, however long).
+    fn ask_for_data(&mut self) {
+        while let Some(&(sqe, n)) = self.deferred.front() {
+            if self.receiving > 0 && self.receiving + n > self.cx.limits.r2t_bytes {
+                return;
+            }
+            self.deferred.pop_front();
+            let cid = sqe.cid();
+            self.receiving += n;
+            let pending = Pending {
+                sqe,
+                buf: Vec::new(),
+                want: n,
+                digest_ok: true,
+            };
+            self.transfers.insert(cid, pending);
+            self.completer.send(
+                wire::encode_r2t(cid, cid, 0, n as u32, self.completer.digests),
+                0,
+            );
         }
     }
 
@@ -264,6 +286,8 @@ impl Queue {
         let Some(t) = self.transfers.remove(&h.ttag) else {
             return Ok(());
         };
+        self.receiving -= t.want;
+        self.ask_for_data();
         self.ready(t.sqe, t.buf, t.digest_ok).await
     }
 

@@ -310,3 +310,25 @@ async fn properties_and_the_keep_alive_timeout() {
     );
     assert!(h.io[0].one(nvm::flush(1)).await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_beyond_the_data_bound_wait_for_their_r2t() {
+    let limits = nvmf::Limits {
+        r2t_bytes: 256 << 10,
+        ..nvmf::Limits::default()
+    };
+    let t = target_with(limits).await;
+    let mut h = host(t.addr, Options::default()).await;
+    let q = &mut h.io[0];
+    // Eight 128 KiB writes at once: at most two have their data asked for.
+    let writes: Vec<Command> = (0..8u64)
+        .map(|i| nvm::write(1, i * 256, pattern(128 << 10, i as u8), BS, false))
+        .collect();
+    for c in q.run(writes).await.unwrap() {
+        expect_success(&c, "write").unwrap();
+    }
+    for i in 0..8u64 {
+        let c = q.one(nvm::read(1, i * 256, 256, BS)).await.unwrap();
+        assert!(c.data == pattern(128 << 10, i as u8), "write {i} read back");
+    }
+}
