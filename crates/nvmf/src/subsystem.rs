@@ -22,12 +22,13 @@ impl Namespace {
         self.backing.device().size() / u64::from(self.block_size)
     }
 
-    /// Whether `other` is this namespace unchanged (same device, same
-    /// format): a host need not be told of it.
+    /// Whether `other` is this namespace unchanged (same device, format
+    /// and identity): a host need not be told of it.
     pub fn same_as(&self, other: &Namespace) -> bool {
         Arc::ptr_eq(&self.backing, &other.backing)
             && self.block_size == other.block_size
             && self.blocks() == other.blocks()
+            && self.ids == other.ids
     }
 }
 
