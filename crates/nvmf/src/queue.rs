@@ -293,6 +293,9 @@ impl Queue {
 
     /// Pairs fused commands in the order their capsules came.
     fn pair(&mut self, sqe: &Sqe) {
+        if self.conn.as_ref().is_none_or(|c| c.qid == 0) {
+            return; // only NVM commands are fused
+        }
         let cid = sqe.cid();
         let f = &mut self.fused;
         if std::mem::take(&mut f.failed_first) && sqe.fuse() == Fuse::Second {
