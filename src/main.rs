@@ -67,7 +67,7 @@ enum Command {
         /// Serve NBD here instead of the configured `[nbd] listen`;
         /// repeatable. HOST:PORT, HOST (port 10809), [::1]:PORT or
         /// unix:/PATH.
-        #[arg(long, value_name = "ADDR", value_parser = parse_nbd_listen)]
+        #[arg(long, value_name = "ADDR", value_parser = nbd::parse_listen)]
         nbd_listen: Vec<nbd::ListenAddr>,
 
         /// Serve the administration API (`openarray config ...`) on this
@@ -150,10 +150,6 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
-}
-
-fn parse_nbd_listen(text: &str) -> Result<nbd::ListenAddr, String> {
-    text.parse()
 }
 
 fn init_logging(level: Option<&str>) -> Result<(), String> {

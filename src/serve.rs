@@ -142,8 +142,8 @@ pub fn run(
     }
     // Checked before anything is opened: a bad token file is a config error.
     let api_token = control::load_api_token(&config)?;
-    let mut runtime = control::build(&config)?;
-    apply_daemon_timeouts(&config.daemon, &mut runtime.options);
+    let runtime = control::build(&config)?;
+    let options = daemon::iscsi_options(&config.daemon, runtime.stats.auth_failures_counter());
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -158,14 +158,21 @@ pub fn run(
         nbd_listen_override: nbd_listen.to_vec(),
     };
     let api = match (current.config.daemon.api_listen, api_token) {
-        (Some(addr), Some(token)) => Some((addr, api_guard(&current, &token))),
+        (Some(addr), Some(token)) => Some((addr, api_guard(&current, &options, &token))),
         _ => None,
     };
     let handles = connection_runtimes
         .iter()
         .map(|r| r.handle.clone())
         .collect();
-    let served = tokio.block_on(serve(current, admin_socket, metrics_listen, api, handles));
+    let served = tokio.block_on(serve(
+        current,
+        options,
+        admin_socket,
+        metrics_listen,
+        api,
+        handles,
+    ));
     // Every session has ended by now.
     for runtime in connection_runtimes {
         let _ = runtime.stop.send(());
@@ -216,28 +223,14 @@ fn connection_runtimes() -> anyhow::Result<Vec<ConnectionRuntime>> {
         .collect()
 }
 
-/// The `[daemon]` timeouts, where given, in place of the transport's
-/// defaults.
-fn apply_daemon_timeouts(daemon: &control::Daemon, options: &mut iscsi::ServerOptions) {
-    if let Some(t) = daemon.login_timeout {
-        options.login_timeout = t;
-    }
-    if let Some(interval) = daemon.nop_interval {
-        options.nop_interval = interval;
-    }
-    if let Some(t) = daemon.nop_timeout {
-        options.nop_timeout = t;
-    }
-    if let Some(t) = daemon.write_timeout {
-        options.write_timeout = t;
-    }
-}
-
 /// The TCP API's token, with the CHAP back-off settings for wrong ones
 /// and the pre-login budget for its connections.
-fn api_guard(current: &admin::Current, token: &str) -> admin::ApiGuard {
+fn api_guard(
+    current: &admin::Current,
+    options: &iscsi::ServerOptions,
+    token: &str,
+) -> admin::ApiGuard {
     let daemon = &current.config.daemon;
-    let options = &current.runtime.options;
     let delays = (
         daemon
             .auth_fail_delay
@@ -261,6 +254,7 @@ fn api_deadlines(daemon: &control::Daemon) -> admin::Deadlines {
 
 async fn serve(
     mut current: admin::Current,
+    options: iscsi::ServerOptions,
     admin_socket: &AdminSocket,
     metrics_listen: Option<SocketAddr>,
     api: Option<(SocketAddr, admin::ApiGuard)>,
@@ -279,21 +273,22 @@ async fn serve(
         ));
     }
 
-    let targets = iscsi::targets_of(&runtime.exports);
-    for t in &targets {
+    for t in &runtime.exports.scsi_targets {
         tracing::info!(target_name = %t.name, portals = ?t.portals, "target ready");
     }
     let server = iscsi::Server::with_connection_runtimes(
-        runtime.options.clone(),
-        targets,
+        options.clone(),
+        Vec::new(),
         connection_runtimes.clone(),
     );
+    // The targets with their access rules and CHAP, before any listener.
+    export::Frontend::replace_exports(&*server, &runtime.exports);
     runtime
         .stats
         .add_source(Arc::new(crate::listener_metrics::ListenerSamples(
             server.clone(),
         )));
-    let mut nbd = NbdFrontend::new(&current.config, &runtime.exports, &runtime.options)?;
+    let mut nbd = NbdFrontend::new(&current.config, &runtime.exports, &options)?;
     nbd.server.set_connection_runtimes(connection_runtimes);
     // The built-in default's NBD address may be held by another daemon;
     // an address of a file or of --nbd-listen must be served.

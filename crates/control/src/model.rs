@@ -34,14 +34,17 @@ pub struct Config {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Nbd {
     /// [`DEFAULT_NBD_LISTEN`] when the section gives none.
-    pub listen: Vec<nbd::ListenAddr>,
-    pub tls: Option<nbd::TlsConfig>,
+    pub listen: Vec<export::ListenAddr>,
+    pub tls: Option<export::TlsConfig>,
     pub exports: Vec<NbdExport>,
     pub at: Option<Location>,
 }
 
 /// Where NBD listens when `[nbd]` names no address.
 pub const DEFAULT_NBD_LISTEN: &str = "127.0.0.1:10809";
+
+/// Port used when an NBD listen address gives only a host.
+pub const DEFAULT_NBD_PORT: u16 = 10809;
 
 /// A device offered to NBD clients under a name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,7 +61,7 @@ pub struct NbdExport {
 }
 
 /// CHAP credentials (secrets are hidden from `Debug`).
-pub type Chap = iscsi::auth_chap::ChapRequirement;
+pub type Chap = export::ChapRequirement;
 
 /// Name of the group that serves initiators no other group names.
 pub const DEFAULT_GROUP: &str = "default";
@@ -288,7 +291,7 @@ impl Config {
 
     /// Replaces where NBD listens, e.g. from `--nbd-listen`; a
     /// configuration without `[nbd]` gets one without exports.
-    pub fn override_nbd_listen(&mut self, listen: &[nbd::ListenAddr]) {
+    pub fn override_nbd_listen(&mut self, listen: &[export::ListenAddr]) {
         let nbd = self.nbd.get_or_insert_with(|| Nbd {
             listen: Vec::new(),
             tls: None,

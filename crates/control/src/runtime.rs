@@ -13,18 +13,12 @@ use scsi::{LogicalUnit, LuConfig, LuRegistry};
 use crate::error::{ConfigError, Issue};
 use crate::kinds::VolumeSpec;
 use crate::model::{Config, Device, Lun, PoolConfig, DEFAULT_GROUP};
-use iscsi::access::{AccessList, Group, InitiatorPattern, SharedAccess, TargetAccess};
-use iscsi::auth_chap::ChapAuthenticator;
 use scsi_api::ScsiTarget;
 
 pub struct Runtime {
     /// What the transports serve.
     pub exports: export::Exports,
     pub listen: Vec<SocketAddr>,
-    pub options: iscsi::ServerOptions,
-    /// Who may use which target, and the CHAP they must pass; replaced on
-    /// a live configuration change.
-    pub access: Arc<SharedAccess>,
     /// I/O statistics per target, LUN and initiator; kept across changes.
     pub stats: Arc<stats::Registry>,
     /// Every logical unit by device name, to flush them on shutdown.
@@ -316,8 +310,6 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         built: HashMap::new(),
         updates: Vec::new(),
     };
-    let mut access = AccessList::new();
-    access.discovery_chap = config.discovery_chap.clone();
     // Counters outlive configuration changes: a LUN that stays keeps counting.
     let stats = previous.map_or_else(stats::Registry::new, |p| p.stats.clone());
     let mut counted_views = HashMap::new();
@@ -334,26 +326,24 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             counted_views.insert(key, (view, wrapper.clone()));
             wrapper
         };
+        let mut access = None;
         let scsi_target = if target.groups.is_empty() {
             let view = counted(
                 "",
                 views.view(&target.name, "", &target.luns, Some(&registry)),
             );
             if target.chap.is_some() {
-                access.set_target(
-                    &target.name,
-                    TargetAccess {
-                        groups: Vec::new(),
-                        default_view: Some(view.clone()),
-                        chap: target.chap.clone(),
-                    },
-                );
+                access = Some(export::ScsiAccess {
+                    groups: Vec::new(),
+                    default_view: Some(view.clone()),
+                    chap: target.chap.clone(),
+                });
             }
             view
         } else {
-            let mut rules = TargetAccess {
+            let mut rules = export::ScsiAccess {
                 chap: target.chap.clone(),
-                ..TargetAccess::default()
+                ..export::ScsiAccess::default()
             };
             for group in &target.groups {
                 // A group's EXTENDED COPY reaches only the LUs it sees.
@@ -365,18 +355,14 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
                     rules.default_view = Some(view);
                     continue;
                 }
-                rules.groups.push(Group {
+                rules.groups.push(export::ScsiGroup {
                     name: group.name.clone(),
-                    members: group
-                        .initiators
-                        .iter()
-                        .map(|i| InitiatorPattern::new(i))
-                        .collect(),
+                    initiators: group.initiators.clone(),
                     view,
                     chap: group.chap.clone(),
                 });
             }
-            access.set_target(&target.name, rules);
+            access = Some(rules);
             // Sessions always get a group's view; this one is never used.
             let empty: Arc<dyn ScsiTarget> =
                 scsi::Target::new(&target.name, BTreeMap::new(), LuRegistry::new());
@@ -387,6 +373,7 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             alias: target.alias.clone(),
             portals: config.target_portals(target),
             scsi: scsi_target,
+            access,
         });
     }
     if let Some((name, e)) = views.error.take() {
@@ -399,57 +386,12 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             }],
         ));
     }
-    // A change keeps the server's access handle and replaces its rules
-    // on commit; a first build starts with them.
-    let (shared_access, pending_access) = match previous {
-        Some(p) => (p.access.clone(), Some(access)),
-        None => (SharedAccess::new(access), None),
-    };
-    let access = shared_access;
     let Views {
         read_only,
         built,
         updates,
         ..
     } = views;
-    let defaults = iscsi::ServerOptions::default();
-    let options = iscsi::ServerOptions {
-        authenticator: Arc::new(ChapAuthenticator::new(access.clone())),
-        access: access.clone(),
-        max_sessions_per_initiator: config
-            .daemon
-            .max_sessions_per_initiator
-            .unwrap_or(defaults.max_sessions_per_initiator),
-        max_connections_per_portal: config
-            .daemon
-            .max_connections_per_portal
-            .unwrap_or(defaults.max_connections_per_portal),
-        max_logins_per_source: config
-            .daemon
-            .max_logins_per_source
-            .unwrap_or(defaults.max_logins_per_source),
-        max_logins: config.daemon.max_logins.unwrap_or(defaults.max_logins),
-        max_connections_per_source: config
-            .daemon
-            .max_connections_per_source
-            .unwrap_or(defaults.max_connections_per_source),
-        max_queued_output: config
-            .daemon
-            .max_queued_output
-            .unwrap_or(defaults.max_queued_output),
-        auth_throttle: Arc::new(iscsi::AuthThrottle::new(
-            config
-                .daemon
-                .auth_fail_delay
-                .unwrap_or(iscsi::AuthThrottle::DEFAULT_DELAY),
-            config
-                .daemon
-                .auth_fail_delay_max
-                .unwrap_or(iscsi::AuthThrottle::DEFAULT_DELAY_MAX),
-            stats.auth_failures_counter(),
-        )),
-        ..defaults
-    };
 
     let units_by_name = units.clone();
     let mut units: Vec<(String, Arc<LogicalUnit>)> = units
@@ -482,11 +424,10 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         exports: export::Exports {
             devices,
             scsi_targets: targets,
+            discovery_chap: config.discovery_chap.clone(),
             device_exports,
         },
         listen: config.portals.iter().map(|p| p.listen).collect(),
-        options,
-        access,
         stats,
         units,
         live: Live {
@@ -507,7 +448,6 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
         },
         pending: Mutex::new(Some(Pending {
             updates,
-            access: pending_access,
             live_changes: opener.live_changes(),
         })),
         pools: config.pools.clone(),
@@ -518,17 +458,15 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
 struct Pending {
     /// Existing views and their new LUN maps.
     updates: Vec<ViewUpdate>,
-    /// New rules for the server's access handle.
-    access: Option<AccessList>,
     /// Open devices that take new settings in place.
     live_changes: Vec<LiveChange>,
 }
 
 impl Runtime {
     /// Makes a rebuilt runtime live: existing views get their new LUN maps,
-    /// views `previous` had and this runtime dropped lose every LUN, and the
-    /// access rules are replaced. The caller then hands `targets` to the
-    /// server. Committing twice does nothing.
+    /// and views `previous` had and this runtime dropped lose every LUN.
+    /// The caller then hands the exports (with their access rules) to the
+    /// transports. Committing twice does nothing.
     pub fn commit(&self, previous: Option<&Runtime>) {
         let taken = self
             .pending
@@ -547,9 +485,6 @@ impl Runtime {
                     view.set_luns(BTreeMap::new());
                 }
             }
-        }
-        if let Some(list) = pending.access {
-            self.access.replace(list);
         }
         for change in pending.live_changes {
             match change.spec.apply_live(&*change.device, &change.gained) {

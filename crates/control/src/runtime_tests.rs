@@ -156,8 +156,6 @@ device = "img"
 
 #[test]
 fn groups_become_views_and_access_rules() {
-    use iscsi::access::{AccessPolicy, Admission};
-    use iscsi::auth_chap::ChapPolicy;
     use scsi_api::{ScsiCommand, TaskAttr};
 
     let text = r#"
@@ -189,30 +187,28 @@ lun = 5
 device = "d"
 "#;
     let runtime = build(&parse_config(text, "t.toml").unwrap()).unwrap();
-    let access = runtime.access.current();
-    assert!(matches!(
-        access.admit("iqn.any", "iqn.2026-11.org.example:open"),
-        Admission::Open
-    ));
-    assert!(access
-        .chap_for("iqn.any", Some("iqn.2026-11.org.example:open"))
-        .is_none());
-    assert!(access.chap_for("iqn.any", None).is_none());
+    assert!(runtime.exports.discovery_chap.is_none());
+    let access_of = |name: &str| {
+        let t = runtime.exports.scsi_targets.iter().find(|t| t.name == name);
+        t.unwrap().access.clone()
+    };
+    // A target without groups or CHAP admits everybody to its LUNs.
+    assert!(access_of("iqn.2026-11.org.example:open").is_none());
     let guarded = "iqn.2026-11.org.example:guarded";
+    let access = access_of(guarded).unwrap();
+    assert_eq!(access.chap.as_ref().unwrap().initiator.user, "u");
+    assert_eq!(access.groups.len(), 1);
+    assert_eq!(access.groups[0].name, "hosts");
     assert_eq!(
-        access
-            .chap_for("iqn.any", Some(guarded))
-            .unwrap()
-            .initiator
-            .user,
-        "u"
+        access.groups[0].initiators,
+        ["iqn.2026-11.org.example:host*"]
     );
-    let Admission::View(host) = access.admit("iqn.2026-11.org.example:host1", guarded) else {
-        panic!("hosts are admitted")
-    };
-    let Admission::View(other) = access.admit("iqn.2026-11.org.example:other", guarded) else {
-        panic!("the default group admits the rest")
-    };
+    assert!(access.groups[0].chap.is_none());
+    let host = access.groups[0].view.clone();
+    let other = access
+        .default_view
+        .clone()
+        .expect("the default group's view");
     let nexus = nexus_of("iqn.2026-11.org.example:host1", guarded);
     assert!(host.lun_exists(&nexus, 201));
     assert!(!host.lun_exists(&nexus, 5));
@@ -251,8 +247,6 @@ device = "d"
 
 #[test]
 fn rebuild_keeps_units_and_views_and_commits_at_once() {
-    use iscsi::access::{AccessPolicy, Admission};
-
     let base = r#"
 [[portal]]
 listen = "127.0.0.1:3260"
@@ -280,9 +274,14 @@ lun = 0
 device = "d1"
 "#;
     let t = "iqn.2026-11.org.example:t";
-    let view_of = |r: &Runtime, i: &str| match r.access.admit(i, t) {
-        Admission::View(v) => Some(v),
-        _ => None,
+    // The view of the group named after `i`'s last part.
+    let view_of = |r: &Runtime, i: &str| {
+        let group = i.rsplit(':').next().unwrap();
+        let target = r.exports.scsi_targets.iter().find(|x| x.name == t)?;
+        let access = target.access.as_ref()?;
+        let found = access.groups.iter().find(|g| g.name == group)?;
+        assert_eq!(found.initiators, [i]);
+        Some(found.view.clone())
     };
     let first = build(&parse_config(base, "t.toml").unwrap()).unwrap();
     let esx = view_of(&first, "iqn.2026-11.org.example:esx").unwrap();

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 
-use iscsi::auth_chap::{ChapCredentials, Secret};
+use export::{ChapCredentials, Secret};
 use toml::Spanned;
 
 use crate::error::{ConfigError, Issue, Location};

@@ -8,7 +8,10 @@
 //! transport. Anything failing before that leaves the running state and
 //! the file as they were.
 
+mod iscsi_options;
 pub mod portals;
+
+pub use iscsi_options::iscsi_options;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -11,7 +11,10 @@
 //! [`Exports`] from the configuration and hands each frontend the new set
 //! on every change; the frontend serves what concerns it.
 
+mod allow;
+mod chap;
 mod identity;
+mod listen;
 mod range_lock;
 mod sessions;
 pub mod thread_slots;
@@ -23,7 +26,10 @@ use std::sync::Arc;
 
 use block::BlockDevice;
 
+pub use allow::{Allow, Peer, Rule};
+pub use chap::{ChapCredentials, ChapRequirement, Secret, MAX_SECRET_LEN, MIN_SECRET_LEN};
 pub use identity::{naa_from_seed, NamespaceIds};
+pub use listen::{ListenAddr, TlsConfig};
 pub use range_lock::{RangeGuard, RangeLock};
 pub use sessions::utc;
 
@@ -95,6 +101,31 @@ pub struct ScsiExport {
     /// Addresses the target is offered on.
     pub portals: Vec<SocketAddr>,
     pub scsi: Arc<dyn scsi_api::ScsiTarget>,
+    /// Who may log in and what each initiator sees; `None` admits every
+    /// initiator to `scsi` without authentication.
+    pub access: Option<ScsiAccess>,
+}
+
+/// The initiator groups of a SCSI target and the CHAP they must pass.
+#[derive(Clone, Default)]
+pub struct ScsiAccess {
+    /// An initiator named exactly by a group is in it, else in the first
+    /// group with a matching wildcard pattern, else in none.
+    pub groups: Vec<ScsiGroup>,
+    /// What initiators no group names see; `None` refuses them.
+    pub default_view: Option<Arc<dyn scsi_api::ScsiTarget>>,
+    /// CHAP for every initiator of the target, unless its group has its own.
+    pub chap: Option<ChapRequirement>,
+}
+
+/// A named set of initiators and the LUN map they see.
+#[derive(Clone)]
+pub struct ScsiGroup {
+    pub name: String,
+    /// Initiator names or patterns (`*` wildcards), as configured.
+    pub initiators: Vec<String>,
+    pub view: Arc<dyn scsi_api::ScsiTarget>,
+    pub chap: Option<ChapRequirement>,
 }
 
 /// Everything one configuration exports, for every transport.
@@ -105,10 +136,15 @@ pub struct Exports {
     pub devices: BTreeMap<String, Arc<Backing>>,
     /// SCSI targets, for transports that carry SCSI commands (iSCSI).
     pub scsi_targets: Vec<ScsiExport>,
+    /// CHAP every discovery session must pass.
+    pub discovery_chap: Option<ChapRequirement>,
     /// Devices offered by name to transports that serve devices
     /// directly (NBD).
     pub device_exports: Vec<DeviceExport>,
 }
+
+/// The device export a client asking for no name ("") gets.
+pub const DEFAULT_EXPORT: &str = "default";
 
 /// A device offered under a name, as a configuration exports it.
 #[derive(Clone)]

@@ -16,69 +16,14 @@ use rand::rngs::OsRng;
 use rand::RngCore;
 
 use crate::auth::{AuthExchange, AuthStep, Authenticator};
+pub use export::{ChapCredentials, ChapRequirement, Secret, MAX_SECRET_LEN, MIN_SECRET_LEN};
 
-/// Fewest bytes a CHAP secret may have (RFC 7143 12.1.3 asks for 96 bits).
-pub const MIN_SECRET_LEN: usize = 12;
-/// Most bytes a CHAP secret may have (what common initiators accept).
-pub const MAX_SECRET_LEN: usize = 255;
 /// Length of the challenge the target sends.
 pub const CHALLENGE_LEN: usize = 16;
 /// Longest challenge accepted from an initiator (decoded bytes).
 const MAX_PEER_CHALLENGE: usize = 1024;
 /// The only CHAP algorithm offered: MD5.
 const ALGORITHM_MD5: &str = "5";
-
-/// A CHAP secret. Its `Debug` form hides the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// A secret of acceptable length and without control characters.
-    pub fn new(value: &str) -> Result<Secret, String> {
-        if value.len() < MIN_SECRET_LEN {
-            return Err(format!(
-                "a CHAP secret needs at least {MIN_SECRET_LEN} bytes (has {})",
-                value.len()
-            ));
-        }
-        if value.len() > MAX_SECRET_LEN {
-            return Err(format!("a CHAP secret has at most {MAX_SECRET_LEN} bytes"));
-        }
-        if value.chars().any(char::is_control) {
-            return Err("a CHAP secret has no control characters".into());
-        }
-        Ok(Secret(value.to_string()))
-    }
-
-    /// The secret itself, for computing responses and saving the
-    /// configuration.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
-/// A CHAP name and secret.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChapCredentials {
-    pub user: String,
-    pub secret: Secret,
-}
-
-/// The CHAP a login must pass.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChapRequirement {
-    /// What the initiator must prove it knows.
-    pub initiator: ChapCredentials,
-    /// When set, the initiator must also authenticate the target, which
-    /// answers with these credentials (mutual CHAP).
-    pub mutual: Option<ChapCredentials>,
-}
 
 /// Decides which CHAP, if any, a login needs.
 pub trait ChapPolicy: Send + Sync {

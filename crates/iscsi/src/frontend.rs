@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
-use export::{Exports, Frontend};
+use export::{Exports, Frontend, ScsiAccess};
 
-use crate::{Server, Target};
+use crate::access::{AccessList, Group, InitiatorPattern, SharedAccess, TargetAccess};
+use crate::auth_chap::ChapAuthenticator;
+use crate::{Server, ServerOptions, Target};
 
 /// Every target of one configuration sits in one portal group.
 const PORTAL_GROUP: u16 = 1;
@@ -25,12 +27,64 @@ pub fn targets_of(exports: &Exports) -> Vec<Target> {
         .collect()
 }
 
+/// The access rules `exports` give their targets.
+pub fn access_of(exports: &Exports) -> AccessList {
+    let mut list = AccessList::new();
+    list.discovery_chap = exports.discovery_chap.clone();
+    for target in &exports.scsi_targets {
+        if let Some(access) = &target.access {
+            list.set_target(&target.name, target_access(access));
+        }
+    }
+    list
+}
+
+fn target_access(access: &ScsiAccess) -> TargetAccess {
+    TargetAccess {
+        groups: access
+            .groups
+            .iter()
+            .map(|g| Group {
+                name: g.name.clone(),
+                members: g
+                    .initiators
+                    .iter()
+                    .map(|i| InitiatorPattern::new(i))
+                    .collect(),
+                view: g.view.clone(),
+                chap: g.chap.clone(),
+            })
+            .collect(),
+        default_view: access.default_view.clone(),
+        chap: access.chap.clone(),
+    }
+}
+
+impl ServerOptions {
+    /// Options whose access rules and CHAP come from the exports handed
+    /// to the server ([`Frontend::replace_exports`]), starting with none.
+    pub fn with_exported_access(self) -> ServerOptions {
+        let shared = SharedAccess::new(AccessList::new());
+        ServerOptions {
+            authenticator: Arc::new(ChapAuthenticator::new(shared.clone())),
+            access: shared.clone(),
+            exported_access: Some(shared),
+            ..self
+        }
+    }
+}
+
 impl Frontend for Server {
     fn transport(&self) -> &'static str {
         "iscsi"
     }
 
+    /// The rules change first, so a login between the two steps is judged
+    /// by the new rules against targets that may still be the old ones.
     fn replace_exports(&self, exports: &Exports) {
+        if let Some(shared) = &self.options.exported_access {
+            shared.replace(access_of(exports));
+        }
         self.replace_targets(targets_of(exports));
     }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::access::{AccessPolicy, OpenAccess};
+use crate::access::{AccessPolicy, OpenAccess, SharedAccess};
 use crate::auth::{Authenticator, NoAuthentication};
 use crate::negotiation::TargetLimits;
 use peer_limits::AuthThrottle;
@@ -56,6 +56,9 @@ pub struct ServerOptions {
     pub auth_throttle: Arc<AuthThrottle>,
     /// Which initiators may log in to which targets, and what they see.
     pub access: Arc<dyn AccessPolicy>,
+    /// The rules `access` reads, when they come from the exports
+    /// ([`ServerOptions::with_exported_access`]).
+    pub exported_access: Option<Arc<SharedAccess>>,
 }
 
 impl Default for ServerOptions {
@@ -80,6 +83,7 @@ impl Default for ServerOptions {
             authenticator: Arc::new(NoAuthentication),
             auth_throttle: Arc::default(),
             access: Arc::new(OpenAccess),
+            exported_access: None,
         }
     }
 }

@@ -7,14 +7,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use block::{BlockDevice, FileDevice, FileOptions, MemDevice};
-use nbd::{Export, Limits, ListenAddr, Server};
+use nbd::{Export, Limits, Server};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
         return Err("usage: serve ADDR (FILE | mem:BYTES) [NAME]".into());
     }
-    let addr: ListenAddr = args[1].parse()?;
+    let addr = nbd::parse_listen(&args[1])?;
     let device: Arc<dyn BlockDevice> = match args[2].strip_prefix("mem:") {
         Some(size) => Arc::new(MemDevice::new(size.parse()?)),
         None => Arc::new(FileDevice::open(

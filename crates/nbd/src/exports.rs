@@ -10,7 +10,7 @@ use export::thread_slots::PerSlot;
 use export::Backing;
 use parking_lot::RwLock;
 
-use crate::access::Allow;
+use export::Allow;
 
 /// One device offered under a name.
 #[derive(Clone)]
@@ -151,8 +151,7 @@ pub(crate) struct Served {
     pub counters: Arc<ExportCounters>,
 }
 
-/// The name a client asking for the default export ("") gets.
-pub const DEFAULT_EXPORT: &str = "default";
+pub use export::DEFAULT_EXPORT;
 
 /// The table of exports. Replacing it affects new negotiations only: a
 /// connection in transmission keeps the export it negotiated.

@@ -7,9 +7,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use export::{Exports, Frontend};
 
-use crate::access::Allow;
 use crate::exports::Export;
 use crate::{Server, Session};
+use export::Allow;
 
 /// The export table that serves `exports`' device exports. An export
 /// whose allow list does not parse (the configuration is validated before

@@ -8,11 +8,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use peer_limits::EventLog;
 
-use crate::access::Peer;
 use crate::exports::{ExportCounters, ExportTable, Served};
 use crate::proto::*;
 use crate::tls::TlsMode;
 use crate::wire::{self, Agreed, DecodeError};
+use export::Peer;
 
 /// Longest option data read; every option this server knows fits in far
 /// less (a name of 4096 bytes and a few short lists).

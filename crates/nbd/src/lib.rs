@@ -38,10 +38,8 @@
 //!   device exports served over the [`export::Backing`] every transport
 //!   of a device shares (one range lock, one write-cache policy).
 
-mod access;
 mod alone;
 mod batched;
-mod config;
 mod exports;
 mod frontend;
 mod gather;
@@ -61,8 +59,15 @@ mod tls;
 mod transmission;
 pub mod wire;
 
-pub use access::{Allow, Peer, Rule};
-pub use config::{ListenAddr, TlsConfig, DEFAULT_PORT};
+pub use export::{Allow, ListenAddr, Peer, Rule, TlsConfig};
+
+/// The port NBD clients use when none is given.
+pub const DEFAULT_PORT: u16 = 10809;
+
+/// A listen address as `[nbd] listen` and `--nbd-listen` give it.
+pub fn parse_listen(s: &str) -> Result<ListenAddr, String> {
+    ListenAddr::parse(s, DEFAULT_PORT)
+}
 pub use exports::{Export, ExportStats, DEFAULT_EXPORT};
 pub use frontend::exports_of;
 pub use server::{Limits, Server, ServerStats};

@@ -15,8 +15,6 @@ use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::access::Peer;
-use crate::config::ListenAddr;
 use crate::exports::{Export, ExportCounters, ExportStats, ExportTable};
 use crate::handshake::{self, HandshakeError, Negotiated, Offer, Step};
 use crate::placed::RecvInto;
@@ -25,6 +23,8 @@ use crate::sessions::{Session, Sessions};
 use crate::socket::{fix_receive_buffer, keep_alive};
 use crate::tls::Tls;
 use crate::transmission::{self, Shared};
+use export::ListenAddr;
+use export::Peer;
 
 /// Bounds that keep one client from hurting the others.
 #[derive(Clone, Debug)]

@@ -256,7 +256,7 @@ fn large_writes_over_a_unix_socket_land_in_the_file() {
     let srv = Running::start(vec![("t", export(dev.clone()))]);
     let sockets = tempfile::tempdir().unwrap();
     let path = sockets.path().join("nbd.sock");
-    let addr: nbd::ListenAddr = format!("unix:{}", path.display()).parse().unwrap();
+    let addr = nbd::parse_listen(&format!("unix:{}", path.display())).unwrap();
     let _serving = srv.runtime().block_on(srv.server.listen(&addr)).unwrap();
     let uri = format!("nbd+unix:///t?socket={}", path.display());
     // 4 MiB writes cross many socket reads: received into the pages.

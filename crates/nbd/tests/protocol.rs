@@ -311,7 +311,7 @@ fn unix_socket_clients_and_shutdown() {
         .replace_exports(BTreeMap::from([("u".to_string(), unix_only)]));
     // A socket file left by a process that is gone is replaced.
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
-    let addr: nbd::ListenAddr = format!("unix:{}", path.display()).parse().unwrap();
+    let addr = nbd::parse_listen(&format!("unix:{}", path.display())).unwrap();
     let serving = srv.runtime().block_on(srv.server.listen(&addr)).unwrap();
     // Over TCP the export is refused; over the socket it is served.
     let mut tcp = Raw::connect(srv.addr).unwrap();

@@ -153,7 +153,7 @@ impl Checker<'_> {
                 max = None;
             }
         }
-        let effective_max = max.unwrap_or(iscsi::AuthThrottle::DEFAULT_DELAY_MAX);
+        let effective_max = max.unwrap_or(peer_limits::AuthThrottle::DEFAULT_DELAY_MAX);
         if let (Some(b), Some(span)) = (base, &base_span) {
             if b > effective_max {
                 self.fail(

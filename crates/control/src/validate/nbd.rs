@@ -7,11 +7,16 @@ use toml::Spanned;
 
 use super::Checker;
 use crate::error::Location;
-use crate::model::{Nbd, NbdExport, Portal, DEFAULT_NBD_LISTEN};
+use crate::model::{Nbd, NbdExport, Portal, DEFAULT_NBD_LISTEN, DEFAULT_NBD_PORT};
 use crate::raw::{RawNbd, RawNbdExport};
 
 /// Longest export name or description the protocol carries.
 const MAX_STRING: usize = 4096;
+
+/// An NBD listen address as the section gives it.
+fn listen_addr(s: &str) -> Result<export::ListenAddr, String> {
+    export::ListenAddr::parse(s, DEFAULT_NBD_PORT)
+}
 
 impl Checker<'_> {
     pub(super) fn nbd(
@@ -32,7 +37,7 @@ impl Checker<'_> {
                 }
                 PathBuf::from(v.get_ref())
             };
-            nbd::TlsConfig {
+            export::TlsConfig {
                 cert: path(&t.cert, "cert"),
                 key: path(&t.key, "key"),
                 require: t.require.unwrap_or(false),
@@ -72,9 +77,9 @@ impl Checker<'_> {
         &mut self,
         raw: Option<Spanned<Vec<Spanned<String>>>>,
         portals: &[Portal],
-    ) -> Vec<nbd::ListenAddr> {
+    ) -> Vec<export::ListenAddr> {
         let Some(list) = raw else {
-            return vec![DEFAULT_NBD_LISTEN.parse().expect("the default parses")];
+            return vec![listen_addr(DEFAULT_NBD_LISTEN).expect("the default parses")];
         };
         if list.get_ref().is_empty() {
             self.fail(
@@ -83,15 +88,15 @@ impl Checker<'_> {
                 format!("lists no address; leave `listen` out for {DEFAULT_NBD_LISTEN}"),
             );
         }
-        let mut out: Vec<nbd::ListenAddr> = Vec::new();
+        let mut out: Vec<export::ListenAddr> = Vec::new();
         for (j, entry) in list.into_inner().into_iter().enumerate() {
             let field = || format!("nbd.listen[{j}]");
-            let Some(addr) = self.check(&entry.span(), field, entry.get_ref().parse()) else {
+            let Some(addr) = self.check(&entry.span(), field, listen_addr(entry.get_ref())) else {
                 continue;
             };
             let taken = match &addr {
-                nbd::ListenAddr::Tcp(a) => portals.iter().any(|p| p.listen == *a),
-                nbd::ListenAddr::Unix(_) => false,
+                export::ListenAddr::Tcp(a) => portals.iter().any(|p| p.listen == *a),
+                export::ListenAddr::Unix(_) => false,
             };
             if taken {
                 self.fail(
@@ -122,7 +127,7 @@ impl Checker<'_> {
         let ok = if name.is_empty() {
             Err(format!(
                 "must not be empty (clients asking for \"\" get the export named `{}`)",
-                nbd::DEFAULT_EXPORT
+                export::DEFAULT_EXPORT
             ))
         } else if name.len() > MAX_STRING {
             Err(format!("an export name has at most {MAX_STRING} bytes"))
@@ -146,7 +151,7 @@ impl Checker<'_> {
         let mut allow = Vec::new();
         if let Some(list) = &raw.allow {
             for (j, entry) in list.get_ref().iter().enumerate() {
-                let rule = entry.get_ref().trim().parse::<nbd::Rule>();
+                let rule = entry.get_ref().trim().parse::<export::Rule>();
                 let afield = || format!("nbd.export[{i}].allow[{j}]");
                 if self.check(&entry.span(), afield, rule).is_some() {
                     allow.push(entry.get_ref().trim().to_string());
@@ -210,7 +215,7 @@ over = "d0"
         );
         let c = parse_config(&text, "test.toml").unwrap();
         let nbd = c.nbd.as_ref().unwrap();
-        assert_eq!(nbd.listen, ["127.0.0.1:10809".parse().unwrap()]);
+        assert_eq!(nbd.listen, [super::listen_addr("127.0.0.1:10809").unwrap()]);
         assert_eq!(nbd.exports[0].allow, ["10.0.0.0/8", "unix"]);
         assert_eq!(nbd.exports[0].at.unwrap().line, 16);
         assert!(c.mapped_devices().contains("flaky"));

@@ -1,4 +1,5 @@
-//! Who may use an export: client addresses and networks.
+//! Who may use an export: client addresses and networks, and unix-socket
+//! clients.
 
 use std::fmt;
 use std::net::IpAddr;

@@ -1,13 +1,9 @@
-//! The listen addresses of the `[nbd]` section and its TLS files, as the
-//! configuration names them.
+//! Where a transport listens (a TCP address or a unix socket) and its TLS
+//! files, as the configuration names them.
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::str::FromStr;
-
-/// The port NBD clients use when none is given.
-pub const DEFAULT_PORT: u16 = 10809;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsConfig {
@@ -24,10 +20,10 @@ pub enum ListenAddr {
     Unix(PathBuf),
 }
 
-impl FromStr for ListenAddr {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<ListenAddr, String> {
+impl ListenAddr {
+    /// Parses `unix:PATH`, `host:port`, or a bare host or address, which
+    /// gets the transport's `default_port`.
+    pub fn parse(s: &str, default_port: u16) -> Result<ListenAddr, String> {
         if let Some(path) = s.strip_prefix("unix:") {
             if path.is_empty() {
                 return Err("unix: needs a socket path".into());
@@ -37,9 +33,9 @@ impl FromStr for ListenAddr {
         let bad = |e: &dyn fmt::Display| format!("listen address {s:?}: {e}");
         // A bare host or IPv6 address gets the default port.
         let with_port = match s.parse::<std::net::IpAddr>() {
-            Ok(ip) => SocketAddr::new(ip, DEFAULT_PORT).to_string(),
-            Err(_) if !s.contains(':') => format!("{s}:{DEFAULT_PORT}"),
-            Err(_) if s.starts_with('[') && s.ends_with(']') => format!("{s}:{DEFAULT_PORT}"),
+            Ok(ip) => SocketAddr::new(ip, default_port).to_string(),
+            Err(_) if !s.contains(':') => format!("{s}:{default_port}"),
+            Err(_) if s.starts_with('[') && s.ends_with(']') => format!("{s}:{default_port}"),
             Err(_) => s.to_string(),
         };
         let mut addrs = with_port.to_socket_addrs().map_err(|e| bad(&e))?;
@@ -65,14 +61,14 @@ mod tests {
 
     #[test]
     fn listen_addresses_parse_with_the_default_port() {
-        let p = |s: &str| s.parse::<ListenAddr>().unwrap().to_string();
+        let p = |s: &str| ListenAddr::parse(s, 10809).unwrap().to_string();
         assert_eq!(p("127.0.0.1:10900"), "127.0.0.1:10900");
         assert_eq!(p("127.0.0.1"), "127.0.0.1:10809");
         assert_eq!(p("::1"), "[::1]:10809");
         assert_eq!(p("[::1]"), "[::1]:10809");
         assert_eq!(p("[::1]:7"), "[::1]:7");
         assert_eq!(p("unix:/run/x.sock"), "unix:/run/x.sock");
-        assert!("unix:".parse::<ListenAddr>().is_err());
-        assert!("127.0.0.1:notaport".parse::<ListenAddr>().is_err());
+        assert!(ListenAddr::parse("unix:", 10809).is_err());
+        assert!(ListenAddr::parse("127.0.0.1:notaport", 10809).is_err());
     }
 }
