@@ -13,6 +13,7 @@
 
 mod allow;
 mod chap;
+mod identity;
 mod listen;
 mod range_lock;
 mod sessions;
@@ -27,6 +28,7 @@ use block::BlockDevice;
 
 pub use allow::{Allow, Peer, Rule};
 pub use chap::{ChapCredentials, ChapRequirement, Secret, MAX_SECRET_LEN, MIN_SECRET_LEN};
+pub use identity::{naa_from_seed, NamespaceIds};
 pub use listen::{ListenAddr, TlsConfig};
 pub use range_lock::{RangeGuard, RangeLock};
 pub use sessions::utc;
@@ -39,6 +41,9 @@ pub struct Backing {
     /// Whether writes may complete before they are stable (the volatile
     /// cache is on); off, every write is forced to stable storage.
     write_cache: AtomicBool,
+    /// The NAA designator the logical unit over the device reports, once
+    /// one is built: what every transport names the device by.
+    naa: parking_lot::Mutex<Option<[u8; 16]>>,
 }
 
 impl Backing {
@@ -47,6 +52,7 @@ impl Backing {
             device,
             locks: RangeLock::default(),
             write_cache: AtomicBool::new(write_cache),
+            naa: parking_lot::Mutex::new(None),
         })
     }
 
@@ -60,6 +66,24 @@ impl Backing {
 
     pub fn set_write_cache(&self, on: bool) {
         self.write_cache.store(on, Ordering::Relaxed);
+    }
+
+    /// The device's NAA designator, as its logical unit reports it.
+    pub fn naa(&self) -> Option<[u8; 16]> {
+        *self.naa.lock()
+    }
+
+    /// Records the designator the logical unit over the device reports,
+    /// so the other transports identify the device the same way.
+    pub fn set_naa(&self, naa: [u8; 16]) {
+        *self.naa.lock() = Some(naa);
+    }
+
+    /// NVMe namespace identifiers of the device: those of the designator
+    /// its logical unit reports, else derived from `seed` (the configured
+    /// name) as the logical unit's would be.
+    pub fn namespace_ids(&self, seed: &str) -> NamespaceIds {
+        NamespaceIds::from_naa(self.naa().unwrap_or_else(|| naa_from_seed(seed)))
     }
 
     /// Whether a write must be stable before it completes.

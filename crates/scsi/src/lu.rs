@@ -214,6 +214,7 @@ impl LogicalUnit {
                 std::process::id()
             ))
         };
+        backing.set_naa(naa);
         let serial = if config.serial.is_empty() {
             naa.iter().map(|b| format!("{b:02X}")).collect()
         } else {

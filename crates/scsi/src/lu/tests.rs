@@ -143,3 +143,24 @@ fn rejects_bad_block_sizes_and_tiny_devices() {
     let b = LogicalUnit::new(dev, LuConfig::default()).unwrap();
     assert_ne!(a.naa(), b.naa(), "anonymous LUs get distinct designators");
 }
+
+#[test]
+fn the_backing_carries_the_designator_the_unit_reports() {
+    let backing = export::Backing::new(Arc::new(block::MemDevice::new(1 << 20)), true);
+    let naa = crate::naa_from_seed("shared-identity");
+    let lu = LogicalUnit::over(
+        backing.clone(),
+        LuConfig {
+            naa,
+            ..LuConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(lu.naa(), naa);
+    assert_eq!(backing.naa(), Some(naa));
+    assert_eq!(
+        backing.namespace_ids("ignored").nguid,
+        naa,
+        "other transports name the device by the unit's designator"
+    );
+}

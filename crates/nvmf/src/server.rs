@@ -1,0 +1,226 @@
+//! The target: TCP listeners (the set can change live), the admission
+//! of connections under `peer-limits` budgets, and the subsystem table
+//! they serve.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use export::{Backing, Exports};
+use parking_lot::Mutex;
+use peer_limits::{EventLog, PreLoginBudget, SourceLimit};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+use crate::config::Config;
+use crate::connection;
+use crate::limits::Limits;
+use crate::queue::End;
+use crate::registry::Registry;
+use crate::subsystem;
+
+/// What every connection of the server shares.
+pub(crate) struct Context {
+    pub registry: Registry,
+    pub limits: Limits,
+    pub device_slots: Arc<Semaphore>,
+}
+
+struct Listener {
+    local: SocketAddr,
+    stop: watch::Sender<bool>,
+}
+
+struct Inner {
+    cx: Arc<Context>,
+    config: Mutex<Config>,
+    devices: Mutex<BTreeMap<String, Arc<Backing>>>,
+    listeners: tokio::sync::Mutex<BTreeMap<SocketAddr, Listener>>,
+    shutdown: watch::Sender<bool>,
+    connecting: Arc<PreLoginBudget>,
+    per_source: Arc<SourceLimit>,
+    connections: Arc<Semaphore>,
+    protocol_errors: EventLog,
+    refused: EventLog,
+    stalled: EventLog,
+}
+
+/// An NVMe/TCP target. Cheap to clone; clones are the same server.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+const EVENT_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+impl Server {
+    /// A server with no listeners and no subsystems.
+    pub fn new(limits: Limits) -> Server {
+        let cx = Arc::new(Context {
+            registry: Registry::default(),
+            device_slots: Arc::new(Semaphore::new(limits.device_threads.max(1))),
+            limits: limits.clone(),
+        });
+        Server {
+            inner: Arc::new(Inner {
+                cx,
+                config: Mutex::new(Config::default()),
+                devices: Mutex::new(BTreeMap::new()),
+                listeners: tokio::sync::Mutex::new(BTreeMap::new()),
+                shutdown: watch::channel(false).0,
+                connecting: PreLoginBudget::new(
+                    limits.connecting_per_source,
+                    limits.connecting_total,
+                ),
+                per_source: SourceLimit::new(limits.connections_per_source),
+                connections: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+                protocol_errors: EventLog::new(EVENT_LOG_INTERVAL),
+                refused: EventLog::new(EVENT_LOG_INTERVAL),
+                stalled: EventLog::new(EVENT_LOG_INTERVAL),
+            }),
+        }
+    }
+
+    /// A server serving `config` (validated) over the devices of
+    /// `exports`, listening where it says; on the current runtime.
+    pub async fn start(config: &Config, exports: &Exports, limits: Limits) -> io::Result<Server> {
+        let server = Server::new(limits);
+        *server.inner.devices.lock() = exports.devices.clone();
+        server.reconfigure(config).await?;
+        Ok(server)
+    }
+
+    /// Serves `config` from now on: listeners added and removed, the
+    /// subsystem table replaced (controllers of subsystems that stay see
+    /// their namespace changes; those of removed ones end). Nothing
+    /// changes when a new address cannot be bound.
+    pub async fn reconfigure(&self, config: &Config) -> io::Result<()> {
+        self.set_listen(&config.listen_addrs()).await?;
+        *self.inner.config.lock() = config.clone();
+        self.resolve();
+        Ok(())
+    }
+
+    /// Listens on exactly `addrs` from now on: connections accepted on a
+    /// listener that stops keep going.
+    pub async fn set_listen(&self, addrs: &[SocketAddr]) -> io::Result<()> {
+        let mut listeners = self.inner.listeners.lock().await;
+        let mut bound = Vec::new();
+        for a in addrs {
+            if !listeners.contains_key(a) {
+                bound.push((*a, TcpListener::bind(a).await?));
+            }
+        }
+        listeners.retain(|a, l| {
+            let keep = addrs.contains(a);
+            if !keep {
+                l.stop.send_replace(true);
+            }
+            keep
+        });
+        for (a, listener) in bound {
+            let local = listener.local_addr()?;
+            let stop = watch::channel(false).0;
+            tokio::spawn(self.clone().accept(listener, stop.subscribe()));
+            tracing::info!("nvmf: listening on {local}");
+            listeners.insert(a, Listener { local, stop });
+        }
+        Ok(())
+    }
+
+    /// Where the server listens (bound addresses: port 0 resolved).
+    pub async fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.inner
+            .listeners
+            .lock()
+            .await
+            .values()
+            .map(|l| l.local)
+            .collect()
+    }
+
+    fn resolve(&self) {
+        let table = subsystem::resolve(&self.inner.config.lock(), &self.inner.devices.lock());
+        self.inner.cx.registry.replace(table);
+    }
+
+    /// Serves the devices of `exports` from now on.
+    pub fn replace_devices(&self, exports: &Exports) {
+        *self.inner.devices.lock() = exports.devices.clone();
+        self.resolve();
+    }
+
+    /// Stops listening and ends every connection.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+        for c in self.inner.cx.registry.controllers() {
+            self.inner.cx.registry.remove(c.cntlid);
+        }
+    }
+
+    pub(crate) fn context(&self) -> &Context {
+        &self.inner.cx
+    }
+
+    async fn accept(self, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+        let mut shutdown = self.inner.shutdown.subscribe();
+        loop {
+            let (stream, peer) = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!("nvmf: accepting a connection: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                _ = crate::connection::until(&mut stop) => return,
+                _ = crate::connection::until(&mut shutdown) => return,
+            };
+            let _ = stream.set_nodelay(true);
+            let server = self.clone();
+            tokio::spawn(async move { server.connection(stream, peer).await });
+        }
+    }
+
+    async fn connection(&self, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        let i = &self.inner;
+        let refuse = |why: &str| {
+            i.refused.record(
+                |held| tracing::warn!(%peer, held_back = held, "nvmf: refused a connection: {why}"),
+            );
+        };
+        let Ok(_source) = i.per_source.admit(peer.ip()) else {
+            return refuse("its source address holds its most open connections");
+        };
+        let Ok(_slot) = i.connections.clone().try_acquire_owned() else {
+            return refuse("the target has its most connections open");
+        };
+        let Ok(ticket) = i.connecting.admit(peer.ip()) else {
+            return refuse("too many connecting from this source");
+        };
+        let stop = i.shutdown.subscribe();
+        match connection::serve(stream, peer, i.cx.clone(), ticket, stop).await {
+            Ok(()) => {}
+            Err(End::Fatal(f, _)) => i.protocol_errors.record(|held| {
+                tracing::warn!(%peer, held_back = held, "nvmf: closed a connection that broke the protocol: {f}");
+            }),
+            Err(End::Stalled(why)) => i.stalled.record(|held| {
+                tracing::warn!(%peer, held_back = held, "nvmf: dropped a host: {why}");
+            }),
+            Err(End::Closed(why)) => tracing::debug!(%peer, "nvmf: connection ended: {why}"),
+        }
+    }
+
+    /// Connections dropped because their host stopped reading, since start.
+    pub fn stalled(&self) -> u64 {
+        self.inner.stalled.total()
+    }
+
+    /// Connections ended for breaking the protocol, since start.
+    pub fn protocol_errors(&self) -> u64 {
+        self.inner.protocol_errors.total()
+    }
+}
