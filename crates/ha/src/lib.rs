@@ -1,0 +1,4 @@
+//! The HA pair (see docs/ha.md).
+pub mod link;
+pub mod secret;
+pub mod wire;
