@@ -56,7 +56,10 @@ mod tests {
         assert_eq!(read_secret(&p).unwrap(), b"0123456789abcdef-pair");
         let p = write(dir.path(), 0o644, "0123456789abcdef-pair\n");
         let e = read_secret(&p).unwrap_err();
-        assert!(e.contains("mode 0644") && e.contains(&p.display().to_string()), "{e}");
+        assert!(
+            e.contains("mode 0644") && e.contains(&p.display().to_string()),
+            "{e}"
+        );
         let p = write(dir.path(), 0o400, "short\n");
         let e = read_secret(&p).unwrap_err();
         assert!(e.contains("at least 16"), "{e}");

@@ -145,7 +145,13 @@ mod tests {
     async fn frames_round_trip_and_damage_is_refused() {
         let f = encode(7, b"hello");
         let got = read_frame(&mut &f[..], 100).await.unwrap();
-        assert_eq!(got, Frame { kind: 7, payload: b"hello".to_vec() });
+        assert_eq!(
+            got,
+            Frame {
+                kind: 7,
+                payload: b"hello".to_vec()
+            }
+        );
         let mut bad = f.clone();
         bad[HEADER] ^= 1;
         let e = read_frame(&mut &bad[..], 100).await.unwrap_err();

@@ -42,7 +42,12 @@ fn nonce() -> Nonce {
     n
 }
 
-fn keyed(secret: &[u8], label: &str, nonces: (&Nonce, &Nonce), names: (&str, &str)) -> Hmac<Sha256> {
+fn keyed(
+    secret: &[u8],
+    label: &str,
+    nonces: (&Nonce, &Nonce),
+    names: (&str, &str),
+) -> Hmac<Sha256> {
     // Any key length is accepted by HMAC.
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes any key");
     for part in [
@@ -60,13 +65,29 @@ fn keyed(secret: &[u8], label: &str, nonces: (&Nonce, &Nonce), names: (&str, &st
 
 /// The proof of one side: `label` is "dialer" or "listener"; nonces and
 /// names are always in the order dialer, listener.
-pub fn proof(secret: &[u8], label: &str, nonces: (&Nonce, &Nonce), names: (&str, &str)) -> [u8; 32] {
-    keyed(secret, label, nonces, names).finalize().into_bytes().into()
+pub fn proof(
+    secret: &[u8],
+    label: &str,
+    nonces: (&Nonce, &Nonce),
+    names: (&str, &str),
+) -> [u8; 32] {
+    keyed(secret, label, nonces, names)
+        .finalize()
+        .into_bytes()
+        .into()
 }
 
 /// Whether `mac` is that proof, compared in constant time.
-fn verify(mac: &[u8], secret: &[u8], label: &str, nonces: (&Nonce, &Nonce), names: (&str, &str)) -> bool {
-    keyed(secret, label, nonces, names).verify_slice(mac).is_ok()
+fn verify(
+    mac: &[u8],
+    secret: &[u8],
+    label: &str,
+    nonces: (&Nonce, &Nonce),
+    names: (&str, &str),
+) -> bool {
+    keyed(secret, label, nonces, names)
+        .verify_slice(mac)
+        .is_ok()
 }
 
 fn hello(kind: u8, name: &str, nonce: &Nonce) -> Vec<u8> {
@@ -83,7 +104,10 @@ fn refused(why: impl Into<String>) -> io::Error {
 async fn read_hello<R: AsyncRead + Unpin>(r: &mut R, kind: u8) -> io::Result<(String, Nonce)> {
     let f = read_frame(r, MAX_HANDSHAKE_FRAME).await?;
     if f.kind != kind {
-        return Err(wire::malformed(format!("handshake frame {} where {kind} was due", f.kind)));
+        return Err(wire::malformed(format!(
+            "handshake frame {} where {kind} was due",
+            f.kind
+        )));
     }
     let mut p = Reader::new(&f.payload);
     let version = p.u16()?;
@@ -91,7 +115,9 @@ async fn read_hello<R: AsyncRead + Unpin>(r: &mut R, kind: u8) -> io::Result<(St
     let nonce = p.array::<32>()?;
     p.end()?;
     if version != VERSION {
-        return Err(refused(format!("link protocol version {version} (this node speaks {VERSION})")));
+        return Err(refused(format!(
+            "link protocol version {version} (this node speaks {VERSION})"
+        )));
     }
     if name.len() > MAX_NAME {
         return Err(wire::malformed("a node name over 64 bytes"));
@@ -102,7 +128,10 @@ async fn read_hello<R: AsyncRead + Unpin>(r: &mut R, kind: u8) -> io::Result<(St
 async fn read_mac<R: AsyncRead + Unpin>(r: &mut R, kind: u8) -> io::Result<[u8; 32]> {
     let f = read_frame(r, MAX_HANDSHAKE_FRAME).await?;
     if f.kind != kind {
-        return Err(wire::malformed(format!("handshake frame {} where {kind} was due", f.kind)));
+        return Err(wire::malformed(format!(
+            "handshake frame {} where {kind} was due",
+            f.kind
+        )));
     }
     let mut p = Reader::new(&f.payload);
     let mac = p.array::<32>()?;
@@ -121,13 +150,21 @@ pub async fn dial<S: AsyncRead + AsyncWrite + Unpin>(
     s.write_all(&hello(HELLO, me, &mine)).await?;
     let (name, theirs) = read_hello(s, CHALLENGE).await?;
     if name != peer {
-        return Err(refused(format!("the node at the peer's address is {name:?}, not {peer:?}")));
+        return Err(refused(format!(
+            "the node at the peer's address is {name:?}, not {peer:?}"
+        )));
     }
     let nonces = (&mine, &theirs);
     let names = (me, peer);
-    s.write_all(&wire::encode(PROOF, &proof(secret, "dialer", nonces, names))).await?;
+    s.write_all(&wire::encode(
+        PROOF,
+        &proof(secret, "dialer", nonces, names),
+    ))
+    .await?;
     let mac = read_mac(s, WELCOME).await.map_err(|e| match e.kind() {
-        io::ErrorKind::UnexpectedEof => refused(format!("{peer} refused this node's proof of the secret")),
+        io::ErrorKind::UnexpectedEof => {
+            refused(format!("{peer} refused this node's proof of the secret"))
+        }
         _ => e,
     })?;
     if !verify(&mac, secret, "listener", nonces, names) {
@@ -172,7 +209,11 @@ impl Claim {
         if self.name != peer || !verify(&self.mac, secret, "dialer", nonces, names) {
             return Ok(false);
         }
-        s.write_all(&wire::encode(WELCOME, &proof(secret, "listener", nonces, names))).await?;
+        s.write_all(&wire::encode(
+            WELCOME,
+            &proof(secret, "listener", nonces, names),
+        ))
+        .await?;
         Ok(true)
     }
 }
@@ -184,11 +225,17 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 mod tests {
     use super::*;
 
-    async fn pair(dialer_secret: &'static [u8], listener_secret: &'static [u8]) -> (io::Result<()>, bool) {
+    async fn pair(
+        dialer_secret: &'static [u8],
+        listener_secret: &'static [u8],
+    ) -> (io::Result<()>, bool) {
         let (mut a, mut b) = tokio::io::duplex(4096);
         let dialer = tokio::spawn(async move { dial(&mut a, "a", "b", dialer_secret).await });
         let claim = listen(&mut b, "b").await.unwrap();
-        let ok = claim.check(&mut b, "b", "a", listener_secret).await.unwrap();
+        let ok = claim
+            .check(&mut b, "b", "a", listener_secret)
+            .await
+            .unwrap();
         drop(b);
         (dialer.await.unwrap(), ok)
     }

@@ -90,7 +90,10 @@ impl Link {
     /// name sorts first, dialing). Call within a Tokio runtime.
     pub async fn start(settings: LinkSettings) -> io::Result<Arc<Link>> {
         let listener = TcpListener::bind(settings.listen).await.map_err(|e| {
-            io::Error::new(e.kind(), format!("link listen address {}: {e}", settings.listen))
+            io::Error::new(
+                e.kind(),
+                format!("link listen address {}: {e}", settings.listen),
+            )
         })?;
         let local = listener.local_addr()?;
         let (stop, _) = watch::channel(false);
@@ -126,7 +129,9 @@ impl Link {
     /// Routes the peer's frames for `device` to `endpoint`, and tells it
     /// of the session if one is up.
     pub fn register(&self, device: &str, endpoint: Arc<dyn Endpoint>) {
-        self.endpoints.lock().insert(device.to_string(), endpoint.clone());
+        self.endpoints
+            .lock()
+            .insert(device.to_string(), endpoint.clone());
         if let Some(s) = self.session() {
             endpoint.connected(&s);
         }
@@ -174,7 +179,7 @@ impl Link {
         let Some(me) = self.me.upgrade() else { return };
         let id = self.sessions.fetch_add(1, Ordering::Relaxed) + 1;
         let route_link = self.me.clone();
-        let route: Arc<dyn Fn(&str) -> Option<Arc<dyn Endpoint>> + Send + Sync> =
+        let route: session::Router =
             Arc::new(move |name: &str| route_link.upgrade()?.endpoints.lock().get(name).cloned());
         let session = session::start(
             id,

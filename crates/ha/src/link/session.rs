@@ -105,7 +105,11 @@ impl Pending {
             Ok(body) => Ok(body),
             Err(std_mpsc::RecvTimeoutError::Timeout) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("{} did not answer within {} ms", self.session.peer, timeout.as_millis()),
+                format!(
+                    "{} did not answer within {} ms",
+                    self.session.peer,
+                    timeout.as_millis()
+                ),
             )),
             Err(std_mpsc::RecvTimeoutError::Disconnected) => Err(lost(&self.session.peer)),
         }
@@ -119,7 +123,10 @@ impl Drop for Pending {
 }
 
 pub fn lost(peer: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::ConnectionAborted, format!("the link to {peer} is down"))
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        format!("the link to {peer} is down"),
+    )
 }
 
 impl Session {
@@ -151,9 +158,10 @@ impl Session {
             return Err(lost(&self.peer));
         }
         match self.budget.try_take(bytes.len()) {
-            Ok(taken) => {
-                self.out.send(Queued { bytes, taken }).map_err(|_| lost(&self.peer))
-            }
+            Ok(taken) => self
+                .out
+                .send(Queued { bytes, taken })
+                .map_err(|_| lost(&self.peer)),
             Err(Stalled::Closed) => Err(lost(&self.peer)),
             Err(Stalled::Deadline) => {
                 let Some(me) = self.me.upgrade() else {
@@ -204,7 +212,7 @@ pub struct Timing {
 }
 
 /// Looks up the device a frame is for.
-pub(crate) type Router = Arc<dyn Fn(&str) -> Option<Arc<dyn Endpoint>> + Send + Sync>;
+pub type Router = Arc<dyn Fn(&str) -> Option<Arc<dyn Endpoint>> + Send + Sync>;
 
 /// Starts a session over an authenticated stream; `ended` runs once both
 /// of its tasks stopped.
@@ -234,7 +242,13 @@ pub(crate) fn start(
         handle: tokio::runtime::Handle::current(),
         me: me.clone(),
     });
-    let writer = tokio::spawn(write_loop(session.clone(), write, rx, close_rx.clone(), timing.clone()));
+    let writer = tokio::spawn(write_loop(
+        session.clone(),
+        write,
+        rx,
+        close_rx.clone(),
+        timing.clone(),
+    ));
     let s = session.clone();
     tokio::spawn(async move {
         let why = read_loop(&s, read, close_rx, &timing, &route).await;
@@ -329,7 +343,8 @@ async fn dispatch(
             p.end()?;
             let now = epoch.elapsed().as_micros() as u64;
             // The writer's clock started a moment before this reader's.
-            s.rtt_us.store(now.saturating_sub(sent).max(1), Ordering::Relaxed);
+            s.rtt_us
+                .store(now.saturating_sub(sent).max(1), Ordering::Relaxed);
         }
         REPLY => {
             let id = p.u64()?;
