@@ -2,6 +2,8 @@
 //! cut and heal.
 #![allow(dead_code)]
 
+pub mod pair;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
