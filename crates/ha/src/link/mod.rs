@@ -187,17 +187,20 @@ impl Link {
             stream,
             self.settings.timing.clone(),
             route,
+            |session| {
+                tracing::info!(peer = %self.settings.peer, session = id, "link to the peer is up");
+                let old = self.current.lock().replace(session.clone());
+                if let Some(old) = old {
+                    old.close("a newer session with the peer replaced it");
+                }
+                let endpoints: Vec<_> = self.endpoints.lock().values().cloned().collect();
+                for ep in endpoints {
+                    ep.connected(session);
+                }
+            },
             move |s| me.ended(&s),
         );
-        tracing::info!(peer = %self.settings.peer, session = id, "link to the peer is up");
-        let old = self.current.lock().replace(session.clone());
-        if let Some(old) = old {
-            old.close("a newer session with the peer replaced it");
-        }
-        let endpoints: Vec<_> = self.endpoints.lock().values().cloned().collect();
-        for ep in endpoints {
-            ep.connected(&session);
-        }
+        drop(session);
     }
 
     fn ended(&self, s: &Arc<Session>) {

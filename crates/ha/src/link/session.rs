@@ -214,14 +214,16 @@ pub struct Timing {
 /// Looks up the device a frame is for.
 pub type Router = Arc<dyn Fn(&str) -> Option<Arc<dyn Endpoint>> + Send + Sync>;
 
-/// Starts a session over an authenticated stream; `ended` runs once both
-/// of its tasks stopped.
+/// Starts a session over an authenticated stream. `begin` runs before
+/// anything from the peer is read (so every device knows of the session
+/// before its first frame), `ended` once both of its tasks stopped.
 pub(crate) fn start(
     id: u64,
     peer: String,
     stream: tokio::net::TcpStream,
     timing: Timing,
     route: Router,
+    begin: impl FnOnce(&Arc<Session>),
     ended: impl FnOnce(Arc<Session>) + Send + 'static,
 ) -> Arc<Session> {
     let _ = stream.set_nodelay(true);
@@ -249,6 +251,7 @@ pub(crate) fn start(
         close_rx.clone(),
         timing.clone(),
     ));
+    begin(&session);
     let s = session.clone();
     tokio::spawn(async move {
         let why = read_loop(&s, read, close_rx, &timing, &route).await;
@@ -357,7 +360,8 @@ async fn dispatch(
             let id = p.u64()?;
             let device = p.str()?.to_string();
             let body = p.rest().to_vec();
-            let cost = (body.len() as u32).clamp(1, INCOMING_BYTES as u32);
+            // What a request pins besides its data (a task, a reply).
+            let cost = (body.len() + 512).min(INCOMING_BYTES) as u32;
             let permit = incoming
                 .clone()
                 .acquire_many_owned(cost)
