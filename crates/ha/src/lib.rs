@@ -2,6 +2,7 @@
 pub mod config;
 pub mod link;
 pub mod mirror;
+pub mod pair;
 pub mod secret;
 pub mod wire;
 

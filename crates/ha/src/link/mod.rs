@@ -137,8 +137,16 @@ impl Link {
         }
     }
 
-    pub fn unregister(&self, device: &str) {
-        self.endpoints.lock().remove(device);
+    /// Stops routing `device` to `endpoint`; a newer endpoint registered
+    /// under the same name (the device reopened) keeps its place.
+    pub fn unregister(&self, device: &str, endpoint: &Arc<dyn Endpoint>) {
+        let mut endpoints = self.endpoints.lock();
+        if endpoints
+            .get(device)
+            .is_some_and(|e| std::ptr::addr_eq(Arc::as_ptr(e), Arc::as_ptr(endpoint)))
+        {
+            endpoints.remove(device);
+        }
     }
 
     /// The session in use, if the peer is connected.

@@ -312,7 +312,8 @@ impl Mirror {
 impl Drop for Mirror {
     fn drop(&mut self) {
         self.inner.closed.store(true, Ordering::SeqCst);
-        self.inner.link.unregister(&self.inner.name);
+        let me: Arc<dyn crate::link::Endpoint> = self.inner.clone();
+        self.inner.link.unregister(&self.inner.name, &me);
     }
 }
 
