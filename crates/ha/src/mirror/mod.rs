@@ -29,7 +29,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use block::{check_range_of, BlockDevice, Capabilities, DeviceError, ErrorClass};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
 use crate::link::{Link, Pending, Session, MAX_DATA};
@@ -139,6 +139,9 @@ pub(crate) struct Inner {
     /// One flush at a time, so that "written since the flush started"
     /// means one flush.
     flushing: Mutex<()>,
+    /// Held shared by every write while it runs, alone by a demotion, so
+    /// that a demoted node has no write of its own still in flight.
+    writes: RwLock<()>,
     /// Bytes per second a resync copies at most (0: no limit).
     resync_rate: AtomicU64,
     closed: AtomicBool,
@@ -193,6 +196,7 @@ impl Mirror {
             }),
             locks: RegionLocks::default(),
             flushing: Mutex::new(()),
+            writes: RwLock::new(()),
             resync_rate: AtomicU64::new(options.resync_rate),
             closed: AtomicBool::new(false),
             resync_copied: AtomicU64::new(0),
@@ -255,6 +259,7 @@ impl Mirror {
     pub fn demote(&self) -> io::Result<()> {
         let inner = &self.inner;
         {
+            let _drained = inner.writes.write();
             let mut st = inner.state.lock();
             if st.role == Role::Secondary {
                 return Ok(());
@@ -421,6 +426,7 @@ impl Inner {
         if len == 0 {
             return Ok(());
         }
+        let _running = self.writes.read();
         let regions = self.layout.regions_of(offset, len);
         let _held = self.locks.foreground(regions.clone());
         let target = {

@@ -133,6 +133,9 @@ impl Request<'_> {
                 let gen = r.u64()?;
                 let offset = r.u64()?;
                 let flags = r.u8()?;
+                if flags & !3 != 0 {
+                    return Err(malformed(format!("write flags {flags:#x}")));
+                }
                 Request::Write {
                     gen,
                     offset,
@@ -205,6 +208,14 @@ pub fn reply(body: &[u8], peer: &str) -> io::Result<Vec<u8>> {
 mod tests {
     use super::*;
 
+    fn data_write_with_flags(flags: u8) -> Vec<u8> {
+        let mut b = vec![1];
+        b.extend_from_slice(&[0; 16]);
+        b.push(flags);
+        b.extend_from_slice(b"data");
+        b
+    }
+
     #[test]
     fn messages_round_trip_and_junk_is_refused() {
         let s = State {
@@ -243,6 +254,10 @@ mod tests {
             assert_eq!(Request::decode(&req.encode()).unwrap(), req);
         }
         assert!(Request::decode(&[9]).is_err());
+        let mut odd = data_write_with_flags(4);
+        assert!(Request::decode(&odd).is_err(), "unknown write flags");
+        odd[17] = 3;
+        assert!(Request::decode(&odd).is_ok());
         assert!(Request::decode(&[2, 1]).is_err());
         assert!(Request::decode(&[3, 0]).is_err());
         assert!(State::decode(&s.encode()[..20]).is_err());
