@@ -128,3 +128,50 @@ async fn malformed_frames_close_only_their_connection() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_hold_only_their_own_sources_budget() {
+    let (a, b, _proxy) = pair(SECRET).await;
+    wait_for("the link", UP, || a.status().connected).await;
+    // Ten connections from another address that never say a word.
+    let mut silent = Vec::new();
+    for _ in 0..10 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        silent.push(socket.connect(b.local_addr()).await.unwrap());
+    }
+    let mut closed = 0;
+    for s in &mut silent {
+        let mut buf = [0u8; 1];
+        if let Ok(Ok(0)) = tokio::time::timeout(Duration::from_millis(300), s.read(&mut buf)).await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 6, "past four per source, refused at once");
+    // The pair's own connection is untouched, and comes back after a cut.
+    b.drop_session("test");
+    wait_for("the link again", UP, || {
+        b.status().connected && b.status().sessions == 2
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authenticated_peer_that_falls_silent_is_declared_gone() {
+    let (a, b, proxy) = pair(SECRET).await;
+    wait_for("the link", UP, || a.status().connected).await;
+    proxy.cut();
+    let mut s = TcpStream::connect(b.local_addr()).await.unwrap();
+    handshake::dial(&mut s, "a", "b", SECRET).await.unwrap();
+    wait_for("the session", UP, || {
+        b.status().sessions == 2 && b.status().connected
+    })
+    .await;
+    // It reads nothing and sends nothing: the heartbeat timeout ends it.
+    let start = std::time::Instant::now();
+    wait_for("the timeout", UP, || !b.status().connected).await;
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(200), "{took:?}");
+    assert!(closed_by_peer(&mut s).await);
+}

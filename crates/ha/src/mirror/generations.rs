@@ -117,18 +117,21 @@ pub fn compare(me: &Generations, peer: &Generations) -> Relation {
     if peer.bitmap != 0 && peer.bitmap == me.current {
         return Relation::Older { full: false };
     }
-    // Both moved on from one generation, or one from a generation the
-    // other left: each wrote what the other lacks.
-    let from = |g: &Generations| [g.bitmap, g.history[0], g.history[1]];
-    let mine = from(me);
-    if from(peer).iter().any(|g| *g != 0 && mine.contains(g)) {
-        return Relation::SplitBrain;
-    }
+    // The peer's generation is one this replica left behind, further
+    // back than its bitmap reaches.
     if me.history.contains(&peer.current) {
         return Relation::Newer { full: true };
     }
     if peer.history.contains(&me.current) {
         return Relation::Older { full: true };
+    }
+    // Both moved on from one generation, or one from a generation the
+    // other has since left: each wrote what the other lacks.
+    let moved_on = |a: &Generations, b: &Generations| {
+        a.bitmap != 0 && (a.bitmap == b.bitmap || b.history.contains(&a.bitmap))
+    };
+    if moved_on(me, peer) || moved_on(peer, me) {
+        return Relation::SplitBrain;
     }
     Relation::Unrelated
 }
@@ -223,5 +226,89 @@ mod tests {
             compare(&g(5, 0, [0, 0]), &g(6, 0, [0, 0])),
             Relation::Unrelated
         );
+    }
+
+    /// A model of two replicas: each writes alone or they resync (fully,
+    /// or with the target never hearing that it ended). Whatever the
+    /// order, the comparison names the side that wrote, and split brain
+    /// exactly when both did; only once three resyncs in a row went
+    /// unheard may the history, two generations deep, no longer reach
+    /// back, and the replicas compare as unrelated (refused, not guessed).
+    #[derive(Clone, Copy, Debug)]
+    enum Event {
+        WriteA,
+        WriteB,
+        Resync,
+        ResyncUnheard,
+    }
+
+    fn event() -> impl proptest::strategy::Strategy<Value = Event> {
+        proptest::prop_oneof![
+            proptest::strategy::Just(Event::WriteA),
+            proptest::strategy::Just(Event::WriteB),
+            proptest::strategy::Just(Event::Resync),
+            proptest::strategy::Just(Event::ResyncUnheard),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_comparison_follows_who_wrote(events in proptest::collection::vec(event(), 1..40)) {
+            let mut a = g(100, 0, [0, 0]);
+            let mut b = a;
+            // Whether each side holds writes the other lacks.
+            let (mut a_wrote, mut b_wrote) = (false, false);
+            let mut unheard = 0;
+            for e in events {
+                let relation = compare(&a, &b);
+                let expected = match (a_wrote, b_wrote) {
+                    (false, false) => "same",
+                    (true, false) => "newer",
+                    (false, true) => "older",
+                    (true, true) => "split",
+                };
+                let seen = match relation {
+                    Relation::Same => "same",
+                    Relation::Newer { .. } => "newer",
+                    Relation::Older { .. } => "older",
+                    Relation::SplitBrain => "split",
+                    Relation::Unrelated => "unrelated",
+                };
+                if !(seen == "unrelated" && unheard >= 3) {
+                    proptest::prop_assert_eq!(seen, expected, "{:?} {:?}", a, b);
+                }
+                let mirrored = match compare(&b, &a) {
+                    Relation::Newer { full } => Relation::Older { full },
+                    Relation::Older { full } => Relation::Newer { full },
+                    r => r,
+                };
+                proptest::prop_assert_eq!(mirrored, relation);
+                match e {
+                    Event::WriteA => {
+                        a.start_tracking();
+                        a_wrote = true;
+                    }
+                    Event::WriteB => {
+                        b.start_tracking();
+                        b_wrote = true;
+                    }
+                    Event::Resync | Event::ResyncUnheard => {
+                        let (source, target) = match relation {
+                            Relation::Newer { .. } => (&mut a, &mut b),
+                            Relation::Older { .. } => (&mut b, &mut a),
+                            _ => continue,
+                        };
+                        source.synced_as_source();
+                        if matches!(e, Event::Resync) {
+                            target.adopt(source);
+                            (a_wrote, b_wrote) = (false, false);
+                            unheard = 0;
+                        } else {
+                            unheard += 1;
+                        }
+                    }
+                }
+            }
+        }
     }
 }

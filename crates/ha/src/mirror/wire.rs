@@ -270,4 +270,19 @@ mod tests {
         assert_eq!(block::classify(&e), ErrorClass::Fenced);
         assert_eq!(e.to_string(), "b: stale");
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_decode_without_a_panic_and_round_trip(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..96)
+        ) {
+            if let Ok(req) = Request::decode(&data) {
+                proptest::prop_assert_eq!(req.encode(), data.clone());
+            }
+            if let Ok(state) = State::decode(&data) {
+                proptest::prop_assert_eq!(State::decode(&state.encode()).unwrap(), state);
+            }
+            let _ = reply(&data, "b");
+        }
+    }
 }
