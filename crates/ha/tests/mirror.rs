@@ -110,8 +110,12 @@ fn a_cut_link_degrades_the_primary_and_a_resync_copies_only_what_it_wrote() {
     assert!(p.a.data() != p.b.data());
 
     p.proxy.heal();
+    // (A write before the pair agreed would be one more marked region.)
     wait("the resync to start", || {
-        p.a.status().connection != Connection::Disconnected
+        matches!(
+            p.a.status().connection,
+            Connection::SyncSource | Connection::Connected
+        )
     });
     // Foreground writes go on during the resync, into copied and
     // uncopied regions alike.
@@ -163,6 +167,24 @@ fn a_primary_restarted_while_alone_keeps_its_bitmap() {
 }
 
 #[test]
+fn a_primary_that_crashed_mid_write_copies_the_regions_it_was_writing() {
+    let mut p = primary_a(options());
+    // Written to both, flushed by neither: the region's bit is on disk.
+    p.a.m()
+        .write_at(&pattern(5, 4096), 30 * REGION, false)
+        .unwrap();
+    p.a.power_cut();
+    assert!(p.a.data() != p.b.data(), "a lost the write, b has it");
+    // Reopened while the link stays up: the pair pairs anew, and the
+    // replica that was primary copies what it may have been writing.
+    p.a.reopen(options());
+    p.wait_both(Connection::Connected);
+    assert_eq!(p.a.status().resync_copied_bytes, REGION);
+    assert!(p.a.data() == p.b.data());
+    assert_eq!(p.b.status().peer_role, Some(Role::Secondary));
+}
+
+#[test]
 fn both_writing_apart_is_a_split_brain_that_nothing_resyncs() {
     let p = primary_a(options());
     let copied = p.a.status().resync_copied_bytes;
@@ -204,8 +226,11 @@ fn a_primary_older_than_the_peer_is_refused_and_resyncs_once_demoted() {
     });
     let why = p.a.status().problem.unwrap();
     assert!(why.contains("newer data"), "{why}");
-    // Its writes do not reach b, which is newer.
-    p.a.m().write_at(&pattern(5, 4096), 0, false).unwrap();
-    assert!(p.b.data()[..4096] != pattern(5, 4096)[..]);
-    assert!(p.a.status().degraded);
+    assert!(p.a.status().degraded, "its writes would not reach b");
+    assert_eq!(p.b.status().connection, Connection::Refused);
+    // Demoted, it takes b's writes.
+    p.a.m().demote().unwrap();
+    p.wait_both(Connection::Connected);
+    assert!(p.a.data()[REGION as usize..][..4096] == pattern(4, 4096)[..]);
+    assert!(p.a.data() == p.b.data());
 }

@@ -70,6 +70,7 @@ fn writes_from_a_stale_or_unagreed_primary_are_refused() {
         generations,
         was_primary: true,
         inconsistent: false,
+        incarnation: 1,
         node: "a".into(),
     };
     let before = p.b.data();

@@ -144,11 +144,22 @@ impl Session {
         Ok(pending)
     }
 
+    /// Sends a one-way message for `device`. Notices are small and few
+    /// (a state change), and must not be overtaken by the requests sent
+    /// after them, so they are queued in order even when the queue is
+    /// over its budget.
     pub fn notice(&self, device: &str, body: &[u8]) -> io::Result<()> {
         let mut p = Vec::with_capacity(body.len() + device.len() + 2);
         put_str(&mut p, device);
         p.extend_from_slice(body);
-        self.send(wire::encode(NOTICE, &p))
+        let bytes = wire::encode(NOTICE, &p);
+        if self.is_closed() {
+            return Err(lost(&self.peer));
+        }
+        let taken = self.budget.try_take(bytes.len()).unwrap_or(0);
+        self.out
+            .send(Queued { bytes, taken })
+            .map_err(|_| lost(&self.peer))
     }
 
     /// Queues a frame, waiting in the background (up to the write

@@ -81,7 +81,8 @@ impl Inner {
             self.resync_total.store(0, Ordering::Relaxed);
             self.resync_done.store(0, Ordering::Relaxed);
             if let Some(me) = self.me.upgrade() {
-                std::thread::spawn(move || resync::run(me, session, full));
+                let epoch = st.epoch;
+                std::thread::spawn(move || resync::run(me, session, epoch, full));
             }
         } else {
             st.connection = Connection::SyncTarget;

@@ -124,10 +124,16 @@ struct State {
     /// The peer failed a request in this session: go on alone until the
     /// next one.
     peer_failed: bool,
+    /// Counts the pairings of this mirror with the peer's: a new session,
+    /// or the peer's mirror opened again on the same session. Work begun
+    /// for one pairing (a resync, a failed write) does not touch the next.
+    epoch: u64,
 }
 
 pub(crate) struct Inner {
     name: String,
+    /// This opening of the mirror, so the peer can tell it was reopened.
+    incarnation: u64,
     node: String,
     peer_name: String,
     local: Arc<dyn BlockDevice>,
@@ -155,6 +161,14 @@ pub struct Mirror {
     inner: Arc<Inner>,
 }
 
+/// Where a primary's write goes besides the local device.
+struct Target {
+    session: Arc<Session>,
+    /// The generation the write belongs to.
+    gen: u64,
+    epoch: u64,
+}
+
 fn refuse(class: ErrorClass, why: String) -> io::Error {
     DeviceError::new(class, why).into()
 }
@@ -178,6 +192,7 @@ impl Mirror {
         let settings = link.settings();
         let inner = Arc::new_cyclic(|me| Inner {
             name: name.to_string(),
+            incarnation: generations::new_id(),
             node: settings.node.clone(),
             peer_name: settings.peer.clone(),
             local,
@@ -193,6 +208,7 @@ impl Mirror {
                 connection: Connection::Disconnected,
                 problem: None,
                 peer_failed: false,
+                epoch: 0,
             }),
             locks: RegionLocks::default(),
             flushing: Mutex::new(()),
@@ -331,26 +347,30 @@ impl Inner {
         st.session.as_ref().is_some_and(|s| !s.is_closed())
     }
 
-    /// Whether `session` is still the one in use and healthy.
-    fn session_ok(&self, st: &State, session: &Session) -> bool {
+    /// Whether `session` is still the one in use and healthy, and the
+    /// pairing `epoch` the current one.
+    fn session_ok(&self, st: &State, session: &Session, epoch: u64) -> bool {
         !self.closed.load(Ordering::SeqCst)
             && !st.peer_failed
+            && st.epoch == epoch
             && st
                 .session
                 .as_ref()
                 .is_some_and(|s| s.id == session.id && !s.is_closed())
     }
 
-    /// The session that takes this primary's writes, and the generation
-    /// they belong to.
-    fn replicating(&self, st: &State) -> Option<(Arc<Session>, u64)> {
+    /// The session that takes this primary's writes now.
+    fn replicating(&self, st: &State) -> Option<Target> {
         let s = st.session.as_ref()?;
         let up = matches!(
             st.connection,
             Connection::Connected | Connection::SyncSource
         );
-        (up && !st.peer_failed && !s.is_closed())
-            .then(|| (s.clone(), st.header.generations.current))
+        (up && !st.peer_failed && !s.is_closed()).then(|| Target {
+            session: s.clone(),
+            gen: st.header.generations.current,
+            epoch: st.epoch,
+        })
     }
 
     fn persist_header(&self, st: &mut State) -> io::Result<()> {
@@ -369,6 +389,7 @@ impl Inner {
             generations: st.header.generations,
             was_primary: st.header.was_primary,
             inconsistent: st.header.inconsistent,
+            incarnation: self.incarnation,
             node: self.node.clone(),
         }
     }
@@ -394,10 +415,16 @@ impl Inner {
         Ok(())
     }
 
-    /// The peer failed a request of `session`: everything it may not
-    /// hold stably is out of sync, and writes go on alone.
-    fn peer_failed(&self, st: &mut State, session: &Session, e: &io::Error) -> io::Result<()> {
-        if st.session.as_ref().is_some_and(|s| s.id == session.id) && !st.peer_failed {
+    /// The peer failed a request sent to `target`: everything it may not
+    /// hold stably is out of sync, and writes go on alone (until the next
+    /// pairing, if this one is still current).
+    fn peer_failed(&self, st: &mut State, target: &Target, e: &io::Error) -> io::Result<()> {
+        let current = st.epoch == target.epoch
+            && st
+                .session
+                .as_ref()
+                .is_some_and(|s| s.id == target.session.id);
+        if current && !st.peer_failed {
             st.peer_failed = true;
             st.problem = Some(format!(
                 "{} failed a request ({e}); writing alone until it reconnects",
@@ -454,19 +481,19 @@ impl Inner {
             }
         };
         let pending = match &target {
-            Some((s, gen)) => self.send(s, *gen, &op, offset),
+            Some(t) => self.send(&t.session, t.gen, &op, offset),
             None => Vec::new(),
         };
         let local = match op {
             Op::Write(buf, fua) => self.local.write_at(buf, offset, fua),
             Op::Zeroes(n) => self.local.write_zeroes(offset, n),
         };
-        if let Some((s, _)) = target {
+        if let Some(t) = target {
             let remote = self.wait_all(pending);
             let mut st = self.state.lock();
             st.intent.end_active(regions);
             if let Err(e) = remote {
-                self.peer_failed(&mut st, &s, &e)?;
+                self.peer_failed(&mut st, &t, &e)?;
             }
         }
         local
@@ -511,11 +538,12 @@ impl Inner {
             }
             t
         };
-        let pending = target
-            .as_ref()
-            .map(|(s, _)| s.request(&self.name, &wire::Request::Flush.encode()));
+        let pending = target.as_ref().map(|t| {
+            t.session
+                .request(&self.name, &wire::Request::Flush.encode())
+        });
         let local = self.local.flush();
-        if let (Some((s, _)), Some(p)) = (target, pending) {
+        if let (Some(t), Some(p)) = (target, pending) {
             let remote = self.wait_all(vec![p]);
             let mut st = self.state.lock();
             match remote {
@@ -525,7 +553,7 @@ impl Inner {
                     }
                 }
                 Ok(()) => {}
-                Err(e) => self.peer_failed(&mut st, &s, &e)?,
+                Err(e) => self.peer_failed(&mut st, &t, &e)?,
             }
         }
         local

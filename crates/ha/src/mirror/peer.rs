@@ -16,6 +16,7 @@ impl Endpoint for Inner {
     fn connected(&self, session: &Arc<Session>) {
         let mut st = self.state.lock();
         st.session = Some(session.clone());
+        st.epoch += 1;
         st.peer = None;
         st.peer_failed = false;
         st.connection = Connection::Connecting;
@@ -43,6 +44,21 @@ impl Endpoint for Inner {
         let mut st = self.state.lock();
         if st.session.as_ref().is_none_or(|s| s.id != session.id) {
             return;
+        }
+        if st
+            .peer
+            .as_ref()
+            .is_some_and(|p| p.incarnation != peer.incarnation)
+        {
+            // The peer's mirror was opened again (after a crash, or a
+            // changed setting): pair anew, as on a new session.
+            tracing::info!(mirror = %self.name, "{}'s mirror was opened again", self.peer_name);
+            st.epoch += 1;
+            st.intent.active_to_out_of_sync();
+            st.connection = Connection::Connecting;
+            st.peer_failed = false;
+            st.problem = None;
+            self.send_state(&st);
         }
         st.peer = Some(peer);
         self.evaluate(&mut st);

@@ -16,10 +16,10 @@ use crate::link::{lost, Session, MAX_DATA};
 /// Regions copied between commits of the bitmap.
 const BATCH: u64 = 64;
 
-pub(super) fn run(inner: Arc<Inner>, session: Arc<Session>, full: bool) {
-    let outcome = copy(&inner, &session, full);
+pub(super) fn run(inner: Arc<Inner>, session: Arc<Session>, epoch: u64, full: bool) {
+    let outcome = copy(&inner, &session, epoch, full);
     let mut st = inner.state.lock();
-    if st.connection != Connection::SyncSource || !inner.session_ok(&st, &session) {
+    if st.connection != Connection::SyncSource || !inner.session_ok(&st, &session, epoch) {
         return; // the session ended; the next one decides again
     }
     match outcome {
@@ -49,7 +49,7 @@ fn ask(inner: &Inner, session: &Session, req: Request<'_>) -> io::Result<Vec<u8>
     wire::reply(&body, &inner.peer_name)
 }
 
-fn copy(inner: &Inner, session: &Session, full: bool) -> io::Result<()> {
+fn copy(inner: &Inner, session: &Session, epoch: u64, full: bool) -> io::Result<()> {
     let layout = inner.layout;
     let theirs = RegionSet::from_bytes(&ask(inner, session, Request::Bitmap)?, layout.regions);
     let todo = {
@@ -83,16 +83,16 @@ fn copy(inner: &Inner, session: &Session, full: bool) -> io::Result<()> {
         inner.resync_done.fetch_add(len, Ordering::Relaxed);
         throttle(&inner.resync_rate, sent, started);
         if (n as u64 + 1).is_multiple_of(BATCH) {
-            commit(inner, session, &mut batch)?;
+            commit(inner, session, epoch, &mut batch)?;
         }
     }
-    commit(inner, session, &mut batch)?;
+    commit(inner, session, epoch, &mut batch)?;
     // This node's bitmap base becomes history before the peer adopts the
     // generation: should the peer not hear of it, the two compare as
     // newer and older-than-the-bitmap, which a full resync answers.
     let generations = {
         let mut st = inner.state.lock();
-        if !inner.session_ok(&st, session) {
+        if !inner.session_ok(&st, session, epoch) {
             return Err(lost(&inner.peer_name));
         }
         st.header.generations.synced_as_source();
@@ -126,13 +126,13 @@ fn copy_region(inner: &Inner, session: &Session, start: u64, len: u64) -> io::Re
 }
 
 /// The peer flushed what was copied: those regions are in sync.
-fn commit(inner: &Inner, session: &Session, batch: &mut RegionSet) -> io::Result<()> {
+fn commit(inner: &Inner, session: &Session, epoch: u64, batch: &mut RegionSet) -> io::Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
     ask(inner, session, Request::Flush)?;
     let mut st = inner.state.lock();
-    if !inner.session_ok(&st, session) {
+    if !inner.session_ok(&st, session, epoch) {
         return Err(lost(&inner.peer_name));
     }
     st.intent.clear_synced(batch);

@@ -18,6 +18,9 @@ pub struct State {
     pub generations: Generations,
     pub was_primary: bool,
     pub inconsistent: bool,
+    /// Which opening of the sender's mirror this is: another value on
+    /// the same session means it was opened again.
+    pub incarnation: u64,
     pub node: String,
 }
 
@@ -66,6 +69,7 @@ impl State {
         b.extend_from_slice(&self.data_size.to_le_bytes());
         put_generations(&mut b, &self.generations);
         b.push(self.was_primary as u8 | (self.inconsistent as u8) << 1);
+        b.extend_from_slice(&self.incarnation.to_le_bytes());
         put_str(&mut b, &self.node);
         b
     }
@@ -80,6 +84,7 @@ impl State {
         let data_size = r.u64()?;
         let generations = generations(&mut r)?;
         let flags = r.u8()?;
+        let incarnation = r.u64()?;
         let node = r.str()?.to_string();
         r.end()?;
         Ok(State {
@@ -88,6 +93,7 @@ impl State {
             generations,
             was_primary: flags & 1 != 0,
             inconsistent: flags & 2 != 0,
+            incarnation,
             node,
         })
     }
@@ -228,6 +234,7 @@ mod tests {
             },
             was_primary: true,
             inconsistent: false,
+            incarnation: 77,
             node: "a".into(),
         };
         assert_eq!(State::decode(&s.encode()).unwrap(), s);
