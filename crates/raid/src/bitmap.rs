@@ -15,79 +15,7 @@ use parking_lot::Mutex;
 
 use crate::superblock::BITMAP_OFFSET;
 
-/// A set of regions, one bit each.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RegionSet {
-    words: Vec<u64>,
-}
-
-impl RegionSet {
-    pub fn new(regions: u64) -> RegionSet {
-        RegionSet {
-            words: vec![0; regions.div_ceil(64) as usize],
-        }
-    }
-
-    pub fn get(&self, r: u64) -> bool {
-        self.words[(r / 64) as usize] & (1 << (r % 64)) != 0
-    }
-
-    pub fn set(&mut self, r: u64, on: bool) {
-        let w = &mut self.words[(r / 64) as usize];
-        if on {
-            *w |= 1 << (r % 64);
-        } else {
-            *w &= !(1 << (r % 64));
-        }
-    }
-
-    pub fn count(&self) -> u64 {
-        self.words.iter().map(|w| w.count_ones() as u64).sum()
-    }
-
-    pub fn union(&mut self, other: &RegionSet) {
-        for (a, b) in self.words.iter_mut().zip(&other.words) {
-            *a |= b;
-        }
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        self.words.iter().enumerate().flat_map(|(i, w)| {
-            (0..64)
-                .filter(move |b| w & (1 << b) != 0)
-                .map(move |b| i as u64 * 64 + b)
-        })
-    }
-
-    fn to_bytes(&self, len: usize) -> Vec<u8> {
-        let mut b: Vec<u8> = self.words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        b.resize(len, 0);
-        b
-    }
-
-    fn from_bytes(b: &[u8], regions: u64) -> RegionSet {
-        let mut s = RegionSet::new(regions);
-        for (i, w) in s.words.iter_mut().enumerate() {
-            let mut word = [0u8; 8];
-            let from = (i * 8).min(b.len());
-            let to = (i * 8 + 8).min(b.len());
-            word[..to - from].copy_from_slice(&b[from..to]);
-            *w = u64::from_le_bytes(word);
-        }
-        // Bits past the last region are not ours.
-        if !regions.is_multiple_of(64) {
-            if let Some(last) = s.words.last_mut() {
-                *last &= (1u64 << (regions % 64)) - 1;
-            }
-        }
-        s
-    }
-}
-
-/// Bytes of bitmap on a member for `regions` regions, in whole 4 KiB.
-pub fn bitmap_bytes(regions: u64) -> usize {
-    (regions.div_ceil(8) as usize).div_ceil(4096) * 4096
-}
+pub use regions::{bitmap_bytes, RegionSet};
 
 pub fn read_bitmap(dev: &dyn BlockDevice, regions: u64) -> io::Result<RegionSet> {
     let mut b = vec![0u8; bitmap_bytes(regions)];
@@ -253,20 +181,6 @@ pub fn write_image_to(devs: &[Arc<dyn BlockDevice>], image: &[u8], fua: bool) ->
 mod tests {
     use super::*;
     use std::cell::RefCell;
-
-    #[test]
-    fn region_set_round_trips_through_bytes() {
-        let mut s = RegionSet::new(100);
-        for r in [0, 5, 63, 64, 99] {
-            s.set(r, true);
-        }
-        let b = s.to_bytes(bitmap_bytes(100));
-        assert_eq!(b.len(), 4096);
-        let back = RegionSet::from_bytes(&b, 100);
-        assert_eq!(back, s);
-        assert_eq!(back.iter().collect::<Vec<_>>(), [0, 5, 63, 64, 99]);
-        assert_eq!(back.count(), 5);
-    }
 
     #[test]
     fn bits_are_written_before_data_and_cleared_after_a_flush() {

@@ -26,6 +26,7 @@ mod fields;
 mod file;
 mod files;
 mod mem;
+mod mirror;
 mod null;
 mod raid;
 mod raid_api;
@@ -88,6 +89,7 @@ pub const KINDS: &[Kind] = &[
     rbd::KIND,
     raid::KIND,
     cache::KIND,
+    mirror::KIND,
 ];
 
 /// One kind of device, as the registry lists it.

@@ -1,0 +1,19 @@
+//! This node's link to its peer, once the daemon has started it from the
+//! `[ha]` section: what every mirror device of the node replicates over.
+//! One per process, as a node has one peer.
+
+use std::sync::{Arc, Mutex};
+
+use crate::link::Link;
+
+static LINK: Mutex<Option<Arc<Link>>> = Mutex::new(None);
+
+/// Sets (or with `None`, clears) the node's link.
+pub fn set_link(link: Option<Arc<Link>>) {
+    *LINK.lock().unwrap_or_else(|p| p.into_inner()) = link;
+}
+
+/// The node's link, if the pair is configured and started.
+pub fn link() -> Option<Arc<Link>> {
+    LINK.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
