@@ -1,0 +1,29 @@
+//! The console's pages, scripts and styles, built into the binary.
+
+use hyper::Response;
+
+use crate::responses::{full, json_error};
+use crate::Body;
+
+const APP: &str = include_str!("../assets/app.html");
+
+/// Scripts and styles by name under `/console/assets/`.
+const ASSETS: &[(&str, &str, &str)] = &[
+    ("app.css", "text/css; charset=utf-8", include_str!("../assets/app.css")),
+    ("app.js", "text/javascript; charset=utf-8", include_str!("../assets/app.js")),
+    ("chart.js", "text/javascript; charset=utf-8", include_str!("../assets/chart.js")),
+    ("pages.js", "text/javascript; charset=utf-8", include_str!("../assets/pages.js")),
+    ("storage.js", "text/javascript; charset=utf-8", include_str!("../assets/storage.js")),
+];
+
+pub fn app() -> Response<Body> {
+    full(200, "text/html; charset=utf-8", APP)
+}
+
+pub fn asset(path: &str) -> Response<Body> {
+    let name = path.trim_start_matches("/console/assets/");
+    match ASSETS.iter().find(|(n, _, _)| *n == name) {
+        Some((_, content_type, text)) => full(200, content_type, *text),
+        None => json_error(404, &format!("no such asset {name}")),
+    }
+}
