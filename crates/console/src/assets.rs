@@ -11,6 +11,7 @@ const APP: &str = include_str!("../assets/app.html");
 const ASSETS: &[(&str, &str, &str)] = &[
     ("app.css", "text/css; charset=utf-8", include_str!("../assets/app.css")),
     ("app.js", "text/javascript; charset=utf-8", include_str!("../assets/app.js")),
+    ("icon.svg", "image/svg+xml", include_str!("../assets/icon.svg")),
     ("chart.js", "text/javascript; charset=utf-8", include_str!("../assets/chart.js")),
     ("pages.js", "text/javascript; charset=utf-8", include_str!("../assets/pages.js")),
     ("storage.js", "text/javascript; charset=utf-8", include_str!("../assets/storage.js")),

@@ -5,6 +5,7 @@
 //! | request | answer |
 //! | --- | --- |
 //! | `GET /`, `GET /console` | a redirect to `/console/` |
+//! | `GET /favicon.ico` | the console's icon |
 //! | `GET /console/` | the console, or a redirect to the login page without a session |
 //! | `GET /console/login`, `POST /console/login` (form `token=`) | the login page; a session cookie for a good token |
 //! | `POST /console/logout` | the session ended |
@@ -106,7 +107,7 @@ impl Console {
 
     /// Whether a request for `path` is the console's to answer.
     pub fn owns(path: &str) -> bool {
-        path == "/" || path == "/console" || path.starts_with("/console/")
+        matches!(path, "/" | "/console" | "/favicon.ico") || path.starts_with("/console/")
     }
 
     /// The answer to a request from `peer` for a path it [`owns`].
@@ -118,6 +119,9 @@ impl Console {
         let role = self.sessions.role(req.headers());
         match (method.as_str(), path.as_str(), role) {
             ("GET", "/" | "/console", _) => redirect("/console/"),
+            // Browsers ask for it unbidden: answered here, it never counts
+            // as a request without a token.
+            ("GET", "/favicon.ico", _) => assets::asset("/console/assets/icon.svg"),
             ("GET", "/console/login", _) => login::page(None, 200),
             ("POST", "/console/login", _) => match self.read_body(req).await {
                 Ok(body) => self.log_in(peer, &body).await,
