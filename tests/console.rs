@@ -139,7 +139,7 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     assert_eq!(status, 200, "{answer}");
     let base = format!("http://127.0.0.1:{api_port}");
     let shots = Shots(std::env::var_os("CONSOLE_SCREENSHOTS").map(PathBuf::from));
-    let browser = Browser::start(1280, 900);
+    let browser = Browser::start(1280, 1000);
 
     // A wrong token: refused on the login page, and logged.
     log_in(&browser, &base, "not-the-token-0123456789");
@@ -158,6 +158,10 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     eprintln!("LUN 0 at {iops} IOPS in the console");
     let sessions = browser.wait_text("#overview-static", WAIT, |t| t.contains("iscsi"));
     assert!(sessions.contains("127.0.0.1"), "{sessions}");
+    if shots.0.is_some() {
+        // A few seconds of the graph for the picture.
+        std::thread::sleep(Duration::from_secs(5));
+    }
     shots.take(&browser, "overview");
     drop(writer);
 

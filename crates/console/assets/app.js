@@ -105,7 +105,7 @@ const App = (() => {
     } catch (e) {
       main.replaceChildren(el("p", { class: "error" }, "Could not load the page: " + e.message));
     }
-    if (switched) main.focus();
+    if (switched) main.focus({ preventScroll: true });
     if (page.refresh) timer = setTimeout(show, page.refresh);
   }
 

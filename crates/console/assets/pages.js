@@ -121,7 +121,7 @@
     async render(main, switched) {
       const fresh = await staticSection();
       if (switched || !document.getElementById("overview-live")) {
-        main.replaceChildren(el("h1", {}, "Overview"), fresh, liveSection());
+        main.replaceChildren(el("h1", {}, "Overview"), liveSection(), fresh);
       } else {
         document.getElementById("overview-static").replaceWith(fresh);
       }
