@@ -62,7 +62,9 @@ fn config(dir: &Path, portal: u16, api: u16) -> String {
 /// The TCP API with `token`: status and JSON body.
 fn api(port: u16, method: &str, path: &str, token: &str, body: &str) -> (u16, Value) {
     let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let (status, text) = http_exchange(
         stream,
         &format!(
@@ -80,7 +82,21 @@ struct Writer(Child);
 impl Writer {
     fn start(url: &str) -> Writer {
         let child = Command::new("qemu-img")
-            .args(["bench", "-f", "raw", "-t", "none", "-w", "-c", "100000000", "-d", "4", "-s", "4k", url])
+            .args([
+                "bench",
+                "-f",
+                "raw",
+                "-t",
+                "none",
+                "-w",
+                "-c",
+                "100000000",
+                "-d",
+                "4",
+                "-s",
+                "4k",
+                url,
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -135,7 +151,13 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     std::fs::write(&config_path, config(dir.path(), portal, api_port)).unwrap();
     let daemon = AdminDaemon::start(&config_path, dir.path(), portal);
     // Slow rebuilds, so the browser sees one under way.
-    let (status, answer) = api(api_port, "POST", "/v1/raid/r5/speed", TOKEN, r#"{"max": 2097152}"#);
+    let (status, answer) = api(
+        api_port,
+        "POST",
+        "/v1/raid/r5/speed",
+        TOKEN,
+        r#"{"max": 2097152}"#,
+    );
     assert_eq!(status, 200, "{answer}");
     let base = format!("http://127.0.0.1:{api_port}");
     let shots = Shots(std::env::var_os("CONSOLE_SCREENSHOTS").map(PathBuf::from));
@@ -145,9 +167,17 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     log_in(&browser, &base, "not-the-token-0123456789");
     let refused = browser.wait_text("#login-error", WAIT, |t| !t.is_empty());
     assert!(refused.contains("wrong token"), "{refused}");
-    assert!(browser.url().ends_with("/console/login"), "{}", browser.url());
+    assert!(
+        browser.url().ends_with("/console/login"),
+        "{}",
+        browser.url()
+    );
     shots.take(&browser, "login");
-    assert!(daemon.log().contains("console: login refused"), "{}", daemon.log());
+    assert!(
+        daemon.log().contains("console: login refused"),
+        "{}",
+        daemon.log()
+    );
 
     // Logged in: the overview's IOPS of LUN 0 move while qemu-img writes.
     log_in(&browser, &base, TOKEN);
@@ -169,26 +199,39 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     browser.click("#nav-storage");
     browser.click("[data-volume=\"thin0\"] [data-action=\"snapshot\"]");
     confirm(&browser, &[("name", "nightly")]);
-    let row = browser.wait_text("[data-pool=\"tank\"] [data-volume=\"nightly\"]", WAIT, |t| t.contains("snapshot"));
+    let row = browser.wait_text(
+        "[data-pool=\"tank\"] [data-volume=\"nightly\"]",
+        WAIT,
+        |t| t.contains("snapshot"),
+    );
     assert!(row.contains("nightly"), "{row}");
 
     // RAID5: a member failed from the console, then a spare added; the
     // array is degraded, then rebuilds with its progress shown.
     browser.click("[data-device=\"r5\"] [data-action=\"fail\"]");
     confirm(&browser, &[("member", "m1")]);
-    browser.wait_text("[data-device=\"r5\"] [data-state=\"array\"]", WAIT, |t| t == "degraded");
+    browser.wait_text("[data-device=\"r5\"] [data-state=\"array\"]", WAIT, |t| {
+        t == "degraded"
+    });
     browser.click("#nav-overview");
     let degraded = browser.wait_text("#degraded", WAIT, |t| t.contains("r5"));
     assert!(degraded.contains("degraded"), "{degraded}");
     browser.click("#nav-storage");
     browser.click("[data-device=\"r5\"] [data-action=\"add\"]");
     confirm(&browser, &[("device", "s1")]);
-    browser.wait_text("[data-device=\"r5\"] [data-state=\"sync\"]", WAIT, |t| t.starts_with("rebuild"));
+    browser.wait_text("[data-device=\"r5\"] [data-state=\"sync\"]", WAIT, |t| {
+        t.starts_with("rebuild")
+    });
     shots.take(&browser, "storage");
     browser.click("#nav-jobs");
-    let job = browser.wait_text("#jobs tr[data-array=\"r5\"]", WAIT, |t| t.contains("rebuild"));
+    let job = browser.wait_text("#jobs tr[data-array=\"r5\"]", WAIT, |t| {
+        t.contains("rebuild")
+    });
     eprintln!("jobs: {job}");
-    let progress = browser.script("return document.querySelector('#jobs tr[data-array=\"r5\"] progress').value", json!([]));
+    let progress = browser.script(
+        "return document.querySelector('#jobs tr[data-array=\"r5\"] progress').value",
+        json!([]),
+    );
     assert!(progress.as_f64().is_some_and(|p| p < 100.0), "{progress}");
     shots.take(&browser, "jobs");
 
@@ -206,19 +249,35 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     browser.click("#config-apply");
     browser.wait_text("#config-applied", WAIT, |t| t == "Applied.");
     browser.click("#nav-overview");
-    browser.wait_text("#luns", WAIT, |t| t.contains("scratch") && t.contains("iqn.2026-11.org.test:added"));
+    browser.wait_text("#luns", WAIT, |t| {
+        t.contains("scratch") && t.contains("iqn.2026-11.org.test:added")
+    });
 
     // An invalid change: the field is named, nothing is applied.
     browser.click("#nav-config");
     browser.wait_text("#config-diff", WAIT, |t| !t.is_empty());
-    let lines = browser.script(append, json!(["\n[[device]]\nname = \"bad\"\nkind = \"mem\"\nsize = \"lots\"\n"]));
+    let lines = browser.script(
+        append,
+        json!(["\n[[device]]\nname = \"bad\"\nkind = \"mem\"\nsize = \"lots\"\n"]),
+    );
     let bad_line = lines.as_u64().unwrap() - 1;
     browser.click("#config-apply");
     let error = browser.wait_text("#config-error", WAIT, |t| !t.is_empty());
-    assert!(error.contains("size") && error.contains(&format!(":{bad_line}:")), "{error} (line {bad_line})");
+    assert!(
+        error.contains("size") && error.contains(&format!(":{bad_line}:")),
+        "{error} (line {bad_line})"
+    );
     let (_, objects) = api(api_port, "GET", "/v1/objects", TOKEN, "");
-    let names: Vec<&str> = objects["devices"].as_array().unwrap().iter().filter_map(|d| d["name"].as_str()).collect();
-    assert!(names.contains(&"scratch") && !names.contains(&"bad"), "{names:?}");
+    let names: Vec<&str> = objects["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"scratch") && !names.contains(&"bad"),
+        "{names:?}"
+    );
 
     // The read-only token reads everything and is refused every change.
     browser.click("header form button");
@@ -228,17 +287,30 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     browser.click("[data-volume=\"thin0\"] [data-action=\"snapshot\"]");
     confirm(&browser, &[("name", "not-allowed")]);
     let refused = browser.wait_text("#notice-error", WAIT, |t| !t.is_empty());
-    assert!(refused.contains("403") && refused.contains("read-only"), "{refused}");
+    assert!(
+        refused.contains("403") && refused.contains("read-only"),
+        "{refused}"
+    );
     browser.click("#nav-config");
     browser.wait_text("#config-diff", WAIT, |t| !t.is_empty());
-    browser.script(append, json!(["\n[[device]]\nname = \"ro\"\nkind = \"mem\"\nsize = \"4M\"\n"]));
+    browser.script(
+        append,
+        json!(["\n[[device]]\nname = \"ro\"\nkind = \"mem\"\nsize = \"4M\"\n"]),
+    );
     browser.click("#config-apply");
     let refused = browser.wait_text("#config-error", WAIT, |t| !t.is_empty());
     assert!(refused.contains("403"), "{refused}");
     let (status, _) = api(api_port, "GET", "/v1/status", READ_ONLY, "");
     assert_eq!(status, 200);
     let (status, answer) = api(api_port, "POST", "/v1/config/save", READ_ONLY, "");
-    assert_eq!((status, answer["error"].as_str().unwrap_or("").contains("read-only")), (403, true), "{answer}");
+    assert_eq!(
+        (
+            status,
+            answer["error"].as_str().unwrap_or("").contains("read-only")
+        ),
+        (403, true),
+        "{answer}"
+    );
     let (_, volumes) = api(api_port, "GET", "/v1/volumes", TOKEN, "");
     assert!(!volumes.to_string().contains("not-allowed"), "{volumes}");
 

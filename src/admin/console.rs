@@ -25,11 +25,16 @@ impl console::Daemon for Daemon {
         token: &'a [u8],
     ) -> Pin<Box<dyn Future<Output = Result<Role, String>> + Send + 'a>> {
         Box::pin(async move {
-            self.guard.check_token(peer, token).await.map_err(|refused| match refused {
-                Refused::Delayed => "too many wrong tokens from this address: retry later",
-                _ => "wrong token",
-            }
-            .to_string())
+            self.guard
+                .check_token(peer, token)
+                .await
+                .map_err(|refused| {
+                    match refused {
+                        Refused::Delayed => "too many wrong tokens from this address: retry later",
+                        _ => "wrong token",
+                    }
+                    .to_string()
+                })
         })
     }
 

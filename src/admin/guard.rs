@@ -7,9 +7,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use console::Role;
 use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use peer_limits::{AuthThrottle, EventLog, PreLoginBudget, PreLoginTicket};
-use console::Role;
 use subtle::ConstantTimeEq;
 
 /// The secrets a TCP caller must present as `Authorization: Bearer
@@ -193,10 +193,7 @@ mod tests {
         }
         let both = Token::new("s3cret-token").with_read_only(Some("look-but-do-not-touch"));
         assert_eq!(both.role_of(b"s3cret-token"), Some(Role::Full));
-        assert_eq!(
-            both.role_of(b"look-but-do-not-touch"),
-            Some(Role::ReadOnly)
-        );
+        assert_eq!(both.role_of(b"look-but-do-not-touch"), Some(Role::ReadOnly));
         assert_eq!(both.role_of(b"look-but-do-not-touc"), None);
     }
 

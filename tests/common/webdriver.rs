@@ -80,8 +80,7 @@ impl Browser {
 
     /// One WebDriver command; its `value`.
     fn try_call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
-        let mut stream =
-            TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())?;
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())?;
         stream
             .set_read_timeout(Some(Duration::from_secs(60)))
             .map_err(|e| e.to_string())?;
@@ -114,7 +113,9 @@ impl Browser {
             match length {
                 Some(n) if body.len() >= n => break (head.to_string(), body[..n].to_string()),
                 Some(_) => continue,
-                None if head.to_ascii_lowercase().contains("chunked") && body.ends_with("0\r\n\r\n") => {
+                None if head.to_ascii_lowercase().contains("chunked")
+                    && body.ends_with("0\r\n\r\n") =>
+                {
                     break (head.to_string(), unchunk(body))
                 }
                 None => continue,
@@ -139,7 +140,10 @@ impl Browser {
     }
 
     pub fn url(&self) -> String {
-        self.call("GET", "/url", Value::Null).as_str().unwrap_or_default().to_string()
+        self.call("GET", "/url", Value::Null)
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// The first element `css` selects, if any.
@@ -165,7 +169,10 @@ impl Browser {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("`{css}` did not show what was awaited within {limit:?}; last: {last:?}\nat {}", self.url());
+        panic!(
+            "`{css}` did not show what was awaited within {limit:?}; last: {last:?}\nat {}",
+            self.url()
+        );
     }
 
     fn text_of(&self, element: &str) -> Option<String> {
@@ -185,7 +192,11 @@ impl Browser {
     pub fn type_into(&self, css: &str, text: &str) {
         let element = self.wait_for(css);
         self.call("POST", &format!("/element/{element}/clear"), json!({}));
-        self.call("POST", &format!("/element/{element}/value"), json!({ "text": text }));
+        self.call(
+            "POST",
+            &format!("/element/{element}/value"),
+            json!({ "text": text }),
+        );
     }
 
     fn wait_for(&self, css: &str) -> String {
@@ -205,11 +216,19 @@ impl Browser {
 
     /// Runs `script` in the page with `args`; what it returned.
     pub fn script(&self, script: &str, args: Value) -> Value {
-        self.call("POST", "/execute/sync", json!({ "script": script, "args": args }))
+        self.call(
+            "POST",
+            "/execute/sync",
+            json!({ "script": script, "args": args }),
+        )
     }
 
     pub fn resize(&self, width: u32, height: u32) {
-        self.call("POST", "/window/rect", json!({ "width": width, "height": height }));
+        self.call(
+            "POST",
+            "/window/rect",
+            json!({ "width": width, "height": height }),
+        );
     }
 
     /// The page as a PNG file at `path`.
@@ -254,7 +273,11 @@ fn base64_decode(text: &str) -> Vec<u8> {
         b'+' => 62,
         _ => 63,
     };
-    let digits: Vec<u8> = text.bytes().filter(|&c| c != b'=' && !c.is_ascii_whitespace()).map(value).collect();
+    let digits: Vec<u8> = text
+        .bytes()
+        .filter(|&c| c != b'=' && !c.is_ascii_whitespace())
+        .map(value)
+        .collect();
     let mut out = Vec::with_capacity(digits.len() * 3 / 4);
     for chunk in digits.chunks(4) {
         let mut n = 0u32;

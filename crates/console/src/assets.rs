@@ -9,12 +9,36 @@ const APP: &str = include_str!("../assets/app.html");
 
 /// Scripts and styles by name under `/console/assets/`.
 const ASSETS: &[(&str, &str, &str)] = &[
-    ("app.css", "text/css; charset=utf-8", include_str!("../assets/app.css")),
-    ("app.js", "text/javascript; charset=utf-8", include_str!("../assets/app.js")),
-    ("icon.svg", "image/svg+xml", include_str!("../assets/icon.svg")),
-    ("chart.js", "text/javascript; charset=utf-8", include_str!("../assets/chart.js")),
-    ("pages.js", "text/javascript; charset=utf-8", include_str!("../assets/pages.js")),
-    ("storage.js", "text/javascript; charset=utf-8", include_str!("../assets/storage.js")),
+    (
+        "app.css",
+        "text/css; charset=utf-8",
+        include_str!("../assets/app.css"),
+    ),
+    (
+        "app.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/app.js"),
+    ),
+    (
+        "icon.svg",
+        "image/svg+xml",
+        include_str!("../assets/icon.svg"),
+    ),
+    (
+        "chart.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/chart.js"),
+    ),
+    (
+        "pages.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/pages.js"),
+    ),
+    (
+        "storage.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/storage.js"),
+    ),
 ];
 
 pub fn app() -> Response<Body> {

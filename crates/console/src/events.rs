@@ -30,7 +30,11 @@ pub fn stream(live: &Arc<Live>) -> Response<Body> {
                 Err(broadcast::error::RecvError::Closed) => return,
             };
             // The browser went away: the send fails and the task ends.
-            if sender.send(format!("data: {sample}\n\n").into()).await.is_err() {
+            if sender
+                .send(format!("data: {sample}\n\n").into())
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -54,6 +58,8 @@ impl hyper::body::Body for Events {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.0.poll_recv(cx).map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
     }
 }

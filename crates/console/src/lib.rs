@@ -19,8 +19,8 @@
 
 mod assets;
 mod events;
-mod login;
 mod live;
+mod login;
 mod responses;
 mod role;
 mod sessions;
@@ -39,9 +39,9 @@ use hyper::{Request, Response};
 use serde_json::Value;
 
 pub use live::{Live, Sampler};
-pub use role::{Role, READ_ONLY_REFUSAL};
-use responses::{json_error, redirect};
 pub use responses::{full, json};
+use responses::{json_error, redirect};
+pub use role::{Role, READ_ONLY_REFUSAL};
 use sessions::Sessions;
 
 /// The body of every answer: whole, or streamed for events.
@@ -135,9 +135,7 @@ impl Console {
                 json_error(401, "log in to the console first: no live session")
             }
             ("GET", "/console/events", Some(_)) => events::stream(&self.live),
-            (_, p, Some(role)) if p.starts_with("/console/api/") => {
-                self.api(role, req).await
-            }
+            (_, p, Some(role)) if p.starts_with("/console/api/") => self.api(role, req).await,
             (_, "/console/events", _) => json_error(405, "method not allowed"),
             _ => json_error(404, &format!("no such page {path}")),
         }
@@ -173,7 +171,11 @@ impl Console {
                 "a change from the console must carry the header `X-Console: 1`",
             );
         }
-        let path = req.uri().path().trim_start_matches("/console/api").to_string();
+        let path = req
+            .uri()
+            .path()
+            .trim_start_matches("/console/api")
+            .to_string();
         let query = req.uri().query().unwrap_or("").to_string();
         let origin = req
             .headers()

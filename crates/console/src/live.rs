@@ -158,7 +158,9 @@ impl Sampler {
         }
         by_export
             .into_iter()
-            .map(|(export, (iops, bytes))| json!({ "export": export, "iops": iops, "bytes": bytes }))
+            .map(
+                |(export, (iops, bytes))| json!({ "export": export, "iops": iops, "bytes": bytes }),
+            )
             .collect()
     }
 }
@@ -247,7 +249,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         let sample = sampler.take(&registry);
         let lun = &sample["luns"][0];
-        assert_eq!((lun["target"].as_str(), lun["lun"].as_u64()), (Some("iqn.t"), Some(3)));
+        assert_eq!(
+            (lun["target"].as_str(), lun["lun"].as_u64()),
+            (Some("iqn.t"), Some(3))
+        );
         assert!(lun["read_iops"].as_f64().unwrap() > 0.0, "{sample}");
         assert_eq!(lun["write_iops"], 0.0, "{sample}");
         // Only the four reads of about a microsecond are in the percentiles.

@@ -14,7 +14,12 @@ const MESSAGE_SLOT: &str = "<!--message-->";
 /// The login page, with `message` (why the last attempt failed) if any.
 pub fn page(message: Option<&str>, status: u16) -> Response<Body> {
     let shown = message
-        .map(|m| format!(r#"<p class="error" role="alert" id="login-error">{}</p>"#, escape(m)))
+        .map(|m| {
+            format!(
+                r#"<p class="error" role="alert" id="login-error">{}</p>"#,
+                escape(m)
+            )
+        })
         .unwrap_or_default();
     full(
         status,
@@ -95,9 +100,15 @@ mod tests {
         assert_eq!(token_of(b"token=abc%2Bdef+&x=1").unwrap(), "abc+def");
         assert_eq!(token_of(b"x=1&token=k3y-0f").unwrap(), "k3y-0f");
         assert!(token_of(b"x=1").unwrap_err().contains("no `token`"));
-        assert!(token_of(b"token=%zz").unwrap_err().contains("not well encoded"));
-        assert!(token_of(b"token=%4").unwrap_err().contains("not well encoded"));
-        assert!(token_of(b"token=").unwrap_err().contains("enter the API token"));
+        assert!(token_of(b"token=%zz")
+            .unwrap_err()
+            .contains("not well encoded"));
+        assert!(token_of(b"token=%4")
+            .unwrap_err()
+            .contains("not well encoded"));
+        assert!(token_of(b"token=")
+            .unwrap_err()
+            .contains("enter the API token"));
         assert!(token_of(&[0xff, 0xfe]).unwrap_err().contains("UTF-8"));
     }
 

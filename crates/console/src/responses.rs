@@ -12,14 +12,22 @@ const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; i
                       connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// `bytes` as `content_type` with `status`.
-pub fn full(status: u16, content_type: &'static str, bytes: impl Into<hyper::body::Bytes>) -> Response<Body> {
+pub fn full(
+    status: u16,
+    content_type: &'static str,
+    bytes: impl Into<hyper::body::Bytes>,
+) -> Response<Body> {
     let mut answer = Response::new(body(bytes));
-    *answer.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *answer.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = answer.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert("content-security-policy", HeaderValue::from_static(POLICY));
-    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     headers.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
     answer
 }

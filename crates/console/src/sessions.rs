@@ -166,7 +166,12 @@ mod tests {
     #[test]
     fn the_cookie_is_confined_to_the_console() {
         let c = set_cookie("ab");
-        for part in ["HttpOnly", "SameSite=Strict", "Path=/console", "Max-Age=43200"] {
+        for part in [
+            "HttpOnly",
+            "SameSite=Strict",
+            "Path=/console",
+            "Max-Age=43200",
+        ] {
             assert!(c.contains(part), "{c}");
         }
     }
