@@ -321,3 +321,168 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     shots.take(&browser, "phone");
     eprintln!("the browser test took {:?}", started.elapsed());
 }
+
+/// One raw request to the console's listener; status, head and body.
+fn raw(port: u16, request: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+/// The session cookie a login with `token` sets.
+fn session(port: u16, token: &str) -> String {
+    let form = format!("token={token}");
+    let (status, head, _) = raw(
+        port,
+        &format!(
+            "POST /console/login HTTP/1.1\r\nHost: a\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{form}",
+            form.len()
+        ),
+    );
+    assert_eq!(status, 303, "{head}");
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .unwrap_or_else(|| panic!("no cookie: {head}"));
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    cookie.split(';').next().unwrap().to_string()
+}
+
+/// The console's requests without a browser: sessions, the CSRF header,
+/// the read-only role, bad cookies, oversized bodies and the event stream.
+#[test]
+fn console_requests_are_guarded() {
+    let dir = tempfile::tempdir().unwrap();
+    write_private(&dir.path().join("token"), TOKEN);
+    write_private(&dir.path().join("read-only"), READ_ONLY);
+    let (portal, port) = (free_port(), free_port());
+    let config_path = dir.path().join("openarray.toml");
+    std::fs::write(&config_path, config(dir.path(), portal, port)).unwrap();
+    let _daemon = AdminDaemon::start(&config_path, dir.path(), portal);
+    let get = |path: &str, cookie: &str| {
+        raw(
+            port,
+            &format!(
+                "GET {path} HTTP/1.1\r\nHost: a\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+            ),
+        )
+    };
+    let post = |path: &str, cookie: &str, extra: &str, body: &str| {
+        raw(
+            port,
+            &format!(
+                "POST {path} HTTP/1.1\r\nHost: a\r\nCookie: {cookie}\r\n{extra}Content-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    // No session, or a made-up one: the page sends to the login, the data is refused.
+    let (status, head, _) = get("/console/", "");
+    assert!(
+        status == 303 && head.contains("location: /console/login"),
+        "{head}"
+    );
+    for cookie in ["", "openarray_console=00", "openarray_console=%%%; x=1"] {
+        let (status, _, body) = get("/console/api/v1/status", cookie);
+        assert_eq!(status, 401, "{cookie}: {body}");
+    }
+    let (status, _, _) = get("/", "");
+    assert_eq!(status, 303);
+
+    let full = session(port, TOKEN);
+    let (status, _, body) = get("/console/api/v1/status", &full);
+    assert_eq!(status, 200, "{body}");
+    // A change needs the console's header, so a cross-site form cannot make one.
+    let snapshot = r#"{"name": "s"}"#;
+    let (status, _, body) = post(
+        "/console/api/v1/volumes/tank/thin0/snapshot",
+        &full,
+        "",
+        snapshot,
+    );
+    assert!(
+        status == 403 && body.contains("X-Console"),
+        "{status} {body}"
+    );
+    let (status, _, body) = post(
+        "/console/api/v1/volumes/tank/thin0/snapshot",
+        &full,
+        "X-Console: 1\r\n",
+        snapshot,
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, _, body) = post(
+        "/console/api/v1/volumes/tank/thin0/snapshot",
+        &full,
+        "X-Console: 1\r\n",
+        "{not json",
+    );
+    assert_eq!(status, 400, "{body}");
+    let (status, _, body) = post(
+        "/console/api/v1/config/apply",
+        &full,
+        "X-Console: 1\r\n",
+        &"#".repeat(5 << 20),
+    );
+    assert_eq!(status, 413, "{body}");
+
+    let read_only = session(port, READ_ONLY);
+    let (status, _, _) = get("/console/api/v1/volumes", &read_only);
+    assert_eq!(status, 200);
+    let (status, _, body) = post(
+        "/console/api/v1/volumes/tank/thin0/snapshot",
+        &read_only,
+        "X-Console: 1\r\n",
+        r#"{"name": "t"}"#,
+    );
+    assert!(
+        status == 403 && body.contains("read-only"),
+        "{status} {body}"
+    );
+    // Logging out ends the session.
+    post("/console/logout", &read_only, "", "");
+    let (status, _, _) = get("/console/api/v1/volumes", &read_only);
+    assert_eq!(status, 401);
+
+    // The event stream: the history, then a sample a second.
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /console/events HTTP/1.1\r\nHost: a\r\nCookie: {full}\r\n\r\n"
+    )
+    .unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    let start = Instant::now();
+    while !(seen.contains("event: history") && seen.contains("\ndata: {")) {
+        assert!(start.elapsed() < Duration::from_secs(10), "{seen}");
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "{seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(
+        seen.contains("text/event-stream") && seen.contains("\"luns\""),
+        "{seen}"
+    );
+}
