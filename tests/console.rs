@@ -374,7 +374,10 @@ fn console_requests_are_guarded() {
     let (portal, port) = (free_port(), free_port());
     let config_path = dir.path().join("openarray.toml");
     std::fs::write(&config_path, config(dir.path(), portal, port)).unwrap();
-    let _daemon = AdminDaemon::start(&config_path, dir.path(), portal);
+    let daemon = AdminDaemon::start(&config_path, dir.path(), portal);
+    // `openarray console` says where it is.
+    let url = daemon.ok(&["console"]);
+    assert_eq!(url.trim(), format!("http://127.0.0.1:{port}/console/"));
     let get = |path: &str, cookie: &str| {
         raw(
             port,
