@@ -186,6 +186,11 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     let lun0 = format!("#live-body tr[data-key=\"{TARGET} LUN 0\"] .iops");
     let iops = browser.wait_text(&lun0, WAIT, |t| t.parse::<f64>().is_ok_and(|n| n > 0.0));
     eprintln!("LUN 0 at {iops} IOPS in the console");
+    // The graph is drawn from the same samples the number comes from.
+    let busy =
+        "return App.live.samples.filter(s => s.luns.some(l => l.lun === 0 && l.iops > 0)).length";
+    let busy = browser.script(busy, json!([]));
+    assert!(busy.as_u64().is_some_and(|n| n >= 1), "{busy}");
     let sessions = browser.wait_text("#overview-static", WAIT, |t| t.contains("iscsi"));
     assert!(sessions.contains("127.0.0.1"), "{sessions}");
     if shots.0.is_some() {
@@ -318,6 +323,12 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     browser.resize(390, 844);
     browser.click("#nav-overview");
     browser.wait_text("#luns", WAIT, |t| t.contains("scratch"));
+    let overflow = "return document.documentElement.scrollWidth - window.innerWidth";
+    let overflow = browser.script(overflow, json!([]));
+    assert!(
+        overflow.as_i64().is_some_and(|n| n <= 0),
+        "wider than the phone by {overflow}px"
+    );
     shots.take(&browser, "phone");
     eprintln!("the browser test took {:?}", started.elapsed());
 }
