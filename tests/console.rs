@@ -156,7 +156,7 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
         "POST",
         "/v1/raid/r5/speed",
         TOKEN,
-        r#"{"max": 2097152}"#,
+        r#"{"max": 1048576}"#,
     );
     assert_eq!(status, 200, "{answer}");
     let base = format!("http://127.0.0.1:{api_port}");

@@ -182,10 +182,22 @@ impl Browser {
             .and_then(|v| v.as_str().map(String::from))
     }
 
-    /// Clicks `css` once it is there.
+    /// Clicks `css` once it is there. Pages re-render as they refresh, so
+    /// an element found may be gone by the click: then it is found again.
     pub fn click(&self, css: &str) {
-        let element = self.wait_for(css);
-        self.call("POST", &format!("/element/{element}/click"), json!({}));
+        let start = Instant::now();
+        loop {
+            let element = self.wait_for(css);
+            let path = format!("/session/{}/element/{element}/click", self.session);
+            match self.try_call("POST", &path, Some(&json!({}))) {
+                Ok(_) => return,
+                Err(e) if start.elapsed() < Duration::from_secs(15) => {
+                    eprintln!("clicking `{css}` again: {e}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("cannot click `{css}`: {e}"),
+            }
+        }
     }
 
     /// Types `text` into `css` after clearing it.
