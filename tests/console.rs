@@ -182,6 +182,10 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     // Logged in: the overview's IOPS of LUN 0 move while qemu-img writes.
     log_in(&browser, &base, TOKEN);
     browser.wait_text("#healthy", WAIT, |t| t.contains("Healthy"));
+    assert!(
+        browser.find("#role").is_none(),
+        "the full token shown as read-only"
+    );
     let writer = Writer::start(&format!("iscsi://127.0.0.1:{portal}/{TARGET}/0"));
     let lun0 = format!("#live-body tr[data-key=\"{TARGET} LUN 0\"] .iops");
     let iops = browser.wait_text(&lun0, WAIT, |t| t.parse::<f64>().is_ok_and(|n| n > 0.0));
@@ -288,6 +292,7 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     browser.click("header form button");
     log_in(&browser, &base, READ_ONLY);
     browser.wait_text("#luns", WAIT, |t| t.contains("scratch"));
+    browser.wait_text("#role", WAIT, |t| t == "read-only");
     browser.click("#nav-storage");
     browser.click("[data-volume=\"thin0\"] [data-action=\"snapshot\"]");
     confirm(&browser, &[("name", "not-allowed")]);

@@ -3,7 +3,7 @@
 use hyper::Response;
 
 use crate::responses::{full, json_error};
-use crate::Body;
+use crate::{Body, Role};
 
 const APP: &str = include_str!("../assets/app.html");
 
@@ -41,8 +41,19 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-pub fn app() -> Response<Body> {
-    full(200, "text/html; charset=utf-8", APP)
+/// The console's page, saying which token it was logged in with.
+pub fn app(role: Role) -> Response<Body> {
+    let badge = match role {
+        Role::Full => String::new(),
+        Role::ReadOnly => {
+            r#"<span class="badge" id="role" title="changes are refused">read-only</span>"#.into()
+        }
+    };
+    full(
+        200,
+        "text/html; charset=utf-8",
+        APP.replacen("<!--role-->", &badge, 1),
+    )
 }
 
 pub fn asset(path: &str) -> Response<Body> {

@@ -128,7 +128,7 @@ impl Console {
                 Err(refused) => refused,
             },
             ("POST", "/console/logout", _) => login::logged_out(&self.sessions, req.headers()),
-            ("GET", "/console/", Some(_)) => assets::app(),
+            ("GET", "/console/", Some(role)) => assets::app(role),
             ("GET", "/console/", None) => redirect("/console/login"),
             ("GET", asset, _) if asset.starts_with("/console/assets/") => assets::asset(asset),
             (_, p, None) if p == "/console/events" || p.starts_with("/console/api/") => {
