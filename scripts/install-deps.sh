@@ -2,8 +2,9 @@
 # Installs what building needs beyond Rust (librbd's headers and libclang for
 # the RBD bindings) and what the tests and benchmarks drive: real iSCSI
 # clients (libiscsi tools, qemu-img with its iSCSI block driver), the tgt
-# peer target for side-by-side benchmarks, fio, and systemd-analyze for the
-# unit file. Idempotent: apt runs only when something is missing.
+# peer target for side-by-side benchmarks, fio, systemd-analyze for the
+# unit file, and Chromium with its WebDriver for the web console's test.
+# Idempotent: apt runs only when something is missing.
 set -euo pipefail
 
 SUDO=""
@@ -38,6 +39,10 @@ declare -A NEED=(
   # man for its Documentation= pages.
   [systemd-analyze]=systemd
   [man]=man-db
+  # tests/console.rs drives the web console in headless Chromium through
+  # chromedriver (WebDriver).
+  [chromium]=chromium
+  [chromedriver]=chromium-driver
 )
 missing=()
 for tool in "${!NEED[@]}"; do

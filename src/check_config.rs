@@ -190,9 +190,10 @@ pub fn run(file: &Path) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    // The token file is checked as `serve` would (mode, length).
+    // The token files are checked as `serve` would (mode, length).
     let checked = control::load_config(file)
-        .and_then(|config| control::load_api_token(&config).map(|_| config));
+        .and_then(|config| control::load_api_token(&config).map(|_| config))
+        .and_then(|config| control::load_read_only_token(&config).map(|_| config));
     let mut issues = path_issues(&text);
     let config = match checked {
         Ok(config) => Some(config),

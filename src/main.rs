@@ -7,6 +7,7 @@ mod bench_cli;
 mod cache_cli;
 mod check_config;
 mod completions;
+mod console_cli;
 mod device_cli;
 mod device_metrics;
 mod edit_cli;
@@ -137,6 +138,9 @@ enum Command {
     /// Targets, portals, sessions, LUNs and pools of a running daemon and
     /// what is degraded; exit status 0 healthy, 1 degraded, 2 not reached.
     Status(status_cli::StatusArgs),
+    /// The address of the running daemon's web console (served on its TCP
+    /// API, `[daemon] api_listen`).
+    Console(console_cli::ConsoleArgs),
     /// Benchmark an iSCSI LUN or NBD export (any array, local or remote):
     /// a fio-style matrix written up as a report folder.
     Bench(bench_cli::BenchArgs),
@@ -210,6 +214,7 @@ fn main() -> ExitCode {
         Command::Session { api, command } => session_cli::run(&api, command),
         Command::Cache { api, command } => cache_cli::run(&api, command),
         Command::Status(args) => status_cli::run(args),
+        Command::Console(args) => console_cli::run(args),
         Command::Bench(args) => bench_cli::run(args),
         Command::Raid { api, command } => raid_cli::run(&api, command),
         Command::Edit(cmd) => edit_cli::run(cmd),

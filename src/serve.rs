@@ -142,6 +142,7 @@ pub fn run(
     }
     // Checked before anything is opened: a bad token file is a config error.
     let api_token = control::load_api_token(&config)?;
+    let read_only_token = control::load_read_only_token(&config)?;
     let runtime = control::build(&config)?;
     let options = daemon::iscsi_options(&config.daemon, runtime.stats.auth_failures_counter());
     let tokio = tokio::runtime::Builder::new_multi_thread()
@@ -158,7 +159,10 @@ pub fn run(
         nbd_listen_override: nbd_listen.to_vec(),
     };
     let api = match (current.config.daemon.api_listen, api_token) {
-        (Some(addr), Some(token)) => Some((addr, api_guard(&current, &options, &token))),
+        (Some(addr), Some(token)) => Some((
+            addr,
+            api_guard(&current, &options, &token, read_only_token.as_deref()),
+        )),
         _ => None,
     };
     let handles = connection_runtimes
@@ -229,6 +233,7 @@ fn api_guard(
     current: &admin::Current,
     options: &iscsi::ServerOptions,
     token: &str,
+    read_only: Option<&str>,
 ) -> admin::ApiGuard {
     let daemon = &current.config.daemon;
     let delays = (
@@ -240,7 +245,8 @@ fn api_guard(
             .unwrap_or(iscsi::AuthThrottle::DEFAULT_DELAY_MAX),
     );
     let budget = (options.max_logins_per_source, options.max_logins);
-    admin::ApiGuard::new(admin::Token::new(token), delays, budget)
+    let token = admin::Token::new(token).with_read_only(read_only);
+    admin::ApiGuard::new(token, delays, budget)
 }
 
 /// The `[daemon]` deadlines of administration API requests, where given.

@@ -7,28 +7,53 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use web_console::Role;
 use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use peer_limits::{AuthThrottle, EventLog, PreLoginBudget, PreLoginTicket};
 use subtle::ConstantTimeEq;
 
-/// The secret a TCP caller must present as `Authorization: Bearer <token>`.
-pub struct Token(Vec<u8>);
+/// The secrets a TCP caller must present as `Authorization: Bearer
+/// <token>`: the full token, and optionally a read-only one.
+pub struct Token {
+    full: Vec<u8>,
+    read_only: Option<Vec<u8>>,
+}
 
 impl Token {
     pub fn new(token: &str) -> Token {
-        Token(token.as_bytes().to_vec())
+        Token {
+            full: token.as_bytes().to_vec(),
+            read_only: None,
+        }
     }
 
-    /// Whether the header carries the token. The comparison takes the same
-    /// time wherever the first difference is, so timing tells nothing.
-    fn admits(&self, header: Option<&HeaderValue>) -> bool {
-        let Some(given) = header
+    /// With `read_only`, whose callers may read but not change.
+    pub fn with_read_only(mut self, read_only: Option<&str>) -> Token {
+        self.read_only = read_only.map(|t| t.as_bytes().to_vec());
+        self
+    }
+
+    /// The role of the token the header carries, if it is one of ours.
+    fn admits(&self, header: Option<&HeaderValue>) -> Option<Role> {
+        let given = header
             .map(HeaderValue::as_bytes)
-            .and_then(|h| h.strip_prefix(b"Bearer "))
-        else {
-            return false;
-        };
-        bool::from(given.ct_eq(&self.0))
+            .and_then(|h| h.strip_prefix(b"Bearer "))?;
+        self.role_of(given)
+    }
+
+    /// Both comparisons take the same time wherever the first difference
+    /// is, and both are always made, so timing tells nothing.
+    fn role_of(&self, given: &[u8]) -> Option<Role> {
+        let full = bool::from(given.ct_eq(&self.full));
+        let read_only = self
+            .read_only
+            .as_ref()
+            .is_some_and(|t| bool::from(given.ct_eq(t)));
+        match (full, read_only) {
+            (true, _) => Some(Role::Full),
+            (false, true) => Some(Role::ReadOnly),
+            _ => None,
+        }
     }
 }
 
@@ -88,12 +113,26 @@ impl ApiGuard {
     /// Lets a request from `peer` through if it bears the token. Its
     /// address's earlier failures delay it first; a failure delays the
     /// next attempts further.
-    pub async fn check(&self, peer: IpAddr, headers: &HeaderMap) -> Result<(), Refused> {
+    pub async fn check(&self, peer: IpAddr, headers: &HeaderMap) -> Result<Role, Refused> {
         let mut given = headers.get_all(AUTHORIZATION).iter();
         let header = given.next();
         if given.next().is_some() {
             return Err(Refused::Ambiguous);
         }
+        self.throttled(peer, || self.token.admits(header)).await
+    }
+
+    /// A token typed into the console's login page, checked like one in
+    /// a header: the same back-off, the same log.
+    pub async fn check_token(&self, peer: IpAddr, token: &[u8]) -> Result<Role, Refused> {
+        self.throttled(peer, || self.token.role_of(token)).await
+    }
+
+    async fn throttled(
+        &self,
+        peer: IpAddr,
+        admits: impl FnOnce() -> Option<Role>,
+    ) -> Result<Role, Refused> {
         let keys = peer_limits::auth_source_keys(peer);
         let latest = Instant::now() + self.throttle_max();
         let Some(start) = self.throttle.reserve(&keys, latest) else {
@@ -101,9 +140,9 @@ impl ApiGuard {
             return Err(Refused::Delayed);
         };
         tokio::time::sleep_until(start.into()).await;
-        if self.token.admits(header) {
+        if let Some(role) = admits() {
             self.throttle.succeeded(&keys);
-            return Ok(());
+            return Ok(role);
         }
         let (failures, next_delay) = self.throttle.failed(&keys);
         let why =
@@ -138,13 +177,24 @@ mod tests {
     fn the_token_must_match_exactly() {
         let token = Token::new("s3cret-token");
         let header = |v: &str| HeaderValue::from_str(v).unwrap();
-        assert!(token.admits(Some(&header("Bearer s3cret-token"))));
-        assert!(!token.admits(None));
-        assert!(!token.admits(Some(&header("Bearer s3cret-toke"))));
-        assert!(!token.admits(Some(&header("Bearer s3cret-token2"))));
-        assert!(!token.admits(Some(&header("Basic s3cret-token"))));
-        assert!(!token.admits(Some(&header("s3cret-token"))));
-        assert!(!token.admits(Some(&header("Bearer "))));
+        assert_eq!(
+            token.admits(Some(&header("Bearer s3cret-token"))),
+            Some(Role::Full)
+        );
+        assert_eq!(token.admits(None), None);
+        for wrong in [
+            "Bearer s3cret-toke",
+            "Bearer s3cret-token2",
+            "Basic s3cret-token",
+            "s3cret-token",
+            "Bearer ",
+        ] {
+            assert_eq!(token.admits(Some(&header(wrong))), None, "{wrong}");
+        }
+        let both = Token::new("s3cret-token").with_read_only(Some("look-but-do-not-touch"));
+        assert_eq!(both.role_of(b"s3cret-token"), Some(Role::Full));
+        assert_eq!(both.role_of(b"look-but-do-not-touch"), Some(Role::ReadOnly));
+        assert_eq!(both.role_of(b"look-but-do-not-touc"), None);
     }
 
     fn guard() -> ApiGuard {
@@ -168,7 +218,7 @@ mod tests {
         let wrong = headers(&["Bearer guess"]);
         let both = headers(&["Bearer s3cret-token", "Bearer guess"]);
         assert_eq!(g.check(ip, &both).await, Err(Refused::Ambiguous));
-        assert_eq!(g.check(ip, &right).await, Ok(()));
+        assert_eq!(g.check(ip, &right).await, Ok(Role::Full));
         let started = Instant::now();
         for _ in 0..3 {
             assert_eq!(g.check(ip, &wrong).await, Err(Refused::WrongToken));
@@ -178,10 +228,16 @@ mod tests {
         assert_eq!(g.failures(), 3);
         // Another address is not slowed.
         let other = Instant::now();
-        assert_eq!(g.check("192.0.2.2".parse().unwrap(), &right).await, Ok(()));
+        assert_eq!(
+            g.check("192.0.2.2".parse().unwrap(), &right).await,
+            Ok(Role::Full)
+        );
         assert!(other.elapsed() < Duration::from_millis(40));
-        // The right token still gets through once its slot comes.
-        assert_eq!(g.check(ip, &right).await, Ok(()));
+        // The right token still gets through once its slot comes, and a
+        // wrong one typed into the console counts like one in a header.
+        assert_eq!(g.check(ip, &right).await, Ok(Role::Full));
+        assert_eq!(g.check_token(ip, b"guess").await, Err(Refused::WrongToken));
+        assert_eq!(g.failures(), 4);
     }
 
     #[test]

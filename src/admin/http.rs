@@ -1,14 +1,16 @@
 //! HTTP/1.1 (hyper) for the administration API and the metrics listener:
 //! one request per connection, a bounded head and body, the bearer token
-//! on TCP (`guard.rs`), and the answer as JSON or Prometheus text.
+//! on TCP (`guard.rs`), and the answer as JSON or Prometheus text. On TCP
+//! the web console (the `console` crate) answers `/` and `/console/...`.
 
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
+use web_console::{Body, Console};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -55,6 +57,8 @@ enum Service {
     Admin {
         admin: Arc<Admin>,
         guard: Option<(Arc<ApiGuard>, IpAddr)>,
+        /// The web console, on TCP.
+        console: Option<Arc<Console>>,
     },
     /// `GET /metrics` only: the statistics carry no secrets.
     Metrics(Arc<stats::Registry>),
@@ -62,7 +66,11 @@ enum Service {
 
 /// Answer requests on the unix socket until the task is dropped.
 pub async fn serve_unix(admin: Arc<Admin>, listener: UnixListener, deadlines: Deadlines) {
-    let service = Service::Admin { admin, guard: None };
+    let service = Service::Admin {
+        admin,
+        guard: None,
+        console: None,
+    };
     loop {
         match listener.accept().await {
             Ok((stream, _)) => spawn_connection(stream, service.clone(), deadlines, None),
@@ -80,6 +88,7 @@ pub async fn serve_tcp(
     deadlines: Deadlines,
 ) {
     let guard = Arc::new(guard);
+    let console = super::console::start(&admin, &guard, deadlines.body);
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -89,6 +98,7 @@ pub async fn serve_tcp(
                 let service = Service::Admin {
                     admin: admin.clone(),
                     guard: Some((guard.clone(), peer.ip())),
+                    console: Some(console.clone()),
                 };
                 spawn_connection(stream, service, deadlines, Some(ticket));
             }
@@ -163,8 +173,8 @@ fn spawn_connection<S>(
     });
 }
 
-fn response(status: u16, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
-    let mut answer = Response::new(Full::new(Bytes::from(body)));
+fn response(status: u16, content_type: &'static str, body: String) -> Response<Body> {
+    let mut answer = Response::new(web_console::body(body));
     *answer.status_mut() =
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     answer
@@ -173,23 +183,23 @@ fn response(status: u16, content_type: &'static str, body: String) -> Response<F
     answer
 }
 
-fn json_response(status: u16, body: &Value) -> Response<Full<Bytes>> {
+fn json_response(status: u16, body: &Value) -> Response<Body> {
     response(status, "application/json", body.to_string())
 }
 
-fn error_response(status: u16, message: &str) -> Response<Full<Bytes>> {
+fn error_response(status: u16, message: &str) -> Response<Body> {
     json_response(status, &json!({ "error": message }))
 }
 
 /// `GET /metrics`; any other method is refused.
-fn metrics(stats: &Arc<stats::Registry>, method: &Method) -> Response<Full<Bytes>> {
+fn metrics(stats: &Arc<stats::Registry>, method: &Method) -> Response<Body> {
     if method != Method::GET {
         return error_response(405, "method not allowed");
     }
     response(200, METRICS_TYPE, stats::prometheus::encode_text(stats))
 }
 
-fn refusal(refused: Refused) -> Response<Full<Bytes>> {
+fn refusal(refused: Refused) -> Response<Body> {
     let (status, message, header) = match refused {
         Refused::Ambiguous => (400, "more than one Authorization header", None),
         Refused::WrongToken => (
@@ -216,19 +226,32 @@ async fn answer(
     service: &Service,
     req: hyper::Request<Incoming>,
     body_deadline: Duration,
-) -> Response<Full<Bytes>> {
-    let (admin, guard) = match service {
+) -> Response<Body> {
+    let (admin, guard, console) = match service {
         Service::Metrics(stats) => {
             return match req.uri().path() {
                 "/metrics" => metrics(stats, req.method()),
                 path => error_response(404, &format!("no such resource {path}")),
             }
         }
-        Service::Admin { admin, guard } => (admin, guard),
+        Service::Admin {
+            admin,
+            guard,
+            console,
+        } => (admin, guard, console),
     };
+    if let (Some(console), Some((_, peer))) = (console, guard) {
+        if Console::owns(req.uri().path()) {
+            return console.answer(*peer, req).await;
+        }
+    }
     if let Some((guard, peer)) = guard {
-        if let Err(refused) = guard.check(*peer, req.headers()).await {
-            return refusal(refused);
+        match guard.check(*peer, req.headers()).await {
+            Err(refused) => return refusal(refused),
+            Ok(role) if !role.may(req.method().as_str()) => {
+                return error_response(403, web_console::READ_ONLY_REFUSAL)
+            }
+            Ok(_) => {}
         }
     }
     if req.uri().path() == "/metrics" {

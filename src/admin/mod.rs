@@ -27,6 +27,7 @@
 //! the running objects cannot take (a formatted pool's layout) is refused,
 //! and so is one that replaces data a LUN serves unless `force=true`.
 
+mod console;
 mod devices;
 mod guard;
 mod http;

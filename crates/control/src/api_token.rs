@@ -1,7 +1,9 @@
 //! The token of the TCP administration API: read from `[daemon]
-//! api_token_file`, which only its owner may read.
+//! api_token_file`, which only its owner may read, and the read-only token
+//! of `api_read_only_token_file`.
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use crate::error::ConfigError;
 use crate::model::Config;
@@ -13,11 +15,37 @@ pub const MIN_TOKEN_LEN: usize = 16;
 /// readable by others, empty, short, or holds characters an HTTP header
 /// cannot carry.
 pub fn load_api_token(config: &Config) -> Result<Option<String>, ConfigError> {
-    let Some(path) = &config.daemon.api_token_file else {
+    match &config.daemon.api_token_file {
+        Some(path) => read_token(config, path, "daemon.api_token_file").map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The token of `[daemon] api_read_only_token_file`, whose callers may
+/// read everything and change nothing; `None` when not set. The same rules
+/// as [`load_api_token`], and it must differ from the full token.
+pub fn load_read_only_token(config: &Config) -> Result<Option<String>, ConfigError> {
+    const FIELD: &str = "daemon.api_read_only_token_file";
+    let Some(path) = &config.daemon.api_read_only_token_file else {
         return Ok(None);
     };
-    let fail =
-        |reason: String| ConfigError::single(&config.origin, None, "daemon.api_token_file", reason);
+    let token = read_token(config, path, FIELD)?;
+    if load_api_token(config)?.as_deref() == Some(token.as_str()) {
+        return Err(ConfigError::single(
+            &config.origin,
+            None,
+            FIELD,
+            format!(
+                "{} holds the same token as api_token_file: a read-only token must differ",
+                path.display()
+            ),
+        ));
+    }
+    Ok(Some(token))
+}
+
+fn read_token(config: &Config, path: &Path, field: &str) -> Result<String, ConfigError> {
+    let fail = |reason: String| ConfigError::single(&config.origin, None, field, reason);
     let meta = std::fs::metadata(path)
         .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
     let mode = meta.permissions().mode() & 0o777;
@@ -42,7 +70,7 @@ pub fn load_api_token(config: &Config) -> Result<Option<String>, ConfigError> {
             path.display()
         )));
     }
-    Ok(Some(token.to_string()))
+    Ok(token.to_string())
 }
 
 #[cfg(test)]
@@ -86,6 +114,49 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("one word"), "{err}");
+    }
+
+    #[test]
+    fn the_read_only_token_follows_the_same_rules_and_differs() {
+        let dir = tempfile::tempdir().unwrap();
+        let full = dir.path().join("token");
+        let read_only = dir.path().join("ro");
+        std::fs::write(&full, "0123456789abcdef0123").unwrap();
+        std::fs::set_permissions(&full, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let config = |ro_text: &str, mode: u32| {
+            std::fs::write(&read_only, ro_text).unwrap();
+            std::fs::set_permissions(&read_only, std::fs::Permissions::from_mode(mode)).unwrap();
+            let text = format!(
+                "[daemon]\napi_listen = \"127.0.0.1:8470\"\napi_token_file = \"{}\"\n\
+                 api_read_only_token_file = \"{}\"\n",
+                full.display(),
+                read_only.display()
+            );
+            crate::parse_config(&text, "t.toml").unwrap()
+        };
+        let good = config("readonly-0123456789", 0o600);
+        assert_eq!(
+            load_read_only_token(&good).unwrap().as_deref(),
+            Some("readonly-0123456789")
+        );
+        let err = load_read_only_token(&config("readonly-0123456789", 0o644))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("daemon.api_read_only_token_file") && err.contains("mode 644"),
+            "{err}"
+        );
+        let err = load_read_only_token(&config("0123456789abcdef0123", 0o600))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("daemon.api_read_only_token_file") && err.contains("must differ"),
+            "{err}"
+        );
+        let err = crate::parse_config("[daemon]\napi_read_only_token_file = \"/x\"\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("daemon.api_listen"), "{err}");
     }
 
     #[test]

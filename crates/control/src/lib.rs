@@ -26,7 +26,7 @@ mod validate;
 
 use std::path::Path;
 
-pub use api_token::load_api_token;
+pub use api_token::{load_api_token, load_read_only_token};
 pub use diff::diff;
 pub use duration::parse_duration;
 pub use edit::{apply_edit, typed_value, ChapScope, Edit};

@@ -99,6 +99,8 @@ pub struct Daemon {
     pub api_listen: Option<SocketAddr>,
     /// File holding the bearer token the TCP API requires.
     pub api_token_file: Option<PathBuf>,
+    /// File holding a second token whose callers may read but not change.
+    pub api_read_only_token_file: Option<PathBuf>,
     /// Time an administration API caller has to send its request head.
     pub api_header_timeout: Option<Duration>,
     /// Time an administration API caller has to send its request body.

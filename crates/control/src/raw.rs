@@ -69,6 +69,7 @@ pub struct RawDaemon {
     pub max_queued_output: Option<Spanned<String>>,
     pub api_listen: Option<Spanned<String>>,
     pub api_token_file: Option<Spanned<String>>,
+    pub api_read_only_token_file: Option<Spanned<String>>,
     pub api_header_timeout: Option<Spanned<String>>,
     pub api_body_timeout: Option<Spanned<String>>,
     pub auth_fail_delay: Option<Spanned<String>>,

@@ -189,6 +189,10 @@ pub fn daemon_fields(d: &Daemon) -> Vec<Field> {
         ("auth_fail_delay_max", dur(&d.auth_fail_delay_max)),
         ("api_listen", opt(&d.api_listen, shown, UNSET)),
         ("api_token_file", opt(&d.api_token_file, path, UNSET)),
+        (
+            "api_read_only_token_file",
+            opt(&d.api_read_only_token_file, path, UNSET),
+        ),
     ]
 }
 

@@ -74,6 +74,15 @@ impl Checker<'_> {
             ),
             _ => {}
         }
+        if let (None, Some(read_only)) = (&d.api_listen, &d.api_read_only_token_file) {
+            self.fail(
+                &read_only.span(),
+                "daemon.api_listen".into(),
+                "api_read_only_token_file is set but api_listen is not",
+            );
+        }
+        let api_read_only_token_file =
+            self.path(d.api_read_only_token_file, "api_read_only_token_file");
         Daemon {
             state_dir,
             max_sessions_per_initiator,
@@ -88,6 +97,7 @@ impl Checker<'_> {
             max_queued_output,
             api_listen,
             api_token_file,
+            api_read_only_token_file,
             api_header_timeout,
             api_body_timeout,
             auth_fail_delay,
