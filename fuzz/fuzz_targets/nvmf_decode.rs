@@ -8,7 +8,12 @@ use libfuzzer_sys::fuzz_target;
 use nvmf::capsule::Sqe;
 use nvmf::wire::{self, kind, Digests, Pdu};
 
-const HOST_SENDS: &[u8] = &[kind::IC_REQ, kind::H2C_TERM, kind::CAPSULE_CMD, kind::H2C_DATA];
+const HOST_SENDS: &[u8] = &[
+    kind::IC_REQ,
+    kind::H2C_TERM,
+    kind::CAPSULE_CMD,
+    kind::H2C_DATA,
+];
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, mut rest)) = data.split_first() else {

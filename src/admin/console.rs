@@ -7,8 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use web_console::{ApiRequest, Console, Role};
 use serde_json::Value;
+use web_console::{ApiRequest, Console, Role};
 
 use super::guard::{ApiGuard, Refused};
 use super::{route, Admin, Request};

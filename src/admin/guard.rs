@@ -7,10 +7,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use web_console::Role;
 use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use peer_limits::{AuthThrottle, EventLog, PreLoginBudget, PreLoginTicket};
 use subtle::ConstantTimeEq;
+use web_console::Role;
 
 /// The secrets a TCP caller must present as `Authorization: Bearer
 /// <token>`: the full token, and optionally a read-only one.
