@@ -1,9 +1,9 @@
 //! The web console in a real browser: headless Chromium, driven through
 //! chromedriver, against the real daemon. It logs in (a wrong token is
 //! refused), watches a LUN's IOPS move while qemu-img writes to it, takes
-//! a snapshot of a pool's volume and finds it, fails a RAID5 member and
-//! sees the array degraded and then rebuilding onto a new spare with its
-//! progress, applies a configuration that adds a LUN and sees it, sees an
+//! a snapshot of a pool's volume and finds it, sees a RAID5 member failed
+//! with `device fault` turn the array degraded and then rebuild onto a new
+//! spare with its progress, applies a configuration that adds a LUN and sees it, sees an
 //! invalid one refused naming its field with nothing applied, and sees a
 //! read-only token refused every change. With `CONSOLE_SCREENSHOTS=DIR`
 //! it saves a screenshot of each page there (docs/console/ holds them).
@@ -215,13 +215,15 @@ fn the_console_shows_and_changes_the_array_in_a_browser() {
     );
     assert!(row.contains("nightly"), "{row}");
 
-    // RAID5: a member failed from the console, then a spare added; the
-    // array is degraded, then rebuilds with its progress shown.
-    browser.click("[data-device=\"r5\"] [data-action=\"fail\"]");
-    confirm(&browser, &[("member", "m1")]);
+    // RAID5: a member failed underneath with `device fault` (the array
+    // finds out at its next write there), then a spare added from the
+    // console; the array is degraded, then rebuilds with its progress shown.
+    daemon.ok(&["device", "fault", "m1", "fail"]);
+    let r5_writer = Writer::start(&format!("iscsi://127.0.0.1:{portal}/{TARGET}/1"));
     browser.wait_text("[data-device=\"r5\"] [data-state=\"array\"]", WAIT, |t| {
         t == "degraded"
     });
+    drop(r5_writer);
     browser.click("#nav-overview");
     let degraded = browser.wait_text("#degraded", WAIT, |t| t.contains("r5"));
     assert!(degraded.contains("degraded"), "{degraded}");
