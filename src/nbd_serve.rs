@@ -100,6 +100,7 @@ fn load_tls(tls: Option<&nbd::TlsConfig>) -> Result<Option<nbd::Tls>, String> {
 }
 
 /// The NBD listeners and TLS files as a configuration change moves them.
+#[derive(Clone)]
 struct NbdLive {
     server: nbd::Server,
     listeners: Arc<nbd::Listeners>,
@@ -142,11 +143,7 @@ impl daemon::LiveListeners for NbdLive {
             false => None,
         };
         Ok(Box::new(NbdChange {
-            live: NbdLive {
-                server: self.server.clone(),
-                listeners: self.listeners.clone(),
-                tls: self.tls.clone(),
-            },
+            live: self.clone(),
             added,
             removed,
             tls,

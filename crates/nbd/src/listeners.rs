@@ -69,17 +69,7 @@ impl Listeners {
     /// Starts accepting on `bound` (bound to `addr`). Needs a runtime's
     /// context.
     pub fn start(&self, addr: ListenAddr, bound: Bound) -> io::Result<()> {
-        let server = self.server.clone();
-        let task = match bound {
-            Bound::Tcp(l) => {
-                let l = tokio::net::TcpListener::from_std(l)?;
-                tokio::spawn(async move { server.serve_tcp(l).await })
-            }
-            Bound::Unix(l) => {
-                let l = tokio::net::UnixListener::from_std(l)?;
-                tokio::spawn(async move { server.serve_unix(l).await })
-            }
-        };
+        let task = self.server.serve_bound(bound)?;
         tracing::info!(%addr, "NBD listening");
         if let Some((_, old)) = self.running.lock().insert(addr.to_string(), (addr, task)) {
             old.abort();

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::exports::{Export, ExportCounters, ExportStats, ExportTable};
 use crate::handshake::{self, HandshakeError, Negotiated, Offer, Step};
+use crate::listeners::Bound;
 use crate::placed::RecvInto;
 use crate::placement::Placement;
 use crate::sessions::{Session, Sessions};
@@ -244,24 +245,23 @@ impl Server {
     /// [`Server::shutdown`]. A unix socket file left by a process that is
     /// gone is replaced; one that still answers is not.
     pub async fn listen(&self, addr: &ListenAddr) -> io::Result<JoinHandle<io::Result<()>>> {
+        self.serve_bound(crate::listeners::bind(addr)?)
+    }
+
+    /// Serves an already bound socket on a task of the current runtime
+    /// until [`Server::shutdown`] (or the task is aborted).
+    pub fn serve_bound(&self, bound: Bound) -> io::Result<JoinHandle<io::Result<()>>> {
         let server = self.clone();
-        match addr {
-            ListenAddr::Tcp(a) => {
-                let listener = TcpListener::bind(a).await?;
-                Ok(tokio::spawn(
-                    async move { server.serve_tcp(listener).await },
-                ))
+        Ok(match bound {
+            Bound::Tcp(l) => {
+                let l = TcpListener::from_std(l)?;
+                tokio::spawn(async move { server.serve_tcp(l).await })
             }
-            ListenAddr::Unix(path) => {
-                if path.exists() && tokio::net::UnixStream::connect(path).await.is_err() {
-                    std::fs::remove_file(path)?;
-                }
-                let listener = UnixListener::bind(path)?;
-                Ok(tokio::spawn(
-                    async move { server.serve_unix(listener).await },
-                ))
+            Bound::Unix(l) => {
+                let l = UnixListener::from_std(l)?;
+                tokio::spawn(async move { server.serve_unix(l).await })
             }
-        }
+        })
     }
 
     /// Accepts clients on `listener` until [`Server::shutdown`].

@@ -466,13 +466,7 @@ impl Queue {
             0
         };
         let taken = self.take_budget(out).await?;
-        let permit = self
-            .cx
-            .device_slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| End::Closed("shutting down".into()))?;
+        let permit = self.device_slot().await?;
         let completer = self.completer.clone();
         let qid = self.conn.as_ref().map_or(0, |c| c.qid);
         tokio::spawn(async move {
@@ -507,13 +501,7 @@ impl Queue {
                 .complete_now(second.0.cid(), Status::FUSED_FAILED, 0);
             return Ok(());
         };
-        let permit = self
-            .cx
-            .device_slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| End::Closed("shutting down".into()))?;
+        let permit = self.device_slot().await?;
         let completer = self.completer.clone();
         tokio::spawn(async move {
             let (a, b) = (first.0.cid(), second.0.cid());
@@ -539,6 +527,16 @@ impl Queue {
     }
 
     /// Room in the outgoing budget for `bytes` of read data.
+    /// One of the threads the device work of every queue shares.
+    async fn device_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, End> {
+        self.cx
+            .device_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| End::Closed("shutting down".into()))
+    }
+
     async fn take_budget(&self, bytes: usize) -> Result<u32, End> {
         if bytes == 0 {
             return Ok(0);
