@@ -110,12 +110,11 @@ fn a_cut_link_degrades_the_primary_and_a_resync_copies_only_what_it_wrote() {
     assert!(p.a.data() != p.b.data());
 
     p.proxy.heal();
-    // (A write before the pair agreed would be one more marked region.)
-    wait("the resync to start", || {
-        matches!(
-            p.a.status().connection,
-            Connection::SyncSource | Connection::Connected
-        )
+    // Once the resync has chosen its regions: a write before that is in
+    // the activity log, so it would be one more region to copy.
+    wait("the resync to choose its regions", || {
+        let s = p.a.status();
+        s.connection == Connection::Connected || s.resync.is_some_and(|r| r.total_bytes > 0)
     });
     // Foreground writes go on during the resync, into copied and
     // uncopied regions alike.
