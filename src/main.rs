@@ -219,7 +219,7 @@ fn main() -> ExitCode {
         Command::Raid { api, command } => raid_cli::run(&api, command),
         Command::Edit(cmd) => edit_cli::run(cmd),
         Command::DefaultConfig => {
-            print!("{}", control::DEFAULT_CONFIG_TOML);
+            print!("{}", control::default_config_text());
             ExitCode::SUCCESS
         }
     }

@@ -128,10 +128,7 @@ pub fn run(
                 "no --config given and no {}: serving the built-in default configuration",
                 default_path.display()
             );
-            (
-                control::default_config(),
-                control::DEFAULT_CONFIG_TOML.to_string(),
-            )
+            (control::default_config(), control::default_config_text())
         }
     };
     if !listen.is_empty() {

@@ -67,6 +67,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<String> {
         "target",
     );
     nbd_changes(&mut out, old, new);
+    crate::sections::diff(&old.sections, &new.sections, &mut out);
     out
 }
 

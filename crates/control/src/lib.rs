@@ -20,6 +20,7 @@ mod pools;
 mod raw;
 mod render;
 mod runtime;
+pub mod sections;
 mod show;
 mod size;
 mod validate;
@@ -90,9 +91,14 @@ pub fn parse_config(text: &str, origin: &str) -> Result<Config, ConfigError> {
     validate::validate(raw, text, origin)
 }
 
+/// The built-in default with the registered sections' parts.
+pub fn default_config_text() -> String {
+    format!("{DEFAULT_CONFIG_TOML}{}", sections::default_texts())
+}
+
 pub fn default_config() -> Config {
     // The embedded text is fixed at build time and checked by a unit test.
-    parse_config(DEFAULT_CONFIG_TOML, DEFAULT_ORIGIN)
+    parse_config(&default_config_text(), DEFAULT_ORIGIN)
         .expect("the built-in default configuration is valid")
 }
 

@@ -92,6 +92,66 @@ pub fn field_at(text: &str, offset: usize) -> String {
     finder.best.map(|(_, path)| path).unwrap_or_default()
 }
 
+/// Where the field at `path` (`nvmf.subsystem[0].nqn`) is written: its
+/// key, or the table or value when it has no key of its own.
+pub fn span_of(text: &str, path: &str) -> Option<Range<usize>> {
+    let doc = Document::parse(text).ok()?;
+    let mut node = Node::Table(doc.as_table());
+    let mut span = None;
+    for part in path.split('.') {
+        let (key, indexes) = part.split_at(part.find('[').unwrap_or(part.len()));
+        let (key_span, next) = node.child(key)?;
+        span = key_span.or_else(|| next.span());
+        node = next;
+        for index in indexes.split(['[', ']']).filter(|s| !s.is_empty()) {
+            node = node.index(index.parse().ok()?)?;
+            span = node.span().or(span);
+        }
+    }
+    span
+}
+
+/// A place in a parsed document, to walk a field path down.
+#[derive(Clone, Copy)]
+enum Node<'a> {
+    Table(&'a Table),
+    Item(&'a Item),
+    Value(&'a Value),
+}
+
+impl<'a> Node<'a> {
+    fn span(self) -> Option<Range<usize>> {
+        match self {
+            Node::Table(t) => t.span(),
+            Node::Item(i) => i.span(),
+            Node::Value(v) => v.span(),
+        }
+    }
+
+    /// The key's span and the value of `key` in a table here.
+    fn child(self, key: &str) -> Option<(Option<Range<usize>>, Node<'a>)> {
+        let (k, item) = match self {
+            Node::Table(t) => t.get_key_value(key)?,
+            Node::Item(i) => i.as_table_like()?.get_key_value(key)?,
+            Node::Value(v) => {
+                let t = v.as_inline_table()?;
+                return Some((t.key(key).and_then(|k| k.span()), Node::Value(t.get(key)?)));
+            }
+        };
+        Some((k.span(), Node::Item(item)))
+    }
+
+    fn index(self, i: usize) -> Option<Node<'a>> {
+        match self {
+            Node::Item(Item::ArrayOfTables(a)) => a.get(i).map(Node::Table),
+            Node::Item(Item::Value(Value::Array(a))) | Node::Value(Value::Array(a)) => {
+                a.get(i).map(Node::Value)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Where key `key` of the `index`th `[[array]]` table is written.
 pub fn key_span(text: &str, array: &str, index: usize, key: &str) -> Option<Range<usize>> {
     let doc = Document::parse(text).ok()?;
@@ -117,6 +177,20 @@ mod tests {
         assert_eq!(at("[[device]]\nsize"), "device[1]");
         assert_eq!(at("device = \"x\""), "target[0].lun[0].device");
         assert_eq!(at("1, device"), "target[0].lun[0].lun");
+    }
+
+    #[test]
+    fn finds_the_span_of_a_path() {
+        let text = "[toy]\nlisten = [\"a\", \"b\"]\n[[toy.sub]]\nnqn = \"x\"\n[[toy.sub]]\nnqn = \"y\"\nns = [{nsid = 1}]\n";
+        let line =
+            |path: &str| span_of(text, path).map(|s| crate::Location::of_span(text, &s).line);
+        assert_eq!(line("toy"), Some(1));
+        assert_eq!(line("toy.listen[1]"), Some(2));
+        assert_eq!(line("toy.sub[0].nqn"), Some(4));
+        assert_eq!(line("toy.sub[1].nqn"), Some(6));
+        assert_eq!(line("toy.sub[1].ns[0].nsid"), Some(7));
+        assert_eq!(line("toy.sub[2]"), None);
+        assert_eq!(line("nothing"), None);
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub struct Config {
     pub discovery_chap: Option<Chap>,
     /// The NBD transport, when `[nbd]` is given.
     pub nbd: Option<Nbd>,
+    /// Sections other crates own (`[nvmf]`, `[ha]`), by name.
+    pub sections: crate::sections::Sections,
 }
 
 /// Where NBD clients connect and what they may use.
@@ -270,12 +272,15 @@ impl Config {
                 .any(|t| t.chap.is_some() || t.groups.iter().any(|g| g.chap.is_some()))
     }
 
-    /// Names of the devices served: mapped by some LUN or exported over
-    /// NBD. These are opened; the others only when a served one is over
+    /// Names of the devices served: mapped by some LUN, exported over
+    /// NBD or served by a section. These are opened; the others only when a served one is over
     /// them.
     pub fn mapped_devices(&self) -> std::collections::BTreeSet<&str> {
         let mut served = mapped_devices(&self.targets);
         served.extend(self.nbd_exports().map(|e| e.device.as_str()));
+        for s in self.sections.values() {
+            served.extend(s.devices().iter().map(String::as_str));
+        }
         served
     }
 

@@ -4,8 +4,20 @@
 use serde::Deserialize;
 use toml::Spanned;
 
+/// The top-level tables read here; other names belong to a registered
+/// section ([`crate::sections`]) or are refused.
+pub const TABLES: [&str; 8] = [
+    "daemon",
+    "discovery",
+    "portal",
+    "pool",
+    "schedule",
+    "device",
+    "target",
+    "nbd",
+];
+
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawConfig {
     pub daemon: Option<RawDaemon>,
     pub discovery: Option<RawDiscovery>,

@@ -11,7 +11,8 @@ use toml::Spanned;
 use crate::error::{ConfigError, Issue, Location};
 use crate::model::{Chap, Config, Group, Lun, Portal, Target, DEFAULT_GROUP, DEFAULT_ISCSI_PORT};
 use crate::names::{check_device_name, check_iscsi_name};
-use crate::raw::{RawChap, RawConfig, RawGroup, RawLun, RawTarget};
+use crate::raw::{RawChap, RawConfig, RawGroup, RawLun, RawTarget, TABLES};
+use crate::sections;
 use crate::size::parse_size;
 
 mod daemon;
@@ -110,6 +111,35 @@ impl Checker<'_> {
             out.push(Portal { listen: addr, at });
         }
         out
+    }
+
+    /// Top-level tables neither read here nor owned by a registered
+    /// section: a typo, or a section of a transport this build lacks.
+    fn unknown_tables(&mut self) {
+        let Ok(doc) = toml_edit::Document::parse(self.text) else {
+            return;
+        };
+        for (key, _) in doc.as_table().iter() {
+            if TABLES.contains(&key) || sections::is_registered(key) {
+                continue;
+            }
+            let mut known = TABLES.to_vec();
+            known.extend(sections::names());
+            let known = known.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>();
+            let span = doc.as_table().key(key).and_then(|k| k.span());
+            let reason = format!(
+                "unknown field `{key}`, expected one of {}",
+                known.join(", ")
+            );
+            match span {
+                Some(span) => self.fail(&span, key.to_string(), reason),
+                None => self.issues.push(Issue {
+                    location: None,
+                    field: key.to_string(),
+                    reason,
+                }),
+            }
+        }
     }
 
     /// A size given as bytes or a string such as "64K".
@@ -479,6 +509,12 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
     let (devices, declared) = c.devices(raw.device);
     let targets = c.targets(raw.target, &declared, &portals);
     let nbd = c.nbd(raw.nbd, &declared, &portals);
+    c.unknown_tables();
+    let names = declared.iter().cloned().collect();
+    let sections = sections::read_all(text, &names).unwrap_or_else(|issues| {
+        c.issues.extend(issues);
+        Default::default()
+    });
     let graph = c.graph.issues();
     c.issues.extend(graph);
     if !c.issues.is_empty() {
@@ -497,6 +533,7 @@ pub fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Conf
         targets,
         discovery_chap,
         nbd,
+        sections,
     })
 }
 

@@ -64,4 +64,4 @@ pub use config::{
 };
 pub use frontend::Session;
 pub use limits::Limits;
-pub use server::Server;
+pub use server::{Prepared, Server};

@@ -21,6 +21,66 @@ use crate::queue::End;
 use crate::registry::Registry;
 use crate::subsystem;
 
+/// A change of listeners and subsystems, its new addresses bound.
+pub struct Prepared {
+    server: Server,
+    config: Config,
+    bound: Vec<(SocketAddr, std::net::TcpListener)>,
+}
+
+impl Prepared {
+    /// Starts the new listeners, stops the dropped ones (connections
+    /// accepted through them go on) and serves the new subsystems. Needs
+    /// the context of the runtime the server runs on.
+    pub fn commit(self) -> io::Result<()> {
+        let inner = &self.server.inner;
+        let addrs = self.config.listen_addrs();
+        let mut started = Vec::new();
+        for (a, l) in self.bound {
+            let listener = TcpListener::from_std(l)?;
+            started.push((a, listener.local_addr()?, listener));
+        }
+        {
+            let mut listeners = inner.listeners.lock();
+            listeners.retain(|a, l| {
+                let keep = addrs.contains(a);
+                if !keep {
+                    l.stop.send_replace(true);
+                    tracing::info!("nvmf: no longer listening on {}", l.local);
+                }
+                keep
+            });
+            for (a, local, listener) in started {
+                let stop = watch::channel(false).0;
+                tokio::spawn(self.server.clone().accept(listener, stop.subscribe()));
+                tracing::info!("nvmf: listening on {local}");
+                listeners.insert(a, Listener { local, stop });
+            }
+        }
+        *inner.config.lock() = self.config;
+        self.server.resolve();
+        Ok(())
+    }
+}
+
+/// A listening socket as the other transports make one: the address
+/// reusable at once after a restart.
+fn bind(a: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(a),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    s.set_reuse_address(true)?;
+    if a.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.bind(&a.into())?;
+    s.listen(1024)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
 /// What every connection of the server shares.
 pub(crate) struct Context {
     pub registry: Registry,
@@ -37,7 +97,7 @@ struct Inner {
     cx: Arc<Context>,
     config: Mutex<Config>,
     devices: Mutex<BTreeMap<String, Arc<Backing>>>,
-    listeners: tokio::sync::Mutex<BTreeMap<SocketAddr, Listener>>,
+    listeners: Mutex<BTreeMap<SocketAddr, Listener>>,
     shutdown: watch::Sender<bool>,
     connecting: Arc<PreLoginBudget>,
     per_source: Arc<SourceLimit>,
@@ -68,7 +128,7 @@ impl Server {
                 cx,
                 config: Mutex::new(Config::default()),
                 devices: Mutex::new(BTreeMap::new()),
-                listeners: tokio::sync::Mutex::new(BTreeMap::new()),
+                listeners: Mutex::new(BTreeMap::new()),
                 shutdown: watch::channel(false).0,
                 connecting: PreLoginBudget::new(
                     limits.connecting_per_source,
@@ -97,37 +157,27 @@ impl Server {
     /// their namespace changes; those of removed ones end). Nothing
     /// changes when a new address cannot be bound.
     pub async fn reconfigure(&self, config: &Config) -> io::Result<()> {
-        self.set_listen(&config.listen_addrs()).await?;
-        *self.inner.config.lock() = config.clone();
-        self.resolve();
-        Ok(())
+        self.prepare(config)?.commit()
     }
 
-    /// Listens on exactly `addrs` from now on: connections accepted on a
-    /// listener that stops keep going.
-    pub async fn set_listen(&self, addrs: &[SocketAddr]) -> io::Result<()> {
-        let mut listeners = self.inner.listeners.lock().await;
+    /// Binds the addresses `config` adds, without serving them or
+    /// changing anything else until [`Prepared::commit`]: a change whose
+    /// address is taken is refused whole.
+    pub fn prepare(&self, config: &Config) -> io::Result<Prepared> {
+        let listening: Vec<SocketAddr> = self.inner.listeners.lock().keys().copied().collect();
         let mut bound = Vec::new();
-        for a in addrs {
-            if !listeners.contains_key(a) {
-                bound.push((*a, TcpListener::bind(a).await?));
+        for a in config.listen_addrs() {
+            if !listening.contains(&a) {
+                let l = bind(a)
+                    .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {a}: {e}")))?;
+                bound.push((a, l));
             }
         }
-        listeners.retain(|a, l| {
-            let keep = addrs.contains(a);
-            if !keep {
-                l.stop.send_replace(true);
-            }
-            keep
-        });
-        for (a, listener) in bound {
-            let local = listener.local_addr()?;
-            let stop = watch::channel(false).0;
-            tokio::spawn(self.clone().accept(listener, stop.subscribe()));
-            tracing::info!("nvmf: listening on {local}");
-            listeners.insert(a, Listener { local, stop });
-        }
-        Ok(())
+        Ok(Prepared {
+            server: self.clone(),
+            config: config.clone(),
+            bound,
+        })
     }
 
     /// Where the server listens (bound addresses: port 0 resolved).
@@ -135,7 +185,6 @@ impl Server {
         self.inner
             .listeners
             .lock()
-            .await
             .values()
             .map(|l| l.local)
             .collect()
