@@ -71,6 +71,11 @@ enum Command {
         #[arg(long, value_name = "ADDR", value_parser = nbd::parse_listen)]
         nbd_listen: Vec<nbd::ListenAddr>,
 
+        /// Serve NVMe/TCP here instead of the configured `[nvmf] listen`;
+        /// repeatable. HOST:PORT or HOST (port 4420).
+        #[arg(long, value_name = "ADDR", value_parser = nvmf::parse_listen)]
+        nvmf_listen: Vec<SocketAddr>,
+
         /// Serve the administration API (`openarray config ...`) on this
         /// unix socket, usable by its owner only; `none` turns it off.
         /// Without it, /run/openarray.sock.
@@ -173,6 +178,7 @@ fn init_logging(level: Option<&str>) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    daemon::register_sections();
     let cli = Cli::parse();
     if let Err(e) = init_logging(cli.log_level.as_deref()) {
         eprintln!("openarray: {e}");
@@ -183,12 +189,14 @@ fn main() -> ExitCode {
             config,
             listen,
             nbd_listen,
+            nvmf_listen,
             admin_socket,
             metrics_listen,
         } => match serve::run(
             config.as_deref(),
             &listen,
             &nbd_listen,
+            &nvmf_listen,
             &serve::AdminSocket::from_arg(admin_socket),
             metrics_listen,
         ) {

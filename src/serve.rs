@@ -107,6 +107,7 @@ pub fn run(
     config_path: Option<&Path>,
     listen: &[SocketAddr],
     nbd_listen: &[nbd::ListenAddr],
+    nvmf_listen: &[SocketAddr],
     admin_socket: &AdminSocket,
     metrics_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
@@ -137,6 +138,9 @@ pub fn run(
     if !nbd_listen.is_empty() {
         config.override_nbd_listen(nbd_listen);
     }
+    if !nvmf_listen.is_empty() {
+        daemon::nvmf_transport::override_listen(&mut config, nvmf_listen);
+    }
     // Checked before anything is opened: a bad token file is a config error.
     let api_token = control::load_api_token(&config)?;
     let read_only_token = control::load_read_only_token(&config)?;
@@ -154,6 +158,7 @@ pub fn run(
         runtime,
         listen_override: listen.to_vec(),
         nbd_listen_override: nbd_listen.to_vec(),
+        nvmf_listen_override: nvmf_listen.to_vec(),
     };
     let api = match (current.config.daemon.api_listen, api_token) {
         (Some(addr), Some(token)) => Some((
@@ -307,6 +312,13 @@ async fn serve(
     runtime
         .stats
         .add_source(crate::nbd_serve::samples(&nbd.server));
+    // As NBD's: the built-in default's address may be held.
+    let nvmf = daemon::NvmfTransport::start(
+        &current.config,
+        &runtime.exports,
+        current.path.is_some() || !current.nvmf_listen_override.is_empty(),
+    )
+    .context("NVMe/TCP")?;
     let admin_listener = admin_socket.bind()?;
     let api_listener = bind_optional(api.as_ref().map(|(addr, _)| *addr), "the API")?;
     let metrics_listener = bind_optional(metrics_listen, "metrics")?;
@@ -326,8 +338,12 @@ async fn serve(
     let admin = Arc::new(admin::Admin {
         current: Mutex::new(current),
         server: server.clone(),
-        frontends: vec![server.clone(), Arc::new(nbd.server.clone())],
-        listeners: vec![nbd.live()],
+        frontends: vec![
+            server.clone(),
+            Arc::new(nbd.server.clone()),
+            Arc::new(nvmf.server.clone()),
+        ],
+        listeners: vec![nbd.live(), Arc::new(nvmf.clone())],
         stats,
         portals: Mutex::new(portals),
         jobs: Arc::default(),
@@ -377,6 +393,7 @@ async fn serve(
     if let Some(task) = api_task {
         task.abort();
     }
+    nvmf.server.shutdown();
     end_sessions(&server, nbd, &mut sigterm, &mut sigint).await;
     let mut listeners = std::mem::replace(
         &mut *admin.portals.lock().unwrap_or_else(|p| p.into_inner()),

@@ -84,6 +84,21 @@ impl fmt::Debug for SectionValue {
 /// The sections of one configuration, by name.
 pub type Sections = BTreeMap<&'static str, SectionValue>;
 
+/// Sets section `S` of a configuration to `config`, e.g. for a listen
+/// address given on the command line.
+pub fn set<S: SectionOwner>(sections: &mut Sections, owner: &S, config: S::Config) {
+    let at = sections.get(S::NAME).and_then(|s| s.at);
+    let toml =
+        toml::Value::try_from(&config).unwrap_or_else(|_| toml::Value::Table(Default::default()));
+    let value = SectionValue {
+        devices: owner.served_devices(&config),
+        value: Arc::new(config),
+        toml,
+        at,
+    };
+    sections.insert(S::NAME, value);
+}
+
 /// The type-erased side of a [`SectionOwner`].
 trait Registered: Send + Sync {
     fn name(&self) -> &'static str;

@@ -10,10 +10,18 @@
 
 mod iscsi_options;
 mod live_listeners;
+pub mod nvmf_transport;
 pub mod portals;
 
 pub use iscsi_options::iscsi_options;
 pub use live_listeners::{LiveListeners, PreparedListeners};
+pub use nvmf_transport::{NvmfSection, NvmfTransport};
+
+/// Makes the sections of the transports and services this daemon serves
+/// part of its configuration language; called once at start.
+pub fn register_sections() {
+    control::sections::register(NvmfSection);
+}
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -38,6 +46,9 @@ pub struct Current {
     /// `--nbd-listen` addresses that replace every configuration's
     /// `[nbd] listen`.
     pub nbd_listen_override: Vec<nbd::ListenAddr>,
+    /// `--nvmf-listen` addresses that replace every configuration's
+    /// `[nvmf] listen`.
+    pub nvmf_listen_override: Vec<SocketAddr>,
 }
 
 /// Why a change was not made, as the API answers it.
@@ -96,6 +107,9 @@ pub fn proposed(current: &Current, text: &str, origin: &str) -> Result<control::
     }
     if !current.nbd_listen_override.is_empty() {
         config.override_nbd_listen(&current.nbd_listen_override);
+    }
+    if !current.nvmf_listen_override.is_empty() {
+        nvmf_transport::override_listen(&mut config, &current.nvmf_listen_override);
     }
     Ok(config)
 }
