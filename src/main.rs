@@ -12,6 +12,7 @@ mod device_cli;
 mod device_metrics;
 mod edit_cli;
 mod export_cli;
+mod ha_cli;
 mod listener_metrics;
 mod nbd_serve;
 mod output;
@@ -125,6 +126,13 @@ enum Command {
         #[command(subcommand)]
         command: cache_cli::CacheCommand,
     },
+    /// The mirrors of a node of an HA pair: status, promote, demote.
+    Ha {
+        #[command(flatten)]
+        api: api_client::ApiArgs,
+        #[command(subcommand)]
+        command: ha_cli::HaCommand,
+    },
     /// Live iSCSI sessions of a running daemon: list, show, kill.
     Session {
         #[command(flatten)]
@@ -221,6 +229,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => stat_cli::run(args),
         Command::Session { api, command } => session_cli::run(&api, command),
         Command::Cache { api, command } => cache_cli::run(&api, command),
+        Command::Ha { api, command } => ha_cli::run(&api, command),
         Command::Status(args) => status_cli::run(args),
         Command::Console(args) => console_cli::run(args),
         Command::Bench(args) => bench_cli::run(args),

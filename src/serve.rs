@@ -144,12 +144,16 @@ pub fn run(
     // Checked before anything is opened: a bad token file is a config error.
     let api_token = control::load_api_token(&config)?;
     let read_only_token = control::load_read_only_token(&config)?;
-    let runtime = control::build(&config)?;
-    let options = daemon::iscsi_options(&config.daemon, runtime.stats.auth_failures_counter());
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the I/O runtime")?;
+    // Mirror devices replicate over the link: it runs before they open.
+    let ha_link = tokio
+        .block_on(daemon::ha_pair::start_link(&config))
+        .context("[ha]")?;
+    let runtime = control::build(&config)?;
+    let options = daemon::iscsi_options(&config.daemon, runtime.stats.auth_failures_counter());
     let connection_runtimes = connection_runtimes()?;
     let current = admin::Current {
         config,
@@ -183,6 +187,10 @@ pub fn run(
     for runtime in connection_runtimes {
         let _ = runtime.stop.send(());
         let _ = runtime.thread.join();
+    }
+    // After the mirrors flushed to both nodes.
+    if let Some(link) = ha_link {
+        link.shutdown();
     }
     served
 }
@@ -335,6 +343,7 @@ async fn serve(
         tracing::info!(%addr, "listening");
         portals.start(addr, listener);
     }
+    let ha_running = daemon::ha_pair::section(&current.config).cloned();
     let admin = Arc::new(admin::Admin {
         current: Mutex::new(current),
         server: server.clone(),
@@ -343,7 +352,13 @@ async fn serve(
             Arc::new(nbd.server.clone()),
             Arc::new(nvmf.server.clone()),
         ],
-        listeners: vec![nbd.live(), Arc::new(nvmf.clone())],
+        listeners: vec![
+            nbd.live(),
+            Arc::new(nvmf.clone()),
+            Arc::new(daemon::ha_pair::HaLive {
+                running: ha_running,
+            }),
+        ],
         stats,
         portals: Mutex::new(portals),
         jobs: Arc::default(),

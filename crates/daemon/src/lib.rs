@@ -8,6 +8,7 @@
 //! transport. Anything failing before that leaves the running state and
 //! the file as they were.
 
+pub mod ha_pair;
 mod iscsi_options;
 mod live_listeners;
 pub mod nvmf_transport;
@@ -21,6 +22,7 @@ pub use nvmf_transport::{NvmfSection, NvmfTransport};
 /// part of its configuration language; called once at start.
 pub fn register_sections() {
     control::sections::register(NvmfSection);
+    control::sections::register(ha_pair::HaOwner);
 }
 
 use std::io::Write;

@@ -15,7 +15,7 @@ pub const KIND: Kind = Kind {
     name: "mirror",
     fields: &["over", "resync_rate"],
     parse,
-    api: None,
+    api: Some(&super::mirror_api::API),
     files: &[],
 };
 

@@ -27,6 +27,7 @@ mod file;
 mod files;
 mod mem;
 mod mirror;
+mod mirror_api;
 mod null;
 mod raid;
 mod raid_api;

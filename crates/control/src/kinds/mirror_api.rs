@@ -1,0 +1,70 @@
+//! `/v1/mirrors/{name}...`: the mirror devices of the running
+//! configuration, and the planned role moves of the pair.
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | `GET /v1/mirrors/{name}` | `{"name", "over", "status", "link"}`: role, connection, generations, out-of-sync bytes, resync progress; the link's state |
+//! | `POST /v1/mirrors/{name}/promote` | this node serves the mirror's writes (refused while the peer is primary, or this replica is behind) |
+//! | `POST /v1/mirrors/{name}/demote` | this node stops writing; what it wrote is flushed |
+
+use std::sync::Arc;
+
+use block::BlockDevice;
+use serde_json::json;
+
+use super::api::{ApiError, ApiRequest, ApiResult, Daemon, KindApi};
+use super::mirror::{as_mirror, MirrorSpec};
+
+pub const API: KindApi = KindApi {
+    prefix: "mirrors",
+    route,
+};
+
+fn route(daemon: &dyn Daemon, req: &ApiRequest<'_>) -> ApiResult {
+    let name = req.name;
+    let (device, spec) = open_mirror(daemon, name)?;
+    let mirror = as_mirror(&*device)
+        .ok_or_else(|| ApiError::failed(format!("device `{name}` is not open as a mirror")))?;
+    let moved = |r: std::io::Result<()>, role: &str| {
+        r.map_err(|e| ApiError::conflict(format!("mirror `{name}`: {e}")))?;
+        tracing::info!(mirror = %name, "made {role} through the API");
+        Ok(json!({ "mirror": name, "role": role, "status": mirror.status() }))
+    };
+    match (req.method, req.action) {
+        ("GET", None) => Ok(json!({
+            "name": name,
+            "over": spec.over,
+            "status": mirror.status(),
+            "link": ha::pair::link().map(|l| l.status()),
+        })),
+        ("POST", Some("promote")) => moved(mirror.promote(), "primary"),
+        ("POST", Some("demote")) => moved(mirror.demote(), "secondary"),
+        (_, None | Some("promote" | "demote")) => {
+            Err(ApiError::from_status(405, "method not allowed"))
+        }
+        (_, Some(other)) => Err(ApiError::not_found(format!(
+            "mirrors have no `{other}`: promote or demote"
+        ))),
+    }
+}
+
+fn open_mirror(
+    daemon: &dyn Daemon,
+    name: &str,
+) -> Result<(Arc<dyn BlockDevice>, MirrorSpec), ApiError> {
+    let spec = daemon
+        .settings(name)
+        .ok_or_else(|| ApiError::not_found(format!("no device `{name}`")))?;
+    let mirror = spec.as_kind::<MirrorSpec>().cloned().ok_or_else(|| {
+        ApiError::conflict(format!(
+            "device `{name}` is a `{}` device, not a mirror",
+            spec.kind()
+        ))
+    })?;
+    let device = daemon.open_device(name).ok_or_else(|| {
+        ApiError::conflict(format!(
+            "mirror `{name}` is not open (no LUN or pool uses it)"
+        ))
+    })?;
+    Ok((device, mirror))
+}
