@@ -186,6 +186,12 @@ pub struct AccessChange {
 /// Told of every state change, outside the model's lock.
 pub trait AccessWatcher: Send + Sync {
     fn access_changed(&self, change: &AccessChange);
+
+    /// Explicit moves were offered (`true`) or withdrawn: SCSI's INQUIRY
+    /// data says which.
+    fn explicit_changed(&self, offered: bool) {
+        let _ = offered;
+    }
 }
 
 /// The asymmetric access states of one device's target port groups.
@@ -368,7 +374,18 @@ impl AccessStates {
     /// Offers explicit moves (SET TARGET PORT GROUPS) made by `hook`, or
     /// stops offering them.
     pub fn set_explicit(&self, hook: Option<Arc<dyn ExplicitMoves>>) {
-        self.inner.write().explicit = hook;
+        let offered = hook.is_some();
+        let toggled = {
+            let mut inner = self.inner.write();
+            let was = inner.explicit.is_some();
+            inner.explicit = hook;
+            was != offered
+        };
+        if toggled {
+            for w in self.live_watchers() {
+                w.explicit_changed(offered);
+            }
+        }
     }
 
     /// The hook that makes explicit moves, when they are offered.
@@ -402,14 +419,17 @@ impl AccessStates {
             cause,
             groups,
         };
-        let live: Vec<Arc<dyn AccessWatcher>> = {
-            let mut watchers = self.watchers.lock();
-            watchers.retain(|w| w.strong_count() > 0);
-            watchers.iter().filter_map(Weak::upgrade).collect()
-        };
-        for w in live {
+        for w in self.live_watchers() {
             w.access_changed(&change);
         }
+    }
+
+    /// The watchers still alive, taken out of the lock so that they may
+    /// call back.
+    fn live_watchers(&self) -> Vec<Arc<dyn AccessWatcher>> {
+        let mut watchers = self.watchers.lock();
+        watchers.retain(|w| w.strong_count() > 0);
+        watchers.iter().filter_map(Weak::upgrade).collect()
     }
 }
 
@@ -528,6 +548,38 @@ mod tests {
         // An unnamed group set becomes a remote group of the model.
         assert!(!s.groups()[0].local);
         assert_eq!(s.state_of(2), AccessState::ActiveOptimized);
+    }
+
+    struct Refuse;
+
+    impl ExplicitMoves for Refuse {
+        fn request(&self, _: &AccessStates, _: &[(u16, AccessState)]) -> Result<(), MoveRefused> {
+            Err(MoveRefused::Failed("no".into()))
+        }
+    }
+
+    #[derive(Default)]
+    struct Offers(Mutex<Vec<bool>>);
+
+    impl AccessWatcher for Offers {
+        fn access_changed(&self, _: &AccessChange) {}
+        fn explicit_changed(&self, offered: bool) {
+            self.0.lock().push(offered);
+        }
+    }
+
+    #[test]
+    fn offering_explicit_moves_is_told_when_it_changes() {
+        let s = AccessStates::new();
+        let offers = Arc::new(Offers::default());
+        let weak: Weak<Offers> = Arc::downgrade(&offers);
+        s.watch(weak);
+        s.set_explicit(Some(Arc::new(Refuse)));
+        s.set_explicit(Some(Arc::new(Refuse)));
+        s.set_explicit(None);
+        s.set_explicit(None);
+        assert_eq!(*offers.0.lock(), [true, false]);
+        assert_eq!(s.generation(), 0, "no access state changed");
     }
 
     #[test]

@@ -233,6 +233,13 @@ impl AccessWatcher for LogicalUnit {
             s.add_unit_attention(asc::ASYMMETRIC_ACCESS_STATE_CHANGED);
         }
     }
+
+    /// TPGS of the standard INQUIRY data changed.
+    fn explicit_changed(&self, _: bool) {
+        self.state
+            .lock()
+            .notify_all(asc::INQUIRY_DATA_CHANGED, None);
+    }
 }
 
 #[cfg(test)]

@@ -63,6 +63,7 @@ pub mod asc {
     pub const SANITIZE_FAILED: (u8, u8) = (0x31, 0x03);
     pub const SOFT_THRESHOLD_REACHED: (u8, u8) = (0x38, 0x07);
     pub const SAVING_PARAMETERS_NOT_SUPPORTED: (u8, u8) = (0x39, 0x00);
+    pub const INQUIRY_DATA_CHANGED: (u8, u8) = (0x3F, 0x03);
     pub const REPORTED_LUNS_CHANGED: (u8, u8) = (0x3F, 0x0E);
     pub const INTERNAL_TARGET_FAILURE: (u8, u8) = (0x44, 0x00);
     pub const SET_TARGET_PORT_GROUPS_FAILED: (u8, u8) = (0x67, 0x0A);

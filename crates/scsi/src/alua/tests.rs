@@ -445,8 +445,12 @@ fn set_target_port_groups_refusals() {
         (key::HARDWARE_ERROR, 0x67, 0x0A)
     );
     assert_eq!(states(&lu).state_of(1), ActiveOptimized);
-    // Without the hook the command is gone again.
+    // Without the hook the command is gone again, and INQUIRY says so.
     states(&lu).set_explicit(None);
+    assert_eq!(
+        sense_of(&run(&lu, &a, &[0; 6], &[])),
+        (key::UNIT_ATTENTION, 0x3F, 0x03)
+    );
     assert_eq!(
         sense_of(&stpg(&lu, &a, &[(0x00, 1)])),
         (key::ILLEGAL_REQUEST, 0x20, 0)
