@@ -393,6 +393,32 @@ impl AccessStates {
         self.inner.read().explicit.clone()
     }
 
+    /// The states as status reports show them: each named group, the
+    /// state of the others, whether explicit moves are offered, and the
+    /// change counter.
+    pub fn status(&self) -> serde_json::Value {
+        let inner = self.inner.read();
+        let groups: Vec<serde_json::Value> = inner
+            .groups
+            .iter()
+            .map(|g| {
+                serde_json::json!({
+                    "id": g.id,
+                    "state": g.state.name(),
+                    "local": g.local,
+                    "preferred": g.preferred,
+                    "ports": g.ports,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "groups": groups,
+            "others": inner.others.name(),
+            "explicit": inner.explicit.is_some(),
+            "generation": self.generation(),
+        })
+    }
+
     /// How many changes there have been.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
@@ -536,6 +562,12 @@ mod tests {
         );
         assert_eq!(seen[2].generation, 3);
         assert_eq!(s.groups()[0].cause, Cause::Implicit);
+        let status = s.status();
+        assert_eq!(status["groups"][0]["state"], "standby");
+        assert_eq!(status["groups"][1]["ports"], serde_json::json!([2]));
+        assert_eq!(status["others"], "unavailable");
+        assert_eq!(status["explicit"], false);
+        assert_eq!(status["generation"], 3);
     }
 
     #[test]
