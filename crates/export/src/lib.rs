@@ -11,6 +11,7 @@
 //! [`Exports`] from the configuration and hands each frontend the new set
 //! on every change; the frontend serves what concerns it.
 
+mod access_state;
 mod allow;
 mod chap;
 mod identity;
@@ -26,6 +27,10 @@ use std::sync::Arc;
 
 use block::BlockDevice;
 
+pub use access_state::{
+    AccessChange, AccessState, AccessStates, AccessWatcher, Cause, ExplicitMoves, MoveRefused,
+    PortGroup, PAIR_SUPPORTED,
+};
 pub use allow::{Allow, Peer, Rule};
 pub use chap::{ChapCredentials, ChapRequirement, Secret, MAX_SECRET_LEN, MIN_SECRET_LEN};
 pub use identity::{naa_from_seed, NamespaceIds};
@@ -44,6 +49,9 @@ pub struct Backing {
     /// The NAA designator the logical unit over the device reports, once
     /// one is built: what every transport names the device by.
     naa: parking_lot::Mutex<Option<[u8; 16]>>,
+    /// Which target port groups may reach the device (ALUA, ANA): every
+    /// transport over it reports and obeys the same states.
+    access: Arc<AccessStates>,
 }
 
 impl Backing {
@@ -53,6 +61,7 @@ impl Backing {
             locks: RangeLock::default(),
             write_cache: AtomicBool::new(write_cache),
             naa: parking_lot::Mutex::new(None),
+            access: AccessStates::new(),
         })
     }
 
@@ -66,6 +75,11 @@ impl Backing {
 
     pub fn set_write_cache(&self, on: bool) {
         self.write_cache.store(on, Ordering::Relaxed);
+    }
+
+    /// The asymmetric access states of the device's target port groups.
+    pub fn access_states(&self) -> &Arc<AccessStates> {
+        &self.access
     }
 
     /// The device's NAA designator, as its logical unit reports it.

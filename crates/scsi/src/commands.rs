@@ -52,6 +52,7 @@ pub mod op {
     pub const SERVICE_ACTION_IN_16: u8 = 0x9E;
     pub const REPORT_LUNS: u8 = 0xA0;
     pub const MAINTENANCE_IN: u8 = 0xA3;
+    pub const MAINTENANCE_OUT: u8 = 0xA4;
     pub const READ_12: u8 = 0xA8;
     pub const WRITE_12: u8 = 0xAA;
     pub const WRITE_VERIFY_12: u8 = 0xAE;
@@ -66,6 +67,7 @@ pub mod sa {
     pub const REPORT_TARGET_PORT_GROUPS: u8 = 0x0A;
     pub const REPORT_SUPPORTED_OPCODES: u8 = 0x0C;
     pub const REPORT_SUPPORTED_TMFS: u8 = 0x0D;
+    pub const SET_TARGET_PORT_GROUPS: u8 = 0x0A;
     pub const EXTENDED_COPY_LID1: u8 = 0x00;
     pub const COPY_STATUS: u8 = 0x00;
     pub const COPY_OPERATING_PARAMETERS: u8 = 0x03;
@@ -113,6 +115,8 @@ pub enum Needs {
     SanitizeBlockErase,
     /// Any sanitize operation at all.
     Sanitize,
+    /// Someone makes explicit ALUA moves: SET TARGET PORT GROUPS.
+    ExplicitAlua,
 }
 
 pub struct Command {
@@ -265,6 +269,7 @@ pub static COMMANDS: &[Command] = &[
     cmd!(MAINTENANCE_IN, Some(sa::REPORT_TARGET_PORT_GROUPS), "REPORT TARGET PORT GROUPS", &[MAINTENANCE_IN, 0xE0 | sa::REPORT_TARGET_PORT_GROUPS, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C ], Always),
     cmd!(MAINTENANCE_IN, Some(sa::REPORT_SUPPORTED_OPCODES), "REPORT SUPPORTED OPERATION CODES", &[MAINTENANCE_IN, sa::REPORT_SUPPORTED_OPCODES, 0x87, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, C], Always),
     cmd!(MAINTENANCE_IN, Some(sa::REPORT_SUPPORTED_TMFS), "REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS", &[MAINTENANCE_IN, sa::REPORT_SUPPORTED_TMFS, 0x80, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C], Always),
+    cmd!(MAINTENANCE_OUT, Some(sa::SET_TARGET_PORT_GROUPS), "SET TARGET PORT GROUPS", &[MAINTENANCE_OUT, sa::SET_TARGET_PORT_GROUPS, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C], Write, Needs::ExplicitAlua),
     cmd!(READ_12, None, "READ(12)", &RW12_USAGE[0], Read),
     cmd!(WRITE_12, None, "WRITE(12)", &RW12_USAGE[1], Write),
     cmd!(WRITE_VERIFY_12, None, "WRITE AND VERIFY(12)", &RW12_USAGE[2], Write),

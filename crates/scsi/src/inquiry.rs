@@ -80,7 +80,7 @@ impl LogicalUnit {
         d[2] = 0x06; // SPC-4
         d[3] = 0x10 | 0x02; // HISUP, response data format 2
         d[4] = (d.len() - 5) as u8;
-        d[5] = 0x10 | 0x08; // TPGS = implicit ALUA, 3PC (EXTENDED COPY)
+        d[5] = self.tpgs() | 0x08; // TPGS, 3PC (EXTENDED COPY)
         d[7] = 0x02; // CMDQUE
         put_ascii(&mut d[8..16], &self.config().vendor);
         put_ascii(&mut d[16..32], &self.config().product);

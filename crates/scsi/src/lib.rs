@@ -7,6 +7,7 @@
 //! their CDB usage masks and reservation classes are one table
 //! ([`commands`]).
 
+mod alua;
 mod atomic;
 mod block_locks;
 mod cdb;

@@ -1,8 +1,9 @@
 //! The logical unit: one block device seen through SBC-3.
 //!
 //! Every command passes the same gate, in this order: a pending unit
-//! attention of its I_T nexus, the operation code and CDB fields, a running
-//! sanitize, reservations. Then the handler of its module runs.
+//! attention of its I_T nexus, the operation code and CDB fields, the ALUA
+//! state of the port group it came through, a running sanitize,
+//! reservations. Then the handler of its module runs.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io;
@@ -23,7 +24,7 @@ use crate::reservations::{PortPair, PrState};
 use crate::sanitize::{SanitizeState, Waiter};
 use crate::sense::{asc, io_sense, Failure, Sense};
 use crate::{pr_file, transfer};
-use export::Backing;
+use export::{AccessStates, AccessWatcher, Backing};
 
 /// Largest data transfer of one command (MAXIMUM TRANSFER LENGTH).
 pub const MAX_TRANSFER_BYTES: u64 = 32 << 20;
@@ -76,6 +77,9 @@ pub(crate) struct LuState {
     pub ports: BTreeSet<(u16, u16)>,
     /// Initiators already told about the power on.
     pub greeted: HashSet<Arc<str>>,
+    /// Nexuses whose SET TARGET PORT GROUPS is being carried out: the
+    /// change they asked for is no unit attention to them.
+    pub stpg_from: Vec<Nexus>,
 }
 
 /// Bound on [`LuState::greeted`]; when full it starts over.
@@ -152,6 +156,8 @@ pub struct LogicalUnit {
     /// The device, its range locks and write-cache policy, shared with
     /// every other unit and transport serving the device.
     backing: Arc<Backing>,
+    /// The backing's ALUA states, looked at by every command.
+    pub(crate) access: Arc<AccessStates>,
     /// SANITIZE commands waiting for their operation, so an abort can
     /// release them (the operation itself goes on, SBC-4 4.11.2).
     pub(crate) sanitize_waiters: Mutex<Vec<Waiter>>,
@@ -229,7 +235,8 @@ impl LogicalUnit {
         let capacity = device.size() / u64::from(bs);
         let space_threshold = device.space_threshold();
         let threshold_seen = space_threshold.as_ref().map_or(0, |t| t.reached());
-        Ok(Arc::new_cyclic(|me| LogicalUnit {
+        let access = backing.access_states().clone();
+        let lu = Arc::new_cyclic(|me| LogicalUnit {
             me: me.clone(),
             device,
             naa,
@@ -245,6 +252,7 @@ impl LogicalUnit {
                 sanitize: SanitizeState::Idle,
                 ports: BTreeSet::new(),
                 greeted: HashSet::new(),
+                stpg_from: Vec::new(),
             }),
             locks: BlockLocks::new(backing.clone(), bs),
             backing,
@@ -253,7 +261,11 @@ impl LogicalUnit {
             space_threshold,
             threshold_seen: AtomicU64::new(threshold_seen),
             config,
-        }))
+            access,
+        });
+        let watcher: Weak<dyn AccessWatcher> = Arc::downgrade(&lu) as Weak<LogicalUnit>;
+        lu.access.watch(watcher);
+        Ok(lu)
     }
 
     /// Makes every completed write stable.
@@ -322,6 +334,7 @@ impl LogicalUnit {
             Needs::Atomic => self.atomic_limits().is_some(),
             Needs::Sanitize | Needs::SanitizeOverwrite => true,
             Needs::SanitizeBlockErase => self.thin(),
+            Needs::ExplicitAlua => self.access.explicit().is_some(),
         }
     }
 
@@ -416,8 +429,9 @@ impl LogicalUnit {
         Ok(command)
     }
 
-    /// Sanitize and reservation checks, under the state lock.
+    /// ALUA, sanitize and reservation checks, under the state lock.
     fn admit(&self, st: &LuState, ctx: &Ctx<'_>, c: &Command) -> Result<(), Failure> {
+        self.check_access(ctx, c)?;
         if let Some(sense) = st.sanitize.blocks(c) {
             return Err(sense.into());
         }
@@ -488,6 +502,7 @@ impl LogicalUnit {
             (MAINTENANCE_IN, Some(sa::REPORT_TARGET_PORT_GROUPS)) => {
                 self.report_target_port_groups(ctx)
             }
+            (MAINTENANCE_OUT, Some(sa::SET_TARGET_PORT_GROUPS)) => self.set_target_port_groups(ctx),
             // REPORT LUNS is answered by the target before reaching an LU;
             // an entry in the table without a handler is a bug, reported
             // rather than panicking.

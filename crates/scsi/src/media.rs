@@ -33,6 +33,9 @@ impl LogicalUnit {
                 s
             } else if let Some(code) = st.nexus(ctx.nexus).take_unit_attention() {
                 Sense::unit_attention(code)
+            } else if let Some(state) = self.access.restriction(ctx.nexus.portal_group) {
+                // Why media access through this port fails now.
+                crate::alua::not_accessible(state)
             } else {
                 Sense::new(crate::sense::key::NO_SENSE, asc::NO_ADDITIONAL)
             }

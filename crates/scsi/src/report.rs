@@ -1,7 +1,5 @@
-//! REPORT SUPPORTED OPERATION CODES, REPORT SUPPORTED TASK MANAGEMENT
-//! FUNCTIONS and REPORT TARGET PORT GROUPS.
-
-use std::collections::BTreeMap;
+//! REPORT SUPPORTED OPERATION CODES and REPORT SUPPORTED TASK MANAGEMENT
+//! FUNCTIONS (REPORT TARGET PORT GROUPS is in `alua`).
 
 use scsi_api::ScsiResponse;
 
@@ -88,44 +86,6 @@ impl LogicalUnit {
             d.resize(16, 0);
             d[3] = 0x0C;
         }
-        Ok(ScsiResponse::with_data(truncate(d, alloc)))
-    }
-
-    /// Every target port group is active/optimized: all ports reach the
-    /// same LU with the same cost.
-    pub(crate) fn report_target_port_groups(&self, ctx: &Ctx<'_>) -> Outcome {
-        let cdb = ctx.cdb();
-        let extended = u8_at(cdb, 1) >> 5 == 1;
-        let alloc = be32(cdb, 6) as usize;
-        let mut groups: BTreeMap<u16, Vec<u16>> = BTreeMap::new();
-        {
-            let st = self.state.lock();
-            for &(group, port) in &st.ports {
-                groups.entry(group).or_default().push(port);
-            }
-        }
-        let own = groups.entry(ctx.nexus.portal_group).or_default();
-        if !own.contains(&ctx.nexus.relative_port) {
-            own.push(ctx.nexus.relative_port);
-        }
-        let header = if extended { 8 } else { 4 };
-        let mut d = vec![0u8; header];
-        if extended {
-            d[4] = 0x10;
-        }
-        for (group, ports) in &groups {
-            let mut desc = [0u8; 8];
-            desc[1] = 0x01; // AO_SUP
-            put16(&mut desc, 2, *group);
-            desc[7] = ports.len().min(255) as u8;
-            d.extend_from_slice(&desc);
-            for &p in ports.iter().take(255) {
-                d.extend_from_slice(&[0, 0]);
-                d.extend_from_slice(&p.to_be_bytes());
-            }
-        }
-        let len = (d.len() - 4) as u32;
-        put32(&mut d, 0, len);
         Ok(ScsiResponse::with_data(truncate(d, alloc)))
     }
 }

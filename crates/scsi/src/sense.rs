@@ -31,6 +31,8 @@ pub mod asc {
     pub const NOT_READY_OPERATION_IN_PROGRESS: (u8, u8) = (0x04, 0x07);
     pub const NOT_READY_MANUAL_INTERVENTION: (u8, u8) = (0x04, 0x03);
     pub const NOT_READY_SANITIZE_IN_PROGRESS: (u8, u8) = (0x04, 0x1B);
+    pub const NOT_ACCESSIBLE_TRANSITIONING: (u8, u8) = (0x04, 0x0A);
+    pub const NOT_ACCESSIBLE_TARGET_PORT_STANDBY: (u8, u8) = (0x04, 0x0B);
     pub const NOT_ACCESSIBLE_TARGET_PORT_UNAVAILABLE: (u8, u8) = (0x04, 0x0C);
     pub const WRITE_ERROR: (u8, u8) = (0x0C, 0x00);
     pub const COPY_TARGET_NOT_REACHABLE: (u8, u8) = (0x0D, 0x02);
@@ -56,12 +58,15 @@ pub mod asc {
     pub const RESERVATIONS_PREEMPTED: (u8, u8) = (0x2A, 0x03);
     pub const RESERVATIONS_RELEASED: (u8, u8) = (0x2A, 0x04);
     pub const REGISTRATIONS_PREEMPTED: (u8, u8) = (0x2A, 0x05);
+    pub const ASYMMETRIC_ACCESS_STATE_CHANGED: (u8, u8) = (0x2A, 0x06);
     pub const CAPACITY_DATA_CHANGED: (u8, u8) = (0x2A, 0x09);
     pub const SANITIZE_FAILED: (u8, u8) = (0x31, 0x03);
     pub const SOFT_THRESHOLD_REACHED: (u8, u8) = (0x38, 0x07);
     pub const SAVING_PARAMETERS_NOT_SUPPORTED: (u8, u8) = (0x39, 0x00);
+    pub const INQUIRY_DATA_CHANGED: (u8, u8) = (0x3F, 0x03);
     pub const REPORTED_LUNS_CHANGED: (u8, u8) = (0x3F, 0x0E);
     pub const INTERNAL_TARGET_FAILURE: (u8, u8) = (0x44, 0x00);
+    pub const SET_TARGET_PORT_GROUPS_FAILED: (u8, u8) = (0x67, 0x0A);
 }
 
 /// The meaning of one sense report, independent of its wire format.

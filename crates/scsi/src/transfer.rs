@@ -36,6 +36,7 @@ pub fn data_out_wanted(cdb: &[u8], block_size: u32) -> Option<u32> {
         op::MODE_SELECT_6 => Some(u32::from(u8_at(cdb, 4))),
         op::PERSISTENT_RESERVE_OUT => Some(be32(cdb, 5)),
         op::EXTENDED_COPY => Some(be32(cdb, 10)),
+        op::MAINTENANCE_OUT => Some(be32(cdb, 6)),
         _ => None,
     }
 }
