@@ -260,7 +260,7 @@ fn the_built_in_default_serves_its_ram_disk_on_nvme_tcp() {
         let log = dir.path().join("log");
         let nvmf = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let logfile = std::fs::File::create(&log).unwrap();
-        let child = common::serve_command()
+        let mut child = common::serve_command()
             .args(["--admin-socket", "none", "--listen"])
             .arg(format!("127.0.0.1:{port}"))
             .arg("--nvmf-listen")
@@ -277,6 +277,8 @@ fn the_built_in_default_serves_its_ram_disk_on_nvme_tcp() {
             .contains(&format!("nvmf: listening on {nvmf}"))
         {
             if started.elapsed() > std::time::Duration::from_secs(20) {
+                let _ = child.kill();
+                let _ = child.wait();
                 return Err(std::fs::read_to_string(&log).unwrap_or_default());
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
