@@ -155,6 +155,30 @@ pub fn api_for(path: &str) -> Option<(&'static KindApi, &str, Option<&str>)> {
     })
 }
 
+/// Device `name` as it is open now, with its settings as kind `T`;
+/// `noun` names the kind in the errors ("cache", "mirror").
+pub fn open_of_kind<T: Clone + 'static>(
+    daemon: &dyn Daemon,
+    name: &str,
+    noun: &str,
+) -> Result<(std::sync::Arc<dyn block::BlockDevice>, T), ApiError> {
+    let spec = daemon
+        .settings(name)
+        .ok_or_else(|| ApiError::not_found(format!("no device `{name}`")))?;
+    let settings = spec.as_kind::<T>().cloned().ok_or_else(|| {
+        ApiError::conflict(format!(
+            "device `{name}` is a `{}` device, not a {noun}",
+            spec.kind()
+        ))
+    })?;
+    let device = daemon.open_device(name).ok_or_else(|| {
+        ApiError::conflict(format!(
+            "{noun} `{name}` is not open (no LUN or pool uses it)"
+        ))
+    })?;
+    Ok((device, settings))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ use cache::{CacheDevice, FlushProgress, Mode};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::api::{ApiError, ApiRequest, ApiResult, Daemon, KindApi};
+use super::api::{open_of_kind, ApiError, ApiRequest, ApiResult, Daemon, KindApi};
 use super::cache::{as_cache, CacheSpec};
 use crate::Edit;
 
@@ -70,21 +70,7 @@ fn open_cache(
     daemon: &dyn Daemon,
     name: &str,
 ) -> Result<(Arc<dyn BlockDevice>, CacheSpec), ApiError> {
-    let spec = daemon
-        .settings(name)
-        .ok_or_else(|| ApiError::not_found(format!("no device `{name}`")))?;
-    let cache = spec.as_kind::<CacheSpec>().cloned().ok_or_else(|| {
-        ApiError::conflict(format!(
-            "device `{name}` is a `{}` device, not a cache",
-            spec.kind()
-        ))
-    })?;
-    let device = daemon.open_device(name).ok_or_else(|| {
-        ApiError::conflict(format!(
-            "cache `{name}` is not open (no LUN or pool uses it)"
-        ))
-    })?;
-    Ok((device, cache))
+    open_of_kind(daemon, name, "cache")
 }
 
 /// Runs `op` on cache `name`.

@@ -7,12 +7,9 @@
 //! | `POST /v1/mirrors/{name}/promote` | this node serves the mirror's writes (refused while the peer is primary, or this replica is behind) |
 //! | `POST /v1/mirrors/{name}/demote` | this node stops writing; what it wrote is flushed |
 
-use std::sync::Arc;
-
-use block::BlockDevice;
 use serde_json::json;
 
-use super::api::{ApiError, ApiRequest, ApiResult, Daemon, KindApi};
+use super::api::{open_of_kind, ApiError, ApiRequest, ApiResult, Daemon, KindApi};
 use super::mirror::{as_mirror, MirrorSpec};
 
 pub const API: KindApi = KindApi {
@@ -22,7 +19,7 @@ pub const API: KindApi = KindApi {
 
 fn route(daemon: &dyn Daemon, req: &ApiRequest<'_>) -> ApiResult {
     let name = req.name;
-    let (device, spec) = open_mirror(daemon, name)?;
+    let (device, spec) = open_of_kind::<MirrorSpec>(daemon, name, "mirror")?;
     let mirror = as_mirror(&*device)
         .ok_or_else(|| ApiError::failed(format!("device `{name}` is not open as a mirror")))?;
     let moved = |r: std::io::Result<()>, role: &str| {
@@ -46,25 +43,4 @@ fn route(daemon: &dyn Daemon, req: &ApiRequest<'_>) -> ApiResult {
             "mirrors have no `{other}`: promote or demote"
         ))),
     }
-}
-
-fn open_mirror(
-    daemon: &dyn Daemon,
-    name: &str,
-) -> Result<(Arc<dyn BlockDevice>, MirrorSpec), ApiError> {
-    let spec = daemon
-        .settings(name)
-        .ok_or_else(|| ApiError::not_found(format!("no device `{name}`")))?;
-    let mirror = spec.as_kind::<MirrorSpec>().cloned().ok_or_else(|| {
-        ApiError::conflict(format!(
-            "device `{name}` is a `{}` device, not a mirror",
-            spec.kind()
-        ))
-    })?;
-    let device = daemon.open_device(name).ok_or_else(|| {
-        ApiError::conflict(format!(
-            "mirror `{name}` is not open (no LUN or pool uses it)"
-        ))
-    })?;
-    Ok((device, mirror))
 }
