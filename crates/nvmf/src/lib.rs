@@ -38,6 +38,7 @@
 //! ([`export::NamespaceIds`]), so both transports name a device alike.
 
 mod admin;
+pub mod auth;
 pub mod capsule;
 mod config;
 mod connection;
