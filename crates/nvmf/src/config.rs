@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 
 /// The port NVMe/TCP hosts use when none is given (IANA).
 pub const DEFAULT_PORT: u16 = 4420;
+/// The port of a discovery controller when none is given (IANA).
+pub const DISCOVERY_PORT: u16 = 8009;
+/// The well-known NQN of the discovery subsystem (Base 2.0, 4.5).
+pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
 /// Highest namespace id a subsystem may use: what Identify reports as
 /// the number of namespaces, and what one active namespace list holds.
 pub const MAX_NSID: u32 = 1024;
@@ -21,6 +25,11 @@ pub struct Config {
     /// TCP addresses to listen on; a bare address gets port 4420.
     #[serde(default)]
     pub listen: Vec<String>,
+    /// Addresses only the discovery controller answers on; a bare
+    /// address gets port 8009. The `listen` addresses answer discovery
+    /// connects as well.
+    #[serde(default)]
+    pub discovery_listen: Vec<String>,
     #[serde(default, rename = "subsystem")]
     pub subsystems: Vec<SubsystemConfig>,
 }
@@ -70,10 +79,20 @@ impl std::error::Error for ConfigError {}
 
 /// A listen address: `host:port`, or a bare address with port 4420.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    parse_addr(s, DEFAULT_PORT)
+}
+
+/// A discovery listen address: `host:port`, or a bare address with
+/// port 8009.
+pub fn parse_discovery_listen(s: &str) -> Result<SocketAddr, String> {
+    parse_addr(s, DISCOVERY_PORT)
+}
+
+fn parse_addr(s: &str, port: u16) -> Result<SocketAddr, String> {
     let with_port = match s.parse::<std::net::IpAddr>() {
-        Ok(ip) => SocketAddr::new(ip, DEFAULT_PORT).to_string(),
-        Err(_) if !s.contains(':') => format!("{s}:{DEFAULT_PORT}"),
-        Err(_) if s.starts_with('[') && s.ends_with(']') => format!("{s}:{DEFAULT_PORT}"),
+        Ok(ip) => SocketAddr::new(ip, port).to_string(),
+        Err(_) if !s.contains(':') => format!("{s}:{port}"),
+        Err(_) if s.starts_with('[') && s.ends_with(']') => format!("{s}:{port}"),
         Err(_) => s.to_string(),
     };
     let mut addrs = with_port
@@ -155,11 +174,26 @@ impl Config {
                 Err(why) => err(format!("nvmf.listen[{i}]"), why),
             }
         }
+        for (i, l) in self.discovery_listen.iter().enumerate() {
+            match parse_discovery_listen(l) {
+                Ok(a) if !addrs.insert(a) => err(
+                    format!("nvmf.discovery_listen[{i}]"),
+                    format!("{a} is listed twice (here or in nvmf.listen)"),
+                ),
+                Ok(_) => {}
+                Err(why) => err(format!("nvmf.discovery_listen[{i}]"), why),
+            }
+        }
         let mut nqns = BTreeSet::new();
         for (i, s) in self.subsystems.iter().enumerate() {
             let at = format!("nvmf.subsystem[{i}]");
             if let Some(why) = nqn_problem(&s.nqn) {
                 err(format!("{at}.nqn"), format!("{:?}: {why}", s.nqn));
+            } else if s.nqn == DISCOVERY_NQN {
+                err(
+                    format!("{at}.nqn"),
+                    "the discovery subsystem's NQN names no subsystem of namespaces".into(),
+                );
             } else if !nqns.insert(s.nqn.as_str()) {
                 err(
                     format!("{at}.nqn"),
@@ -216,6 +250,14 @@ impl Config {
         self.listen
             .iter()
             .filter_map(|l| parse_listen(l).ok())
+            .collect()
+    }
+
+    /// The discovery-only listen addresses (of a validated section).
+    pub fn discovery_addrs(&self) -> Vec<SocketAddr> {
+        self.discovery_listen
+            .iter()
+            .filter_map(|l| parse_discovery_listen(l).ok())
             .collect()
     }
 

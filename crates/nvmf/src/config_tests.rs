@@ -128,3 +128,23 @@ fn host_patterns_match_with_wildcards() {
     assert!(glob("exact", "exact") && !glob("exact", "exactly"));
     assert!(!glob("a*a", "a"));
 }
+
+#[test]
+fn discovery_listeners_default_to_port_8009() {
+    let text = format!("discovery_listen = [\"127.0.0.1\", \"[::1]:9000\"]\n{SECTION}");
+    let c: Config = toml::from_str(&text).unwrap();
+    assert_eq!(c.validate(&devices()), vec![]);
+    assert_eq!(
+        c.discovery_addrs(),
+        vec![
+            "127.0.0.1:8009".parse().unwrap(),
+            "[::1]:9000".parse().unwrap()
+        ]
+    );
+    let mut c = c;
+    c.discovery_listen.push("127.0.0.1:4420".into());
+    assert_eq!(only_error(&c).field, "nvmf.discovery_listen[2]");
+    let mut c = parsed();
+    c.subsystems[0].nqn = DISCOVERY_NQN.into();
+    assert_eq!(only_error(&c).field, "nvmf.subsystem[0].nqn");
+}

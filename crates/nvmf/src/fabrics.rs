@@ -2,8 +2,12 @@
 //! queue part of a controller (the admin queue creates it), and Property
 //! Get and Set, how a host reaches the controller's registers.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::config::DISCOVERY_NQN;
+use crate::subsystem::Subsystem;
 
 use crate::capsule::Sqe;
 use crate::controller::{Controller, PROP_CAP, PROP_CC};
@@ -35,6 +39,20 @@ pub struct QueueLimits {
     /// Most I/O queues per controller.
     pub io_queues: u16,
 }
+
+/// How a connection reached the target.
+#[derive(Clone, Copy, Debug)]
+pub struct Via {
+    /// The target address the host connected to.
+    pub local: Option<SocketAddr>,
+    /// A discovery-only listener: no I/O controllers.
+    pub discovery_only: bool,
+}
+
+/// A discovery controller's keep alive timeout when its host gives
+/// none, so that controllers of hosts gone away end (as Linux's target
+/// does).
+const DISCOVERY_KATO: Duration = Duration::from_secs(120);
 
 /// A queue made part of a controller.
 pub struct Connected {
@@ -77,6 +95,7 @@ pub fn connect(
     reg: &Registry,
     limits: QueueLimits,
     peer: &str,
+    via: Via,
     sqe: &Sqe,
     data: &[u8],
 ) -> Result<Connected, Refused> {
@@ -101,8 +120,18 @@ pub fn connect(
     let cntlid = le16(data, DATA_CNTLID as usize);
     let subnqn = nqn_field(data, DATA_SUBNQN as usize);
     let hostnqn = nqn_field(data, DATA_HOSTNQN as usize);
-    let Some(sub) = reg.subsystem(&subnqn) else {
-        return Err(in_data(DATA_SUBNQN));
+    let discovery = subnqn == DISCOVERY_NQN;
+    if discovery && qid != 0 {
+        return Err(in_sqe(SQE_QID)); // a discovery controller has no I/O queues
+    }
+    let sub = match reg.subsystem(&subnqn) {
+        Some(s) if !via.discovery_only => s,
+        None if discovery => Arc::new(Subsystem::discovery()),
+        _ => return Err(in_data(DATA_SUBNQN)),
+    };
+    let kato = match kato {
+        d if d.is_zero() && discovery => DISCOVERY_KATO,
+        d => d,
     };
     if !sub.admits(&hostnqn) {
         return Err(Refused {
@@ -122,6 +151,9 @@ pub fn connect(
                 status: Status::CONNECT_BUSY,
                 result: 0,
             })?;
+        if let Some(local) = via.local {
+            ctrl.set_local(local);
+        }
         return Ok(Connected {
             ctrl,
             qid,

@@ -3,6 +3,8 @@
 //! digests, Connect, commands with in-capsule data or data sent on R2T,
 //! and raw PDUs for tests of what the target does with bad ones.
 
+mod discover;
+
 use std::io;
 use std::net::SocketAddr;
 
@@ -13,6 +15,8 @@ use crate::capsule::{Cqe, Fuse, SqeBuilder, SGL_IN_CAPSULE, SGL_TRANSPORT};
 use crate::connection::{read_pdu, ReadError};
 use crate::status::Status;
 use crate::wire::{self, kind, DataHeader, Digests, IcReq, Pdu};
+
+pub use discover::{DiscoveryEntry, DiscoveryLog};
 
 const TARGET_SENDS: &[u8] = &[
     kind::IC_RESP,
@@ -336,13 +340,15 @@ impl Host {
         if csts.cqe.result & 1 == 0 {
             return Err(failed("the controller is not ready".into()));
         }
-        let n = u32::from(opts.io_queues.max(1) - 1);
-        let c = admin
-            .one(Command::new(
-                SqeBuilder::new(0x09, 0).cdw(10, 0x07).cdw(11, n | n << 16),
-            ))
-            .await?;
-        expect_success(&c, "Set Features, Number of Queues")?;
+        if opts.io_queues > 0 {
+            let n = u32::from(opts.io_queues - 1);
+            let c = admin
+                .one(Command::new(
+                    SqeBuilder::new(0x09, 0).cdw(10, 0x07).cdw(11, n | n << 16),
+                ))
+                .await?;
+            expect_success(&c, "Set Features, Number of Queues")?;
+        }
         let mut io = Vec::new();
         for qid in 1..=opts.io_queues {
             let mut q = Queue::open(addr, opts.digests).await?;

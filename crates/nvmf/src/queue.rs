@@ -19,7 +19,7 @@ use crate::io::{self, Transfer};
 use crate::outbox::Completer;
 use crate::server::Context;
 use crate::status::Status;
-use crate::wire::{self, fes, DataHeader, Digests, Fatal, Pdu};
+use crate::wire::{self, fes, DataHeader, Fatal, Pdu};
 
 /// How a connection ended.
 #[derive(Debug)]
@@ -67,6 +67,7 @@ struct Connected {
 pub(crate) struct Queue {
     cx: Arc<Context>,
     peer: SocketAddr,
+    via: fabrics::Via,
     completer: Arc<Completer>,
     ticket: Option<PreLoginTicket>,
     conn: Option<Connected>,
@@ -82,13 +83,14 @@ impl Queue {
     pub(crate) fn new(
         cx: Arc<Context>,
         peer: SocketAddr,
+        via: fabrics::Via,
         completer: Arc<Completer>,
-        _digests: Digests,
         ticket: Option<PreLoginTicket>,
     ) -> Queue {
         Queue {
             cx,
             peer,
+            via,
             completer,
             ticket,
             conn: None,
@@ -367,7 +369,14 @@ impl Queue {
             return self.fabrics(&ctrl, qid, &sqe);
         }
         if qid == 0 {
-            match admin::run(&ctrl, &sqe, &self.cx.limits.offer()) {
+            let offer = self.cx.limits.offer();
+            let reply = if ctrl.is_discovery() {
+                let table = self.cx.registry.table();
+                crate::discovery::admin(&self.cx.discovery, &table, &ctrl, &sqe, &offer)
+            } else {
+                admin::run(&ctrl, &sqe, &offer)
+            };
+            match reply {
                 Reply::Done {
                     status,
                     result,
@@ -388,7 +397,8 @@ impl Queue {
 
     fn connect(&mut self, sqe: &Sqe, data: &[u8]) {
         let peer = self.peer.to_string();
-        match fabrics::connect(&self.cx.registry, self.cx.limits.queues(), &peer, sqe, data) {
+        let limits = self.cx.limits.queues();
+        match fabrics::connect(&self.cx.registry, limits, &peer, self.via, sqe, data) {
             Ok(c) => {
                 self.completer.connected(c.qid, c.entries, c.flow_off);
                 c.ctrl.queues.fetch_add(1, Ordering::Relaxed);

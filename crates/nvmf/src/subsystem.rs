@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use export::{Backing, NamespaceIds};
 
-use crate::config::{glob, Config};
+use crate::config::{glob, Config, DISCOVERY_NQN};
 
 /// A namespace: a device under a block size.
 pub struct Namespace {
@@ -41,6 +41,15 @@ pub struct Subsystem {
 impl Subsystem {
     pub fn admits(&self, host_nqn: &str) -> bool {
         self.allow_hosts.iter().any(|p| glob(p, host_nqn))
+    }
+
+    /// The discovery subsystem, which every host may reach.
+    pub fn discovery() -> Subsystem {
+        Subsystem {
+            nqn: DISCOVERY_NQN.into(),
+            allow_hosts: vec!["*".into()],
+            namespaces: BTreeMap::new(),
+        }
     }
 
     /// The serial number controllers of the subsystem report: stable, and
@@ -117,6 +126,7 @@ mod tests {
     fn config(namespaces: &[(u32, &str)]) -> Config {
         Config {
             listen: vec![],
+            discovery_listen: vec![],
             subsystems: vec![SubsystemConfig {
                 nqn: "nqn.2026-11.org.openarray:a".into(),
                 allow_hosts: vec!["nqn.2026-11.org.host:*".into()],
