@@ -43,6 +43,23 @@ pub struct SubsystemConfig {
     pub allow_hosts: Vec<String>,
     #[serde(default, rename = "namespace")]
     pub namespaces: Vec<NamespaceConfig>,
+    /// Hosts with settings of their own: DH-HMAC-CHAP secrets.
+    #[serde(default, rename = "host")]
+    pub hosts: Vec<HostConfig>,
+}
+
+/// `[[nvmf.subsystem.host]]`: a host that must authenticate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    pub nqn: String,
+    /// A file holding the host's `DHHC-1:..` secret, readable by its
+    /// owner only: the host must prove it knows it before any I/O.
+    pub dhchap_secret_file: String,
+    /// A file holding the controller's secret, for hosts that ask the
+    /// target to prove itself too.
+    #[serde(default)]
+    pub dhchap_ctrl_secret_file: Option<String>,
 }
 
 /// `[[nvmf.subsystem.namespace]]`.
@@ -212,6 +229,28 @@ impl Config {
                 }
                 if let Some(why) = nqn_problem(h) {
                     err(format!("{at}.allow_hosts[{j}]"), format!("{h:?}: {why}"));
+                }
+            }
+            let mut host_nqns = BTreeSet::new();
+            for (j, h) in s.hosts.iter().enumerate() {
+                let at = format!("{at}.host[{j}]");
+                if let Some(why) = nqn_problem(&h.nqn) {
+                    err(format!("{at}.nqn"), format!("{:?}: {why}", h.nqn));
+                } else if !host_nqns.insert(h.nqn.as_str()) {
+                    err(format!("{at}.nqn"), format!("{:?} is listed twice", h.nqn));
+                } else if !s.allow_hosts.iter().any(|p| glob(p, &h.nqn)) {
+                    err(
+                        format!("{at}.nqn"),
+                        format!("{:?} is not admitted by allow_hosts", h.nqn),
+                    );
+                }
+                if let Err(why) = crate::auth::read_secret(&h.dhchap_secret_file) {
+                    err(format!("{at}.dhchap_secret_file"), why);
+                }
+                if let Some(f) = &h.dhchap_ctrl_secret_file {
+                    if let Err(why) = crate::auth::read_secret(f) {
+                        err(format!("{at}.dhchap_ctrl_secret_file"), why);
+                    }
                 }
             }
             let mut nsids = BTreeSet::new();

@@ -148,3 +148,42 @@ fn discovery_listeners_default_to_port_8009() {
     c.subsystems[0].nqn = DISCOVERY_NQN.into();
     assert_eq!(only_error(&c).field, "nvmf.subsystem[0].nqn");
 }
+
+#[test]
+fn hosts_with_secrets_are_checked() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("h.key");
+    let secret = crate::auth::Secret::new(vec![1; 32], None).unwrap();
+    std::fs::write(&key, secret.encode()).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let text = format!(
+        "{SECTION}\n[[subsystem.host]]\nnqn = \"nqn.2014-08.org.nvmexpress:uuid:1\"\n\
+         dhchap_secret_file = \"{}\"\n",
+        key.display()
+    );
+    let c: Config = toml::from_str(&text).unwrap();
+    assert_eq!(c.validate(&devices()), vec![]);
+    assert_eq!(c.subsystems[0].hosts[0].dhchap_ctrl_secret_file, None);
+
+    let mut bad = c.clone();
+    bad.subsystems[0].allow_hosts = vec!["nqn.2014-08.org.other:*".into()];
+    let e = only_error(&bad);
+    assert_eq!(e.field, "nvmf.subsystem[0].host[0].nqn");
+    assert!(e.why.contains("allow_hosts"), "{e}");
+    let mut bad = c.clone();
+    let twice = bad.subsystems[0].hosts[0].clone();
+    bad.subsystems[0].hosts.push(twice);
+    assert_eq!(only_error(&bad).field, "nvmf.subsystem[0].host[1].nqn");
+    let mut bad = c.clone();
+    bad.subsystems[0].hosts[0].dhchap_ctrl_secret_file =
+        Some(dir.path().join("none").display().to_string());
+    assert_eq!(
+        only_error(&bad).field,
+        "nvmf.subsystem[0].host[0].dhchap_ctrl_secret_file"
+    );
+    std::fs::write(&key, "DHHC-1:00:notbase64!:").unwrap();
+    let e = only_error(&c);
+    assert_eq!(e.field, "nvmf.subsystem[0].host[0].dhchap_secret_file");
+    assert!(e.why.contains("base64"), "{e}");
+}

@@ -218,7 +218,7 @@ pub(crate) async fn serve(
                 writer_done = true;
                 break End::Stalled("the host stopped reading".into());
             }
-            _ = tokio::time::sleep_until(connect_by), if !connected => break End::Closed("no Connect in time".into()),
+            _ = tokio::time::sleep_until(connect_by), if !connected => break End::Closed("no Connect or authentication in time".into()),
             _ = queue.evicted(), if !connected => break End::Closed("evicted for a newer connection".into()),
         };
         let r = match pdu {

@@ -212,6 +212,7 @@ mod tests {
                     nqn: nqn.to_string(),
                     allow_hosts: vec![allow.to_string()],
                     namespaces: BTreeMap::new(),
+                    hosts: BTreeMap::new(),
                 };
                 (nqn.to_string(), Arc::new(s))
             })

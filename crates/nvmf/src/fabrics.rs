@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::auth::HostKeys;
 use crate::config::DISCOVERY_NQN;
 use crate::subsystem::Subsystem;
 
@@ -60,6 +61,8 @@ pub struct Connected {
     pub qid: u16,
     pub entries: u32,
     pub flow_off: bool,
+    /// The secrets the queue's host must prove it knows first.
+    pub auth: Option<Arc<HostKeys>>,
 }
 
 /// Why a Connect failed: the status, and dword 0 naming the field.
@@ -145,6 +148,7 @@ pub fn connect(
     if qid == 0 {
         let io_queues = limits.io_queues;
         let peer = peer.to_string();
+        let auth = sub.keys(&hostnqn);
         let ctrl = reg
             .create(|id| Controller::new(id, sub, hostnqn, host_id, peer, kato, io_queues))
             .ok_or(Refused {
@@ -159,6 +163,7 @@ pub fn connect(
             qid,
             entries,
             flow_off,
+            auth,
         });
     }
     let ctrl = reg.get(cntlid).ok_or(in_data(DATA_CNTLID))?;
@@ -171,11 +176,13 @@ pub fn connect(
     if u32::from(qid) > granted + 1 || !ctrl.claim_qid(qid) {
         return Err(in_sqe(SQE_QID));
     }
+    let auth = ctrl.subsystem().keys(&ctrl.host_nqn);
     Ok(Connected {
         ctrl,
         qid,
         entries,
         flow_off,
+        auth,
     })
 }
 

@@ -26,11 +26,13 @@
 //!   Event Requests, Keep Alive with its timeout, Abort;
 //! - `discovery`: the discovery controller and its log page, one entry
 //!   per subsystem and listen address a host may reach;
+//! - [`auth`]: DH-HMAC-CHAP in-band authentication (AUTH_Send and
+//!   AUTH_Receive), per-host `DHHC-1` secrets in files;
 //! - `io`: Read, Write (FUA), Flush, Write Zeroes, Dataset Management
 //!   deallocate, Compare, Compare and Write, each medium access holding
 //!   its bytes in the shared [`export::Backing`]'s range locks;
 //! - [`Config`]: the `[nvmf]` section (listen and discovery addresses,
-//!   subsystems, allowed hosts, namespaces) and its
+//!   subsystems, allowed hosts and their secrets, namespaces) and its
 //!   validation;
 //! - [`Server`]: listeners whose set changes live, the subsystem table,
 //!   and `impl export::Frontend`; sessions are controllers (`nvme-N`);
@@ -64,8 +66,8 @@ mod subsystem;
 pub mod wire;
 
 pub use config::{
-    glob, nqn_problem, parse_discovery_listen, parse_listen, Config, ConfigError, NamespaceConfig,
-    SubsystemConfig, DEFAULT_PORT, DISCOVERY_NQN, DISCOVERY_PORT, MAX_NSID,
+    glob, nqn_problem, parse_discovery_listen, parse_listen, Config, ConfigError, HostConfig,
+    NamespaceConfig, SubsystemConfig, DEFAULT_PORT, DISCOVERY_NQN, DISCOVERY_PORT, MAX_NSID,
 };
 pub use frontend::Session;
 pub use limits::Limits;

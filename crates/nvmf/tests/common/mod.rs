@@ -43,11 +43,13 @@ pub fn config() -> Config {
                 nqn: SUBNQN.into(),
                 allow_hosts: vec!["nqn.2014-08.org.nvmexpress:uuid:*".into()],
                 namespaces: vec![namespace(1, "file0", 512), namespace(2, "mem0", 4096)],
+                hosts: vec![],
             },
             SubsystemConfig {
                 nqn: OTHER_NQN.into(),
                 allow_hosts: vec!["nqn.2026-11.org.example:only-this-host".into()],
                 namespaces: vec![namespace(1, "mem0", 512)],
+                hosts: vec![],
             },
         ],
     }
