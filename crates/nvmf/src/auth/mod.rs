@@ -207,6 +207,10 @@ impl Transaction {
                 self.step = Step::Idle;
                 self.authenticated = true;
             }
+            // A success2 after a one-way success (a host closing every
+            // transaction the same way) changes nothing.
+            (TYPE_DHCHAP, ID_SUCCESS2)
+                if self.step == Step::Idle && self.authenticated && le16(msg, 4) == self.tid => {}
             (TYPE_COMMON, ID_FAILURE2) if self.step == Step::Success2 => {
                 tracing::info!(host = %self.host_nqn, "nvmf: the host refused the controller's response");
                 self.step = Step::Idle;

@@ -54,6 +54,9 @@ fn each_hash_authenticates_with_the_right_secret_only() {
             (ID_SUCCESS1, hash.size() as u8, 0, 16)
         );
         assert!(t.authenticated());
+        // A success2 nobody asked for changes nothing.
+        t.send(&success2(9));
+        assert!(t.authenticated());
 
         let mut t = Transaction::new(k.clone(), HOST, SUB);
         let (hash, seq, c) = challenged(&mut t, 9, &[id]);
