@@ -149,6 +149,10 @@ pub fn identify(ctrl: &Controller, offer: &Offer) -> Vec<u8> {
     put32(&mut b, 536, 1 | 1 << 20); // SGLS
     let nqn = DISCOVERY_NQN.as_bytes();
     b[768..768 + nqn.len()].copy_from_slice(nqn);
+    // Capsule sizes as an I/O controller's: Linux's host checks them on
+    // every fabrics controller.
+    put32(&mut b, 1792, (64 + offer.in_capsule) / 16);
+    put32(&mut b, 1796, 1);
     b[1803] = 1; // MSDBD
     b
 }

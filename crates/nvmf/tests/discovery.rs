@@ -36,6 +36,11 @@ async fn the_log_lists_each_subsystem_the_host_may_reach_as_nvme_discover_reads_
     assert_eq!(le32(&id.data, 92) >> 31, 1, "OAES: discovery log changes");
     assert_eq!(id.data[261] & 1 << 2, 1 << 2, "log page offsets");
     assert_eq!(le16(&id.data, 320), 1, "KAS");
+    assert!(
+        le32(&id.data, 1792) >= 4 && le32(&id.data, 1796) == 1,
+        "IOCCSZ, IORCSZ"
+    );
+    assert_ne!(le16(&id.data, 514), 0, "MAXCMD");
     let log = h.discovery_log().await.unwrap();
     assert_eq!(log.genctr, t.server.discovery_generation());
     assert_eq!(
