@@ -214,3 +214,41 @@ fn command_fields_are_checked() {
         assert_eq!(check_command(&s, n), Err(Status::INVALID_FIELD));
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 2048, ..Default::default() })]
+
+    /// Any bytes, in any step: no panic, and every AUTH_Receive answer
+    /// is a challenge, a success1 or a failure1 naming a known reason.
+    #[test]
+    fn any_message_in_any_step_is_answered(
+        msgs in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200), 1..6),
+        challenged_first in proptest::prelude::any::<bool>(),
+    ) {
+        let k = keys(true);
+        let mut t = Transaction::new(k, HOST, SUB);
+        // Idle, or waiting for a reply.
+        if challenged_first {
+            t.send(&negotiate(1, &[1, 2, 3], &[0, 1]));
+            t.receive();
+        }
+        for m in msgs {
+            let mut m = m;
+            // Often a well-formed header, so that deeper checks are reached.
+            if m.len() >= 2 && m[0] % 2 == 0 {
+                m[0] = m[0] % 4 / 2;
+                m[1] = [ID_NEGOTIATE, ID_REPLY, ID_SUCCESS2, ID_FAILURE2][usize::from(m[1]) % 4];
+            }
+            t.send(&m);
+            let r = t.receive();
+            proptest::prop_assert!(r.len() >= 8);
+            match (r[0], r[1]) {
+                (TYPE_DHCHAP, ID_CHALLENGE) | (TYPE_DHCHAP, ID_SUCCESS1) => {}
+                (TYPE_COMMON, ID_FAILURE1) => {
+                    proptest::prop_assert!((1..=7).contains(&r[7]), "reason {}", r[7]);
+                }
+                other => proptest::prop_assert!(false, "{other:?}"),
+            }
+        }
+    }
+}
