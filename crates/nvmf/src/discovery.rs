@@ -106,10 +106,10 @@ fn ascii(field: &mut [u8], s: &str) {
 /// address the host reached the target on, as the host cannot connect
 /// to the wildcard.
 fn entry(e: &mut [u8], portid: u16, addr: SocketAddr, local: Option<SocketAddr>, nqn: &str) {
-    // An IPv6 wildcard takes IPv4 hosts too (as mapped addresses);
-    // an IPv4 one only those.
-    let ip = match local.map(|l| l.ip().to_canonical()) {
-        Some(l) if addr.ip().is_unspecified() && (addr.is_ipv6() || l.is_ipv4()) => l,
+    // Listeners on IPv6 take IPv6 only: a wildcard is given the
+    // address reached when it is of the wildcard's family.
+    let ip = match local {
+        Some(l) if addr.ip().is_unspecified() && l.is_ipv4() == addr.is_ipv4() => l.ip(),
         _ => addr.ip(),
     };
     e[0] = TRTYPE_TCP;
@@ -260,17 +260,15 @@ mod tests {
         assert_eq!(crate::wire::le64(&log, 8), 4);
         assert!(d.update(&listeners[..1], &t));
         assert_eq!(d.genctr(), 2);
-        // A host that reached an IPv6 address is not sent to the IPv4
-        // wildcard's "address"; one that came through a mapped address
-        // reads it as IPv4.
+        // A host that reached an IPv6 address is not given it for the
+        // IPv4 wildcard, nor an IPv4 one for the IPv6 wildcard.
         let v6 = Some("[2001:db8::1]:8009".parse().unwrap());
         let e = &d.log(&t, "x", v6)[1024..2048];
         assert_eq!((e[1], &e[512..520]), (1, &b"0.0.0.0 "[..]));
         let only_v6: Vec<SocketAddr> = vec!["[::]:4420".parse().unwrap()];
         d.update(&only_v6, &t);
-        let mapped = Some("[::ffff:192.0.2.9]:4420".parse().unwrap());
-        let e = &d.log(&t, "x", mapped)[1024..2048];
-        assert_eq!((e[1], &e[512..522]), (1, &b"192.0.2.9 "[..]));
+        let e = &d.log(&t, "x", local)[1024..2048];
+        assert_eq!((e[1], &e[512..515]), (2, &b":: "[..]));
         let e = &d.log(&t, "x", v6)[1024..2048];
         assert_eq!((e[1], &e[512..524]), (2, &b"2001:db8::1 "[..]));
     }
