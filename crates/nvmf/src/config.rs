@@ -28,7 +28,7 @@ pub struct Config {
     /// Addresses only the discovery controller answers on; a bare
     /// address gets port 8009. The `listen` addresses answer discovery
     /// connects as well.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub discovery_listen: Vec<String>,
     #[serde(default, rename = "subsystem")]
     pub subsystems: Vec<SubsystemConfig>,
@@ -44,7 +44,7 @@ pub struct SubsystemConfig {
     #[serde(default, rename = "namespace")]
     pub namespaces: Vec<NamespaceConfig>,
     /// Hosts with settings of their own: DH-HMAC-CHAP secrets.
-    #[serde(default, rename = "host")]
+    #[serde(default, rename = "host", skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostConfig>,
 }
 
@@ -58,7 +58,7 @@ pub struct HostConfig {
     pub dhchap_secret_file: String,
     /// A file holding the controller's secret, for hosts that ask the
     /// target to prove itself too.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhchap_ctrl_secret_file: Option<String>,
 }
 

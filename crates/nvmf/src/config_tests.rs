@@ -42,6 +42,24 @@ fn the_section_parses_and_validates() {
 }
 
 #[test]
+fn a_section_without_discovery_or_hosts_serializes_as_before() {
+    let text = toml::to_string(&parsed()).unwrap();
+    assert!(
+        !text.contains("discovery_listen") && !text.contains("subsystem.host"),
+        "{text}"
+    );
+    let mut c = parsed();
+    c.discovery_listen.push("127.0.0.1".into());
+    c.subsystems[0].hosts.push(HostConfig {
+        nqn: "nqn.2014-08.org.nvmexpress:uuid:1".into(),
+        dhchap_secret_file: "/k".into(),
+        dhchap_ctrl_secret_file: None,
+    });
+    let back: Config = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+    assert_eq!(back, c);
+}
+
+#[test]
 fn unknown_fields_are_refused() {
     let bad = SECTION.replace("block_size = 4096", "blocksize = 4096");
     assert!(toml::from_str::<Config>(&bad).is_err());
