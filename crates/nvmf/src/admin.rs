@@ -134,6 +134,26 @@ fn identify(ctrl: &Controller, sqe: &Sqe, offer: &Offer) -> Reply {
 }
 
 fn get_log_page(ctrl: &Controller, sqe: &Sqe, max: usize) -> Reply {
+    log_reply(ctrl, sqe, max, |lid, lsp, retain| {
+        let sub = ctrl.subsystem();
+        Some(match lid {
+            LOG_ERROR => logs::errors(ctrl),
+            LOG_SMART => logs::smart(ctrl, &sub),
+            LOG_CHANGED_NS => logs::changed_namespaces(ctrl, retain),
+            LOG_ANA => logs::ana(ctrl, &sub, lsp & 1 != 0),
+            _ => return None,
+        })
+    })
+}
+
+/// Get Log Page with the page `page` makes of (log id, log specific
+/// field, retain asynchronous event); `None` for a page not kept.
+pub(crate) fn log_reply(
+    ctrl: &Controller,
+    sqe: &Sqe,
+    max: usize,
+    page: impl FnOnce(u8, u8, bool) -> Option<Vec<u8>>,
+) -> Reply {
     let cdw10 = sqe.cdw(10);
     let lid = cdw10 as u8;
     let lsp = (cdw10 >> 8 & 0x7F) as u8;
@@ -144,13 +164,8 @@ fn get_log_page(ctrl: &Controller, sqe: &Sqe, max: usize) -> Reply {
     if offset % 4 != 0 {
         return done(Status::INVALID_FIELD);
     }
-    let sub = ctrl.subsystem();
-    let page = match lid {
-        LOG_ERROR => logs::errors(ctrl),
-        LOG_SMART => logs::smart(ctrl, &sub),
-        LOG_CHANGED_NS => logs::changed_namespaces(ctrl, retain),
-        LOG_ANA => logs::ana(ctrl, &sub, lsp & 1 != 0),
-        _ => return done(Status::INVALID_LOG_PAGE),
+    let Some(page) = page(lid, lsp, retain) else {
+        return done(Status::INVALID_LOG_PAGE);
     };
     if !retain {
         ctrl.log_read(lid);

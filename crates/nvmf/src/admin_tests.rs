@@ -28,6 +28,7 @@ fn setup() -> (Controller, Arc<Backing>) {
         nqn: "nqn.2026-11.org.openarray:t".into(),
         allow_hosts: vec!["*".into()],
         namespaces: BTreeMap::from([(1, Arc::new(ns))]),
+        hosts: BTreeMap::new(),
     });
     let c = Controller::new(
         3,

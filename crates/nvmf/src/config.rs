@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 
 /// The port NVMe/TCP hosts use when none is given (IANA).
 pub const DEFAULT_PORT: u16 = 4420;
+/// The port of a discovery controller when none is given (IANA).
+pub const DISCOVERY_PORT: u16 = 8009;
+/// The well-known NQN of the discovery subsystem (Base 2.0, 4.5).
+pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
 /// Highest namespace id a subsystem may use: what Identify reports as
 /// the number of namespaces, and what one active namespace list holds.
 pub const MAX_NSID: u32 = 1024;
@@ -21,6 +25,11 @@ pub struct Config {
     /// TCP addresses to listen on; a bare address gets port 4420.
     #[serde(default)]
     pub listen: Vec<String>,
+    /// Addresses only the discovery controller answers on; a bare
+    /// address gets port 8009. The `listen` addresses answer discovery
+    /// connects as well.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub discovery_listen: Vec<String>,
     #[serde(default, rename = "subsystem")]
     pub subsystems: Vec<SubsystemConfig>,
 }
@@ -34,6 +43,23 @@ pub struct SubsystemConfig {
     pub allow_hosts: Vec<String>,
     #[serde(default, rename = "namespace")]
     pub namespaces: Vec<NamespaceConfig>,
+    /// Hosts with settings of their own: DH-HMAC-CHAP secrets.
+    #[serde(default, rename = "host", skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostConfig>,
+}
+
+/// `[[nvmf.subsystem.host]]`: a host that must authenticate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    pub nqn: String,
+    /// A file holding the host's `DHHC-1:..` secret, readable by its
+    /// owner only: the host must prove it knows it before any I/O.
+    pub dhchap_secret_file: String,
+    /// A file holding the controller's secret, for hosts that ask the
+    /// target to prove itself too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_ctrl_secret_file: Option<String>,
 }
 
 /// `[[nvmf.subsystem.namespace]]`.
@@ -70,10 +96,20 @@ impl std::error::Error for ConfigError {}
 
 /// A listen address: `host:port`, or a bare address with port 4420.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    parse_addr(s, DEFAULT_PORT)
+}
+
+/// A discovery listen address: `host:port`, or a bare address with
+/// port 8009.
+pub fn parse_discovery_listen(s: &str) -> Result<SocketAddr, String> {
+    parse_addr(s, DISCOVERY_PORT)
+}
+
+fn parse_addr(s: &str, port: u16) -> Result<SocketAddr, String> {
     let with_port = match s.parse::<std::net::IpAddr>() {
-        Ok(ip) => SocketAddr::new(ip, DEFAULT_PORT).to_string(),
-        Err(_) if !s.contains(':') => format!("{s}:{DEFAULT_PORT}"),
-        Err(_) if s.starts_with('[') && s.ends_with(']') => format!("{s}:{DEFAULT_PORT}"),
+        Ok(ip) => SocketAddr::new(ip, port).to_string(),
+        Err(_) if !s.contains(':') => format!("{s}:{port}"),
+        Err(_) if s.starts_with('[') && s.ends_with(']') => format!("{s}:{port}"),
         Err(_) => s.to_string(),
     };
     let mut addrs = with_port
@@ -155,11 +191,26 @@ impl Config {
                 Err(why) => err(format!("nvmf.listen[{i}]"), why),
             }
         }
+        for (i, l) in self.discovery_listen.iter().enumerate() {
+            match parse_discovery_listen(l) {
+                Ok(a) if !addrs.insert(a) => err(
+                    format!("nvmf.discovery_listen[{i}]"),
+                    format!("{a} is listed twice (here or in nvmf.listen)"),
+                ),
+                Ok(_) => {}
+                Err(why) => err(format!("nvmf.discovery_listen[{i}]"), why),
+            }
+        }
         let mut nqns = BTreeSet::new();
         for (i, s) in self.subsystems.iter().enumerate() {
             let at = format!("nvmf.subsystem[{i}]");
             if let Some(why) = nqn_problem(&s.nqn) {
                 err(format!("{at}.nqn"), format!("{:?}: {why}", s.nqn));
+            } else if s.nqn == DISCOVERY_NQN {
+                err(
+                    format!("{at}.nqn"),
+                    "the discovery subsystem's NQN names no subsystem of namespaces".into(),
+                );
             } else if !nqns.insert(s.nqn.as_str()) {
                 err(
                     format!("{at}.nqn"),
@@ -178,6 +229,28 @@ impl Config {
                 }
                 if let Some(why) = nqn_problem(h) {
                     err(format!("{at}.allow_hosts[{j}]"), format!("{h:?}: {why}"));
+                }
+            }
+            let mut host_nqns = BTreeSet::new();
+            for (j, h) in s.hosts.iter().enumerate() {
+                let at = format!("{at}.host[{j}]");
+                if let Some(why) = nqn_problem(&h.nqn) {
+                    err(format!("{at}.nqn"), format!("{:?}: {why}", h.nqn));
+                } else if !host_nqns.insert(h.nqn.as_str()) {
+                    err(format!("{at}.nqn"), format!("{:?} is listed twice", h.nqn));
+                } else if !s.allow_hosts.iter().any(|p| glob(p, &h.nqn)) {
+                    err(
+                        format!("{at}.nqn"),
+                        format!("{:?} is not admitted by allow_hosts", h.nqn),
+                    );
+                }
+                if let Err(why) = crate::auth::read_secret(&h.dhchap_secret_file) {
+                    err(format!("{at}.dhchap_secret_file"), why);
+                }
+                if let Some(f) = &h.dhchap_ctrl_secret_file {
+                    if let Err(why) = crate::auth::read_secret(f) {
+                        err(format!("{at}.dhchap_ctrl_secret_file"), why);
+                    }
                 }
             }
             let mut nsids = BTreeSet::new();
@@ -216,6 +289,14 @@ impl Config {
         self.listen
             .iter()
             .filter_map(|l| parse_listen(l).ok())
+            .collect()
+    }
+
+    /// The discovery-only listen addresses (of a validated section).
+    pub fn discovery_addrs(&self) -> Vec<SocketAddr> {
+        self.discovery_listen
+            .iter()
+            .filter_map(|l| parse_discovery_listen(l).ok())
             .collect()
     }
 

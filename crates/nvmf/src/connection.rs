@@ -162,6 +162,7 @@ async fn raised(rx: &mut Option<watch::Receiver<bool>>) {
 pub(crate) async fn serve(
     mut stream: TcpStream,
     peer: SocketAddr,
+    discovery_only: bool,
     cx: Arc<Context>,
     ticket: PreLoginTicket,
     mut stop: watch::Receiver<bool>,
@@ -183,6 +184,10 @@ pub(crate) async fn serve(
         }
         Err(e) => return Err(e),
     };
+    let via = crate::fabrics::Via {
+        local: stream.local_addr().ok(),
+        discovery_only,
+    };
     let (mut rd, wr) = stream.into_split();
     let budget = Arc::new(OutgoingBudget::new(limits.outgoing_bytes));
     let (tx, rx) = mpsc::unbounded_channel();
@@ -195,7 +200,7 @@ pub(crate) async fn serve(
         limits.write_deadline,
     ));
     let completer = Arc::new(Completer::new(tx, digests, align, budget.clone(), backlog));
-    let mut queue = Queue::new(cx.clone(), peer, completer.clone(), digests, Some(ticket));
+    let mut queue = Queue::new(cx.clone(), peer, via, completer.clone(), Some(ticket));
     let max_pdu = limits.max_pdu();
     let mut ctrl_end: Option<watch::Receiver<bool>> = None;
     let connect_by = tokio::time::Instant::now() + limits.connect_timeout;
@@ -213,7 +218,7 @@ pub(crate) async fn serve(
                 writer_done = true;
                 break End::Stalled("the host stopped reading".into());
             }
-            _ = tokio::time::sleep_until(connect_by), if !connected => break End::Closed("no Connect in time".into()),
+            _ = tokio::time::sleep_until(connect_by), if !connected => break End::Closed("no Connect or authentication in time".into()),
             _ = queue.evicted(), if !connected => break End::Closed("evicted for a newer connection".into()),
         };
         let r = match pdu {

@@ -3,6 +3,7 @@
 //! asynchronous events waiting for a request, its logs and counters.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -31,12 +32,14 @@ const CSTS_SHST_COMPLETE: u32 = 2 << 2;
 /// Asynchronous event configuration bits (Base 2.0, 5.27.1.7).
 pub const AEC_NS_ATTRIBUTE: u32 = 1 << 8;
 pub const AEC_ANA_CHANGE: u32 = 1 << 11;
+pub const AEC_DISCOVERY_CHANGE: u32 = 1 << 31;
 
 /// Log pages (Base 2.0, figure 202).
 pub const LOG_ERROR: u8 = 0x01;
 pub const LOG_SMART: u8 = 0x02;
 pub const LOG_CHANGED_NS: u8 = 0x04;
 pub const LOG_ANA: u8 = 0x0C;
+pub const LOG_DISCOVERY: u8 = 0x70;
 
 /// Entries the error log keeps.
 pub const ERROR_LOG_ENTRIES: usize = 64;
@@ -51,6 +54,7 @@ impl Event {
     /// A notice (2), information 0: namespace attribute changed.
     pub const NS_ATTRIBUTE_CHANGED: Event = Event(2 | (LOG_CHANGED_NS as u32) << 16);
     pub const ANA_CHANGED: Event = Event(2 | 0x03 << 8 | (LOG_ANA as u32) << 16);
+    pub const DISCOVERY_CHANGED: Event = Event(2 | 0xF0 << 8 | (LOG_DISCOVERY as u32) << 16);
 }
 
 /// One error log entry (Base 2.0, figure 205).
@@ -117,6 +121,8 @@ pub struct Controller {
     /// I/O queues connected.
     qids: Mutex<BTreeSet<u16>>,
     pub counters: Counters,
+    /// The target address the admin queue's host reached.
+    local: Mutex<Option<SocketAddr>>,
 }
 
 impl Controller {
@@ -144,6 +150,27 @@ impl Controller {
             admin: Mutex::new(None),
             qids: Mutex::new(BTreeSet::new()),
             counters: Counters::default(),
+            local: Mutex::new(None),
+        }
+    }
+
+    /// A controller of the discovery subsystem.
+    pub fn is_discovery(&self) -> bool {
+        self.subsystem().nqn == crate::config::DISCOVERY_NQN
+    }
+
+    pub fn set_local(&self, local: SocketAddr) {
+        *self.local.lock() = Some(local);
+    }
+
+    pub fn local(&self) -> Option<SocketAddr> {
+        *self.local.lock()
+    }
+
+    /// The discovery log changed: a host that asked is told.
+    pub fn discovery_changed(&self) {
+        if self.aec() & AEC_DISCOVERY_CHANGE != 0 {
+            self.raise(Event::DISCOVERY_CHANGED, LOG_DISCOVERY);
         }
     }
 

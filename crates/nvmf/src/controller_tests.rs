@@ -13,6 +13,7 @@ pub(crate) fn subsystem() -> Arc<Subsystem> {
         nqn: "nqn.2026-11.org.openarray:t".into(),
         allow_hosts: vec!["*".into()],
         namespaces: BTreeMap::new(),
+        hosts: BTreeMap::new(),
     })
 }
 

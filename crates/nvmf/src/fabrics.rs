@@ -2,8 +2,13 @@
 //! queue part of a controller (the admin queue creates it), and Property
 //! Get and Set, how a host reaches the controller's registers.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::auth::HostKeys;
+use crate::config::DISCOVERY_NQN;
+use crate::subsystem::Subsystem;
 
 use crate::capsule::Sqe;
 use crate::controller::{Controller, PROP_CAP, PROP_CC};
@@ -36,12 +41,28 @@ pub struct QueueLimits {
     pub io_queues: u16,
 }
 
+/// How a connection reached the target.
+#[derive(Clone, Copy, Debug)]
+pub struct Via {
+    /// The target address the host connected to.
+    pub local: Option<SocketAddr>,
+    /// A discovery-only listener: no I/O controllers.
+    pub discovery_only: bool,
+}
+
+/// A discovery controller's keep alive timeout when its host gives
+/// none, so that controllers of hosts gone away end (as Linux's target
+/// does).
+const DISCOVERY_KATO: Duration = Duration::from_secs(120);
+
 /// A queue made part of a controller.
 pub struct Connected {
     pub ctrl: Arc<Controller>,
     pub qid: u16,
     pub entries: u32,
     pub flow_off: bool,
+    /// The secrets the queue's host must prove it knows first.
+    pub auth: Option<Arc<HostKeys>>,
 }
 
 /// Why a Connect failed: the status, and dword 0 naming the field.
@@ -77,6 +98,7 @@ pub fn connect(
     reg: &Registry,
     limits: QueueLimits,
     peer: &str,
+    via: Via,
     sqe: &Sqe,
     data: &[u8],
 ) -> Result<Connected, Refused> {
@@ -101,8 +123,18 @@ pub fn connect(
     let cntlid = le16(data, DATA_CNTLID as usize);
     let subnqn = nqn_field(data, DATA_SUBNQN as usize);
     let hostnqn = nqn_field(data, DATA_HOSTNQN as usize);
-    let Some(sub) = reg.subsystem(&subnqn) else {
-        return Err(in_data(DATA_SUBNQN));
+    let discovery = subnqn == DISCOVERY_NQN;
+    if discovery && qid != 0 {
+        return Err(in_sqe(SQE_QID)); // a discovery controller has no I/O queues
+    }
+    let sub = match reg.subsystem(&subnqn) {
+        Some(s) if !via.discovery_only => s,
+        None if discovery => Arc::new(Subsystem::discovery()),
+        _ => return Err(in_data(DATA_SUBNQN)),
+    };
+    let kato = match kato {
+        d if d.is_zero() && discovery => DISCOVERY_KATO,
+        d => d,
     };
     if !sub.admits(&hostnqn) {
         return Err(Refused {
@@ -116,17 +148,22 @@ pub fn connect(
     if qid == 0 {
         let io_queues = limits.io_queues;
         let peer = peer.to_string();
+        let auth = sub.keys(&hostnqn);
         let ctrl = reg
             .create(|id| Controller::new(id, sub, hostnqn, host_id, peer, kato, io_queues))
             .ok_or(Refused {
                 status: Status::CONNECT_BUSY,
                 result: 0,
             })?;
+        if let Some(local) = via.local {
+            ctrl.set_local(local);
+        }
         return Ok(Connected {
             ctrl,
             qid,
             entries,
             flow_off,
+            auth,
         });
     }
     let ctrl = reg.get(cntlid).ok_or(in_data(DATA_CNTLID))?;
@@ -139,11 +176,13 @@ pub fn connect(
     if u32::from(qid) > granted + 1 || !ctrl.claim_qid(qid) {
         return Err(in_sqe(SQE_QID));
     }
+    let auth = ctrl.subsystem().keys(&ctrl.host_nqn);
     Ok(Connected {
         ctrl,
         qid,
         entries,
         flow_off,
+        auth,
     })
 }
 

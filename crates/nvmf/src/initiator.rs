@@ -3,6 +3,9 @@
 //! digests, Connect, commands with in-capsule data or data sent on R2T,
 //! and raw PDUs for tests of what the target does with bad ones.
 
+mod auth;
+mod discover;
+
 use std::io;
 use std::net::SocketAddr;
 
@@ -13,6 +16,9 @@ use crate::capsule::{Cqe, Fuse, SqeBuilder, SGL_IN_CAPSULE, SGL_TRANSPORT};
 use crate::connection::{read_pdu, ReadError};
 use crate::status::Status;
 use crate::wire::{self, kind, DataHeader, Digests, IcReq, Pdu};
+
+pub use auth::{failure2, must_authenticate, negotiate, reply, success2, AuthFailure, HostAuth};
+pub use discover::{DiscoveryEntry, DiscoveryLog};
 
 const TARGET_SENDS: &[u8] = &[
     kind::IC_RESP,
@@ -256,6 +262,23 @@ impl Queue {
         self.one(Command::new(sqe).sending(data)).await
     }
 
+    /// Authenticates when Connect's answer `c` asks for it.
+    async fn authenticate_if_asked(
+        &mut self,
+        c: &Completion,
+        who: &Who,
+        auth: Option<&HostAuth>,
+        tid: u16,
+    ) -> io::Result<()> {
+        match auth {
+            Some(a) if must_authenticate(c) => match self.authenticate(who, a, tid).await? {
+                Ok(()) => Ok(()),
+                Err(f) => Err(failed(format!("authentication failed: {f:?}"))),
+            },
+            _ => Ok(()),
+        }
+    }
+
     pub async fn property_get(&mut self, offset: u32, wide: bool) -> io::Result<Completion> {
         let sqe = SqeBuilder::new(0x7F, 0)
             .byte(4, 0x04)
@@ -324,32 +347,45 @@ impl Host {
     /// Connects an admin queue, enables the controller, asks for the I/O
     /// queues and connects them.
     pub async fn connect(addr: SocketAddr, who: Who, opts: Options) -> io::Result<Host> {
+        Host::connect_auth(addr, who, opts, None).await
+    }
+
+    /// As [`Host::connect`], authenticating each queue with `auth` when
+    /// the target asks.
+    pub async fn connect_auth(
+        addr: SocketAddr,
+        who: Who,
+        opts: Options,
+        auth: Option<&HostAuth>,
+    ) -> io::Result<Host> {
         let mut admin = Queue::open(addr, opts.digests).await?;
         let c = admin
             .connect(0, 32, 0xFFFF, &who, opts.kato_ms, opts.flow_off)
             .await?;
         expect_success(&c, "admin Connect")?;
         let cntlid = c.cqe.result as u16;
+        admin.authenticate_if_asked(&c, &who, auth, 1).await?;
         let cc = 1 | 6 << 16 | 4 << 20;
         expect_success(&admin.property_set(0x14, cc).await?, "enable")?;
         let csts = admin.property_get(0x1C, false).await?;
         if csts.cqe.result & 1 == 0 {
             return Err(failed("the controller is not ready".into()));
         }
-        let n = u32::from(opts.io_queues.max(1) - 1);
-        let c = admin
-            .one(Command::new(
-                SqeBuilder::new(0x09, 0).cdw(10, 0x07).cdw(11, n | n << 16),
-            ))
-            .await?;
-        expect_success(&c, "Set Features, Number of Queues")?;
+        if opts.io_queues > 0 {
+            let n = u32::from(opts.io_queues - 1);
+            let c = admin
+                .one(Command::new(
+                    SqeBuilder::new(0x09, 0).cdw(10, 0x07).cdw(11, n | n << 16),
+                ))
+                .await?;
+            expect_success(&c, "Set Features, Number of Queues")?;
+        }
         let mut io = Vec::new();
         for qid in 1..=opts.io_queues {
             let mut q = Queue::open(addr, opts.digests).await?;
-            expect_success(
-                &q.connect(qid, 128, cntlid, &who, 0, opts.flow_off).await?,
-                "I/O Connect",
-            )?;
+            let c = q.connect(qid, 128, cntlid, &who, 0, opts.flow_off).await?;
+            expect_success(&c, "I/O Connect")?;
+            q.authenticate_if_asked(&c, &who, auth, qid + 1).await?;
             io.push(q);
         }
         Ok(Host {

@@ -24,11 +24,16 @@
 //!   namespaces, ANA), features (number of queues, volatile write cache,
 //!   asynchronous event configuration, keep alive timer), Asynchronous
 //!   Event Requests, Keep Alive with its timeout, Abort;
+//! - `discovery`: the discovery controller and its log page, one entry
+//!   per subsystem and listen address a host may reach;
+//! - [`auth`]: DH-HMAC-CHAP in-band authentication (AUTH_Send and
+//!   AUTH_Receive), per-host `DHHC-1` secrets in files;
 //! - `io`: Read, Write (FUA), Flush, Write Zeroes, Dataset Management
 //!   deallocate, Compare, Compare and Write, each medium access holding
 //!   its bytes in the shared [`export::Backing`]'s range locks;
-//! - [`Config`]: the `[nvmf]` section (listen addresses, subsystems,
-//!   allowed hosts, namespaces) and its validation;
+//! - [`Config`]: the `[nvmf]` section (listen and discovery addresses,
+//!   subsystems, allowed hosts and their secrets, namespaces) and its
+//!   validation;
 //! - [`Server`]: listeners whose set changes live, the subsystem table,
 //!   and `impl export::Frontend`; sessions are controllers (`nvme-N`);
 //! - `initiator` (feature `initiator`): a small NVMe/TCP host for tests.
@@ -38,10 +43,12 @@
 //! ([`export::NamespaceIds`]), so both transports name a device alike.
 
 mod admin;
+pub mod auth;
 pub mod capsule;
 mod config;
 mod connection;
 mod controller;
+mod discovery;
 mod fabrics;
 mod frontend;
 mod identify;
@@ -59,8 +66,8 @@ mod subsystem;
 pub mod wire;
 
 pub use config::{
-    glob, nqn_problem, parse_listen, Config, ConfigError, NamespaceConfig, SubsystemConfig,
-    DEFAULT_PORT, MAX_NSID,
+    glob, nqn_problem, parse_discovery_listen, parse_listen, Config, ConfigError, HostConfig,
+    NamespaceConfig, SubsystemConfig, DEFAULT_PORT, DISCOVERY_NQN, DISCOVERY_PORT, MAX_NSID,
 };
 pub use frontend::Session;
 pub use limits::Limits;

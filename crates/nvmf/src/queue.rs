@@ -12,6 +12,7 @@ use peer_limits::PreLoginTicket;
 use tokio::sync::watch;
 
 use crate::admin::{self, Reply};
+use crate::auth::{self, Transaction};
 use crate::capsule::{Fuse, Sqe, SGL_IN_CAPSULE, SGL_TRANSPORT};
 use crate::controller::Controller;
 use crate::fabrics;
@@ -19,7 +20,7 @@ use crate::io::{self, Transfer};
 use crate::outbox::Completer;
 use crate::server::Context;
 use crate::status::Status;
-use crate::wire::{self, fes, DataHeader, Digests, Fatal, Pdu};
+use crate::wire::{self, fes, DataHeader, Fatal, Pdu};
 
 /// How a connection ended.
 #[derive(Debug)]
@@ -62,11 +63,20 @@ struct Fused {
 struct Connected {
     ctrl: Arc<Controller>,
     qid: u16,
+    /// The queue's authentication, when its host must authenticate.
+    auth: Option<Transaction>,
+}
+
+impl Connected {
+    fn authenticated(&self) -> bool {
+        self.auth.as_ref().is_none_or(Transaction::authenticated)
+    }
 }
 
 pub(crate) struct Queue {
     cx: Arc<Context>,
     peer: SocketAddr,
+    via: fabrics::Via,
     completer: Arc<Completer>,
     ticket: Option<PreLoginTicket>,
     conn: Option<Connected>,
@@ -82,13 +92,14 @@ impl Queue {
     pub(crate) fn new(
         cx: Arc<Context>,
         peer: SocketAddr,
+        via: fabrics::Via,
         completer: Arc<Completer>,
-        _digests: Digests,
         ticket: Option<PreLoginTicket>,
     ) -> Queue {
         Queue {
             cx,
             peer,
+            via,
             completer,
             ticket,
             conn: None,
@@ -99,8 +110,11 @@ impl Queue {
         }
     }
 
+    /// Connected, and authenticated when the host must be: until then
+    /// the queue stays under the budgets and deadline of connections
+    /// not yet connected.
     pub(crate) fn connected(&self) -> bool {
-        self.conn.is_some()
+        self.conn.as_ref().is_some_and(Connected::authenticated)
     }
 
     pub(crate) fn controller_ended(&self) -> Option<watch::Receiver<bool>> {
@@ -158,6 +172,16 @@ impl Queue {
         let is_connect = sqe.opcode() == fabrics::OPCODE && sqe.fctype() == fabrics::CONNECT;
         if self.conn.is_none() != is_connect {
             self.completer.refuse(cid, Status::COMMAND_SEQUENCE);
+            return Ok(());
+        }
+        // Until the host has authenticated, nothing else reaches the
+        // controller (Base 2.0, 8.13.1).
+        if self
+            .conn
+            .as_ref()
+            .is_some_and(|c| !c.authenticated() && !auth::allowed_before(&sqe))
+        {
+            self.completer.refuse(cid, Status::AUTH_REQUIRED);
             return Ok(());
         }
         if !self.completer.fetched(cid) {
@@ -226,6 +250,14 @@ impl Queue {
         let Some(conn) = &self.conn else {
             return Ok(fabrics::CONNECT_DATA_LEN); // a Connect
         };
+        if sqe.opcode() == fabrics::OPCODE && sqe.fctype() == auth::AUTH_SEND {
+            let n = sqe.sgl().len as usize;
+            return if n > auth::MAX_MESSAGE {
+                Err(Status::INVALID_FIELD)
+            } else {
+                Ok(n)
+            };
+        }
         if sqe.opcode() == fabrics::OPCODE || conn.qid == 0 {
             return Ok(0);
         }
@@ -364,10 +396,17 @@ impl Queue {
         let ctrl = conn.ctrl.clone();
         let qid = conn.qid;
         if sqe.opcode() == fabrics::OPCODE {
-            return self.fabrics(&ctrl, qid, &sqe);
+            return self.fabrics(&ctrl, qid, &sqe, &data);
         }
         if qid == 0 {
-            match admin::run(&ctrl, &sqe, &self.cx.limits.offer()) {
+            let offer = self.cx.limits.offer();
+            let reply = if ctrl.is_discovery() {
+                let table = self.cx.registry.table();
+                crate::discovery::admin(&self.cx.discovery, &table, &ctrl, &sqe, &offer)
+            } else {
+                admin::run(&ctrl, &sqe, &offer)
+            };
+            match reply {
                 Reply::Done {
                     status,
                     result,
@@ -388,7 +427,8 @@ impl Queue {
 
     fn connect(&mut self, sqe: &Sqe, data: &[u8]) {
         let peer = self.peer.to_string();
-        match fabrics::connect(&self.cx.registry, self.cx.limits.queues(), &peer, sqe, data) {
+        let limits = self.cx.limits.queues();
+        match fabrics::connect(&self.cx.registry, limits, &peer, self.via, sqe, data) {
             Ok(c) => {
                 self.completer.connected(c.qid, c.entries, c.flow_off);
                 c.ctrl.queues.fetch_add(1, Ordering::Relaxed);
@@ -398,13 +438,22 @@ impl Queue {
                 }
                 let cntlid = c.ctrl.cntlid;
                 tracing::debug!(peer = %self.peer, cntlid, qid = c.qid, host = %c.ctrl.host_nqn, "nvmf: queue connected");
-                self.conn = Some(Connected {
+                let auth = c
+                    .auth
+                    .map(|k| Transaction::new(k, &c.ctrl.host_nqn, &c.ctrl.subsystem().nqn));
+                // AUTHREQ.ATR: the host authenticates before anything else.
+                let atr = if auth.is_some() { 1 << 17 } else { 0 };
+                let conn = Connected {
                     ctrl: c.ctrl,
                     qid: c.qid,
-                });
-                self.ticket = None;
+                    auth,
+                };
+                if conn.authenticated() {
+                    self.ticket = None;
+                }
+                self.conn = Some(conn);
                 self.completer
-                    .complete_now(sqe.cid(), Status::SUCCESS, u64::from(cntlid));
+                    .complete_now(sqe.cid(), Status::SUCCESS, u64::from(cntlid) | atr);
             }
             Err(r) => {
                 tracing::info!(peer = %self.peer, "nvmf: Connect refused: {:?}", r.status);
@@ -413,8 +462,12 @@ impl Queue {
         }
     }
 
-    fn fabrics(&mut self, ctrl: &Controller, qid: u16, sqe: &Sqe) -> Result<(), End> {
+    fn fabrics(&mut self, ctrl: &Controller, qid: u16, sqe: &Sqe, data: &[u8]) -> Result<(), End> {
         let cid = sqe.cid();
+        match sqe.fctype() {
+            auth::AUTH_SEND | auth::AUTH_RECEIVE => return self.authentication(sqe, data),
+            _ => {}
+        }
         match sqe.fctype() {
             fabrics::PROPERTY_GET | fabrics::PROPERTY_SET if qid == 0 => {
                 match fabrics::property(ctrl, self.cx.limits.queues(), sqe) {
@@ -430,6 +483,31 @@ impl Queue {
             fabrics::CONNECT => self.fail(sqe, Status::COMMAND_SEQUENCE),
             _ => self.fail(sqe, Status::INVALID_OPCODE),
         }
+    }
+
+    /// AUTH_Send and AUTH_Receive: a step of the queue's authentication.
+    fn authentication(&mut self, sqe: &Sqe, data: &[u8]) -> Result<(), End> {
+        let sending = sqe.fctype() == auth::AUTH_SEND;
+        let Some(t) = self.conn.as_mut().and_then(|c| c.auth.as_mut()) else {
+            return self.fail(sqe, Status::COMMAND_SEQUENCE); // nothing to authenticate
+        };
+        if let Err(s) = auth::check_command(sqe, sending.then_some(data.len())) {
+            return self.fail(sqe, s);
+        }
+        if sending {
+            t.send(data);
+            self.completer.complete_now(sqe.cid(), Status::SUCCESS, 0);
+        } else {
+            let mut msg = t.receive();
+            let al = crate::wire::le32(&sqe.0, 44) as usize;
+            msg.truncate(al.min(sqe.sgl().len as usize));
+            self.completer
+                .complete_with_data(sqe.cid(), Status::SUCCESS, 0, &msg, 0);
+        }
+        if self.connected() {
+            self.ticket = None;
+        }
+        Ok(())
     }
 
     /// An NVM command with its data: alone, or as half of a fused pair.

@@ -35,6 +35,9 @@ impl Registry {
         *self.table.write() = Arc::new(table);
         let table = self.table();
         for ctrl in self.controllers() {
+            if ctrl.is_discovery() {
+                continue;
+            }
             let old = ctrl.subsystem();
             match table.get(&old.nqn) {
                 Some(new) => {
@@ -78,12 +81,22 @@ impl Registry {
         self.controllers.lock().values().cloned().collect()
     }
 
+    /// Tells the discovery controllers' hosts the log changed.
+    pub fn discovery_changed(&self) {
+        for c in self.controllers().iter().filter(|c| c.is_discovery()) {
+            c.discovery_changed();
+        }
+    }
+
     /// Ends the controllers whose subsystem is gone or no longer admits
     /// their host; returns how many.
     pub fn end_refused(&self) -> usize {
         let table = self.table();
         let mut ended = 0;
         for c in self.controllers() {
+            if c.is_discovery() {
+                continue;
+            }
             let admitted = table
                 .get(&c.subsystem().nqn)
                 .is_some_and(|s| s.admits(&c.host_nqn));

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::config::Config;
 use crate::connection;
+use crate::discovery::Discovery;
 use crate::limits::Limits;
 use crate::queue::End;
 use crate::registry::Registry;
@@ -34,7 +36,14 @@ impl Prepared {
     /// the context of the runtime the server runs on.
     pub fn commit(self) -> io::Result<()> {
         let inner = &self.server.inner;
-        let addrs = self.config.listen_addrs();
+        let io = self.config.listen_addrs();
+        let disc = self.config.discovery_addrs();
+        // Each address wanted, and whether it serves discovery only.
+        let wanted: Vec<(SocketAddr, bool)> = io
+            .iter()
+            .map(|a| (*a, false))
+            .chain(disc.iter().map(|a| (*a, true)))
+            .collect();
         let mut started = Vec::new();
         for (a, l) in self.bound {
             let listener = TcpListener::from_std(l)?;
@@ -42,20 +51,44 @@ impl Prepared {
         }
         {
             let mut listeners = inner.listeners.lock();
-            listeners.retain(|a, l| {
-                let keep = addrs.contains(a);
-                if !keep {
+            listeners.retain(|a, l| match wanted.iter().find(|(w, _)| w == a) {
+                Some((_, only)) => {
+                    l.discovery_only.store(*only, Ordering::Relaxed);
+                    true
+                }
+                None => {
                     l.stop.send_replace(true);
                     tracing::info!("nvmf: no longer listening on {}", l.local);
+                    false
                 }
-                keep
             });
             for (a, local, listener) in started {
                 let stop = watch::channel(false).0;
-                tokio::spawn(self.server.clone().accept(listener, stop.subscribe()));
-                tracing::info!("nvmf: listening on {local}");
-                listeners.insert(a, Listener { local, stop });
+                let only = disc.contains(&a);
+                let discovery_only = Arc::new(AtomicBool::new(only));
+                tokio::spawn(self.server.clone().accept(
+                    listener,
+                    stop.subscribe(),
+                    discovery_only.clone(),
+                ));
+                let what = if only {
+                    "discovery"
+                } else {
+                    "I/O and discovery"
+                };
+                tracing::info!("nvmf: listening on {local} ({what})");
+                let l = Listener {
+                    local,
+                    stop,
+                    discovery_only,
+                };
+                listeners.insert(a, l);
             }
+            // What the discovery log lists: the I/O listeners, in order.
+            *inner.io_listeners.lock() = io
+                .iter()
+                .filter_map(|a| listeners.get(a).map(|l| l.local))
+                .collect();
         }
         *inner.config.lock() = self.config;
         self.server.resolve();
@@ -86,11 +119,14 @@ pub(crate) struct Context {
     pub registry: Registry,
     pub limits: Limits,
     pub device_slots: Arc<Semaphore>,
+    pub discovery: Discovery,
 }
 
 struct Listener {
     local: SocketAddr,
     stop: watch::Sender<bool>,
+    /// Only the discovery controller answers on it.
+    discovery_only: Arc<AtomicBool>,
 }
 
 struct Inner {
@@ -98,6 +134,8 @@ struct Inner {
     config: Mutex<Config>,
     devices: Mutex<BTreeMap<String, Arc<Backing>>>,
     listeners: Mutex<BTreeMap<SocketAddr, Listener>>,
+    /// The bound addresses of the I/O listeners, in configured order.
+    io_listeners: Mutex<Vec<SocketAddr>>,
     shutdown: watch::Sender<bool>,
     connecting: Arc<PreLoginBudget>,
     per_source: Arc<SourceLimit>,
@@ -122,6 +160,7 @@ impl Server {
             registry: Registry::default(),
             device_slots: Arc::new(Semaphore::new(limits.device_threads.max(1))),
             limits: limits.clone(),
+            discovery: Discovery::default(),
         });
         Server {
             inner: Arc::new(Inner {
@@ -129,6 +168,7 @@ impl Server {
                 config: Mutex::new(Config::default()),
                 devices: Mutex::new(BTreeMap::new()),
                 listeners: Mutex::new(BTreeMap::new()),
+                io_listeners: Mutex::new(Vec::new()),
                 shutdown: watch::channel(false).0,
                 connecting: PreLoginBudget::new(
                     limits.connecting_per_source,
@@ -166,7 +206,11 @@ impl Server {
     pub fn prepare(&self, config: &Config) -> io::Result<Prepared> {
         let listening: Vec<SocketAddr> = self.inner.listeners.lock().keys().copied().collect();
         let mut bound = Vec::new();
-        for a in config.listen_addrs() {
+        for a in config
+            .listen_addrs()
+            .into_iter()
+            .chain(config.discovery_addrs())
+        {
             if !listening.contains(&a) {
                 let l = bind(a)
                     .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {a}: {e}")))?;
@@ -193,6 +237,22 @@ impl Server {
     fn resolve(&self) {
         let table = subsystem::resolve(&self.inner.config.lock(), &self.inner.devices.lock());
         self.inner.cx.registry.replace(table);
+        self.publish();
+    }
+
+    /// Publishes the discovery log; hosts of discovery controllers that
+    /// asked are told when it changed.
+    fn publish(&self) {
+        let cx = &self.inner.cx;
+        let listeners = self.inner.io_listeners.lock().clone();
+        if cx.discovery.update(&listeners, &cx.registry.table()) {
+            cx.registry.discovery_changed();
+        }
+    }
+
+    /// The discovery log's generation counter.
+    pub fn discovery_generation(&self) -> u64 {
+        self.inner.cx.discovery.genctr()
     }
 
     /// Serves the devices of `exports` from now on.
@@ -213,7 +273,12 @@ impl Server {
         &self.inner.cx
     }
 
-    async fn accept(self, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    async fn accept(
+        self,
+        listener: TcpListener,
+        mut stop: watch::Receiver<bool>,
+        discovery_only: Arc<AtomicBool>,
+    ) {
         let mut shutdown = self.inner.shutdown.subscribe();
         loop {
             let (stream, peer) = tokio::select! {
@@ -230,11 +295,17 @@ impl Server {
             };
             let _ = stream.set_nodelay(true);
             let server = self.clone();
-            tokio::spawn(async move { server.connection(stream, peer).await });
+            let only = discovery_only.load(Ordering::Relaxed);
+            tokio::spawn(async move { server.connection(stream, peer, only).await });
         }
     }
 
-    async fn connection(&self, stream: tokio::net::TcpStream, peer: SocketAddr) {
+    async fn connection(
+        &self,
+        stream: tokio::net::TcpStream,
+        peer: SocketAddr,
+        discovery_only: bool,
+    ) {
         let i = &self.inner;
         let refuse = |why: &str| {
             i.refused.record(
@@ -251,7 +322,8 @@ impl Server {
             return refuse("too many connecting from this source");
         };
         let stop = i.shutdown.subscribe();
-        match connection::serve(stream, peer, i.cx.clone(), ticket, stop).await {
+        let r = connection::serve(stream, peer, discovery_only, i.cx.clone(), ticket, stop).await;
+        match r {
             Ok(()) => {}
             Err(End::Fatal(f, _)) => i.protocol_errors.record(|held| {
                 tracing::warn!(%peer, held_back = held, "nvmf: closed a connection that broke the protocol: {f}");

@@ -47,6 +47,8 @@ impl Status {
     pub const CONNECT_BUSY: Status = status(SPECIFIC, 0x81, true);
     pub const CONNECT_INVALID_PARAMETERS: Status = status(SPECIFIC, 0x82, false);
     pub const CONNECT_INVALID_HOST: Status = status(SPECIFIC, 0x84, false);
+    /// Authentication Required (Fabrics 2.0, figure 38).
+    pub const AUTH_REQUIRED: Status = status(SPECIFIC, 0x91, false);
     // Media and data integrity errors (figure 102).
     pub const WRITE_FAULT: Status = status(MEDIA, 0x80, false);
     pub const UNRECOVERED_READ: Status = status(MEDIA, 0x81, false);

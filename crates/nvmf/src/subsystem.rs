@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use export::{Backing, NamespaceIds};
 
-use crate::config::{glob, Config};
+use crate::auth::HostKeys;
+use crate::config::{glob, Config, DISCOVERY_NQN};
 
 /// A namespace: a device under a block size.
 pub struct Namespace {
@@ -36,11 +37,30 @@ pub struct Subsystem {
     pub nqn: String,
     pub allow_hosts: Vec<String>,
     pub namespaces: BTreeMap<u32, Arc<Namespace>>,
+    /// Hosts that must authenticate, with their secrets; `None` when a
+    /// secret could not be read (the host is then refused).
+    pub hosts: BTreeMap<String, Option<Arc<HostKeys>>>,
 }
 
 impl Subsystem {
     pub fn admits(&self, host_nqn: &str) -> bool {
         self.allow_hosts.iter().any(|p| glob(p, host_nqn))
+            && !matches!(self.hosts.get(host_nqn), Some(None))
+    }
+
+    /// The secrets host `host_nqn` must prove it knows, if any.
+    pub fn keys(&self, host_nqn: &str) -> Option<Arc<HostKeys>> {
+        self.hosts.get(host_nqn).cloned().flatten()
+    }
+
+    /// The discovery subsystem, which every host may reach.
+    pub fn discovery() -> Subsystem {
+        Subsystem {
+            nqn: DISCOVERY_NQN.into(),
+            allow_hosts: vec!["*".into()],
+            namespaces: BTreeMap::new(),
+            hosts: BTreeMap::new(),
+        }
     }
 
     /// The serial number controllers of the subsystem report: stable, and
@@ -78,10 +98,22 @@ pub fn resolve(config: &Config, devices: &BTreeMap<String, Arc<Backing>>) -> Tab
             };
             namespaces.insert(n.nsid, Arc::new(ns));
         }
+        let hosts = s
+            .hosts
+            .iter()
+            .map(|h| {
+                let keys = HostKeys::read(h).map_err(|why| {
+                    tracing::error!(subsystem = %s.nqn, host = %h.nqn,
+                        "nvmf: host refused: its DH-HMAC-CHAP secret cannot be used: {why}");
+                });
+                (h.nqn.clone(), keys.ok().map(Arc::new))
+            })
+            .collect();
         let sub = Subsystem {
             nqn: s.nqn.clone(),
             allow_hosts: s.allow_hosts.clone(),
             namespaces,
+            hosts,
         };
         table.insert(s.nqn.clone(), Arc::new(sub));
     }
@@ -117,9 +149,11 @@ mod tests {
     fn config(namespaces: &[(u32, &str)]) -> Config {
         Config {
             listen: vec![],
+            discovery_listen: vec![],
             subsystems: vec![SubsystemConfig {
                 nqn: "nqn.2026-11.org.openarray:a".into(),
                 allow_hosts: vec!["nqn.2026-11.org.host:*".into()],
+                hosts: vec![],
                 namespaces: namespaces
                     .iter()
                     .map(|(nsid, device)| NamespaceConfig {

@@ -37,22 +37,34 @@ pub fn namespace(nsid: u32, device: &str, block_size: u32) -> NamespaceConfig {
 pub fn config() -> Config {
     Config {
         listen: vec!["127.0.0.1:0".into()],
+        discovery_listen: vec![],
         subsystems: vec![
             SubsystemConfig {
                 nqn: SUBNQN.into(),
                 allow_hosts: vec!["nqn.2014-08.org.nvmexpress:uuid:*".into()],
                 namespaces: vec![namespace(1, "file0", 512), namespace(2, "mem0", 4096)],
+                hosts: vec![],
             },
             SubsystemConfig {
                 nqn: OTHER_NQN.into(),
                 allow_hosts: vec!["nqn.2026-11.org.example:only-this-host".into()],
                 namespaces: vec![namespace(1, "mem0", 512)],
+                hosts: vec![],
             },
         ],
     }
 }
 
 pub async fn target_with(limits: Limits) -> Target {
+    target_of(limits, |_, _| {}).await
+}
+
+/// A target whose configuration `change` alters first, given the
+/// target's temporary directory (for secret files).
+pub async fn target_of(
+    limits: Limits,
+    change: impl FnOnce(&mut Config, &std::path::Path),
+) -> Target {
     let dir = tempfile::tempdir().unwrap();
     let file = FileDevice::open(
         &dir.path().join("file0.img"),
@@ -76,7 +88,8 @@ pub async fn target_with(limits: Limits) -> Target {
         devices,
         ..Exports::default()
     };
-    let config = config();
+    let mut config = config();
+    change(&mut config, dir.path());
     let names = exports.devices.keys().cloned().collect();
     assert_eq!(config.validate(&names), vec![]);
     let server = Server::start(&config, &exports, limits).await.unwrap();
