@@ -155,6 +155,29 @@ fn summary(s: &Value) -> String {
         out.push_str(&line);
         out.push('\n');
     }
+    let nvmf = &s["transports"]["nvme-tcp"];
+    if !list(&nvmf["subsystems"]).is_empty() {
+        let listen: Vec<String> = list(&nvmf["listen"]).iter().map(text).collect();
+        out.push_str(&format!(
+            "nvme-tcp subsystems (on {}):\n",
+            listen.join(", ")
+        ));
+    }
+    for sub in list(&nvmf["subsystems"]) {
+        let namespaces: Vec<String> = list(&sub["namespaces"])
+            .iter()
+            .map(|n| {
+                let failed = if n["state"] == "ok" { "" } else { " FAILED" };
+                format!("{}={}{failed}", text(&n["nsid"]), text(&n["device"]))
+            })
+            .collect();
+        out.push_str(&format!(
+            "  {} namespaces {} ({} controller(s))\n",
+            text(&sub["nqn"]),
+            namespaces.join(" "),
+            text(&sub["controllers"])
+        ));
+    }
     out.push_str("pools:\n");
     for p in list(&s["pools"]) {
         let use_ = match (p["size"].as_u64(), p["used"].as_u64()) {

@@ -163,6 +163,19 @@ fn one_device_reads_alike_over_iscsi_nvme_tcp_and_nbd() {
     );
     assert!(sessions.contains(HOSTNQN), "{sessions}");
     assert!(sessions.contains("\"transport\":\"iscsi\""), "{sessions}");
+
+    // And status tells the subsystem with its namespace and controller.
+    let status: serde_json::Value = serde_json::from_str(&get(&s, "/v1/status")).unwrap();
+    let sub = &status["transports"]["nvme-tcp"]["subsystems"][0];
+    assert_eq!(sub["nqn"], NQN);
+    assert_eq!(sub["controllers"], 1);
+    assert_eq!(sub["namespaces"][0]["state"], "ok");
+    assert_eq!(status["healthy"], true, "{status:#}");
+    let text = s.daemon.ok(&["status"]);
+    assert!(
+        text.contains(&format!("  {NQN} namespaces 1=vm (1 controller(s))")),
+        "{text}"
+    );
 }
 
 fn get(s: &Served, path: &str) -> String {

@@ -2,7 +2,9 @@
 //!
 //! `{"healthy", "failed", "degraded": [{"kind", "name", "problem",
 //! "severity"}], "portals", "targets", "sessions", "nbd_exports",
-//! "devices", "pools", "schedules"}`. Each device's kind gives its own
+//! "transports", "devices", "pools", "schedules"}`; `transports` holds
+//! what a transport tells of itself (`"nvme-tcp"`: listeners and
+//! subsystems), and its problems are among the degraded. Each device's kind gives its own
 //! verdict (a RAID degraded, rebuilding, resyncing or failed; a cache
 //! failed; a file gone), and a LUN or export is as bad as the worst
 //! device under it. `failed` (severity "failed"): some data cannot be
@@ -164,6 +166,16 @@ fn status(admin: &Admin) -> Value {
         .collect();
 
     let nbd_exports = nbd_exports(admin, &current, &devices, &mut degraded, &mut reported);
+    // Transports that tell their own status (NVMe/TCP).
+    let mut transports = serde_json::Map::new();
+    for f in &admin.frontends {
+        if let Some(s) = f.status() {
+            for (what, why) in &s.problems {
+                degraded.push(problem(f.transport(), what, why));
+            }
+            transports.insert(f.transport().to_string(), s.summary);
+        }
+    }
     let pools = pools(&current, &mut degraded);
     // A RAID, cache or file in trouble that no LUN or export serves yet.
     for d in devices.iter().filter(|d| !reported.contains(&d.name)) {
@@ -211,6 +223,7 @@ fn status(admin: &Admin) -> Value {
         "targets": targets,
         "sessions": sessions,
         "nbd_exports": nbd_exports,
+        "transports": transports,
         "devices": device_list,
         "pools": pools,
         "schedules": schedules,

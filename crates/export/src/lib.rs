@@ -203,4 +203,21 @@ pub trait Frontend: Send + Sync {
         let _ = id;
         None
     }
+
+    /// What `status` shows of the transport beyond its sessions: where it
+    /// listens, what it serves, and what is wrong with it. `None` for a
+    /// transport whose status the daemon composes itself.
+    fn status(&self) -> Option<TransportStatus> {
+        None
+    }
+}
+
+/// A transport's part of the daemon's status.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TransportStatus {
+    /// Listeners and what is served, as the transport shows them.
+    pub summary: serde_json::Value,
+    /// Each (what, why) makes the array degraded: `("nvmf namespace
+    /// nqn...:1", "device vm is not open")`.
+    pub problems: Vec<(String, String)>,
 }

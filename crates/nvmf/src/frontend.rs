@@ -4,7 +4,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use export::{Exports, Frontend};
+use export::{Exports, Frontend, TransportStatus};
+use serde_json::json;
 
 use crate::Server;
 
@@ -89,6 +90,52 @@ impl Frontend for Server {
             .iter()
             .map(|s| session_json(s, now))
             .collect()
+    }
+
+    /// The listeners and subsystems; a namespace whose device is not
+    /// open is a problem.
+    fn status(&self) -> Option<TransportStatus> {
+        let config = self.config();
+        let table = self.context().registry.table();
+        let controllers = Server::sessions(self);
+        let mut problems = Vec::new();
+        let subsystems: Vec<_> = config
+            .subsystems
+            .iter()
+            .map(|s| {
+                let served = table.get(&s.nqn);
+                let namespaces: Vec<_> = s
+                    .namespaces
+                    .iter()
+                    .map(|n| {
+                        let ready = served.is_some_and(|t| t.namespaces.contains_key(&n.nsid));
+                        if !ready {
+                            problems.push((
+                                format!("{} namespace {}", s.nqn, n.nsid),
+                                format!("device {} is not open", n.device),
+                            ));
+                        }
+                        json!({
+                            "nsid": n.nsid,
+                            "device": n.device,
+                            "block_size": n.block_size,
+                            "state": if ready { "ok" } else { "failed" },
+                        })
+                    })
+                    .collect();
+                json!({
+                    "nqn": s.nqn,
+                    "allow_hosts": s.allow_hosts,
+                    "namespaces": namespaces,
+                    "controllers": controllers.iter().filter(|c| c.subsystem == s.nqn).count(),
+                })
+            })
+            .collect();
+        let listen: Vec<String> = self.listening().iter().map(|a| a.to_string()).collect();
+        Some(TransportStatus {
+            summary: json!({ "listen": listen, "subsystems": subsystems }),
+            problems,
+        })
     }
 
     /// NVMe/TCP has no logout to ask for: the controller ends.

@@ -234,6 +234,21 @@ impl Server {
             .collect()
     }
 
+    /// Where the server listens now (bound addresses).
+    pub fn listening(&self) -> Vec<SocketAddr> {
+        self.inner
+            .listeners
+            .lock()
+            .values()
+            .map(|l| l.local)
+            .collect()
+    }
+
+    /// The configuration served now.
+    pub fn config(&self) -> Config {
+        self.inner.config.lock().clone()
+    }
+
     fn resolve(&self) {
         let table = subsystem::resolve(&self.inner.config.lock(), &self.inner.devices.lock());
         self.inner.cx.registry.replace(table);
