@@ -576,12 +576,14 @@ fn console_calls_only_documented_api_routes() {
     write_private(&dir.path().join("read-only"), READ_ONLY);
     let (portal, port) = (free_port(), free_port());
     let d = dir.path().display();
+    // A cache is open only while something serves it: LUN 2 of the target.
     let text = config(dir.path(), portal, port)
         + &format!(
             "\n[[device]]\nname = \"fast\"\nkind = \"mem\"\nsize = \"8M\"\n\
              [[device]]\nname = \"slow\"\nkind = \"file\"\npath = \"{d}/slow.img\"\nsize = \"16M\"\n\
              [[device]]\nname = \"hybrid\"\nkind = \"cache\"\ncache = \"fast\"\nbacking = \"slow\"\n\
-             mode = \"writeback\"\n"
+             mode = \"writeback\"\n\
+             [[target.lun]]\nlun = 2\ndevice = \"hybrid\"\n"
         );
     let config_path = dir.path().join("openarray.toml");
     std::fs::write(&config_path, &text).unwrap();
