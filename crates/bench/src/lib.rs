@@ -45,7 +45,7 @@ pub fn run(opts: &Options) -> Result<PathBuf> {
     if opts.depths.is_empty() || opts.patterns.is_empty() || opts.jobs == 0 || opts.runtime == 0 {
         bail!("the matrix is empty: give depths, patterns, jobs and runtime above zero");
     }
-    if opts.seq_block_size == 0 || opts.seq_block_size % 4096 != 0 {
+    if opts.seq_block_size == 0 || !opts.seq_block_size.is_multiple_of(4096) {
         bail!("the sequential block size must be a multiple of 4K");
     }
     let drivers = opts
