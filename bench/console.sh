@@ -2,7 +2,7 @@
 # What open web consoles cost the data path: 4K random read QD32
 # (iscsi-perf -m 32 -b 8 -r) on one LUN over a 1 GiB file on tmpfs, with
 # no console open and with CONSOLES consoles' live streams open
-# (GET /console/events, one sample a second each, as a browser tab holds
+# (GET /console/api/v1/stats/live, one sample a second each, as a browser tab holds
 # it), alternating round after round on one daemon. Prints IOPS and the
 # daemon's CPU per I/O for each.
 #
@@ -50,7 +50,7 @@ open_consoles() {
         curl -s -o /dev/null -c "$jar" --data-urlencode "token=$(cat "$WORK/token")" \
             "http://127.0.0.1:$API_PORT/console/login"
         grep -q openarray_console "$jar" || die "console login refused"
-        curl -s -N -b "$jar" -o "$WORK/events.$i" "http://127.0.0.1:$API_PORT/console/events" &
+        curl -s -N -b "$jar" -o "$WORK/events.$i" "http://127.0.0.1:$API_PORT/console/api/v1/stats/live" &
         STREAMS="$STREAMS $!"
     done
     CHILDREN="$STREAMS"

@@ -480,4 +480,5 @@ main() {
     return "$FAILED"
 }
 
-main "$@"
+# Sourced (bench/bench-vs-matrix.sh reuses its setup and fio runs): no run.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then main "$@"; fi

@@ -31,6 +31,9 @@ pub struct BenchArgs {
     /// Jobs per point (fio's numjobs; sessions or connections).
     #[arg(long, value_name = "N", default_value_t = 1)]
     jobs: u32,
+    /// Bytes per sequential I/O, such as 4M (random I/O is 4K).
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = control::parse_size)]
+    seq_block_size: u64,
     /// Seconds per point.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     runtime: u64,
@@ -61,6 +64,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
         patterns,
         depths: args.depths,
         jobs: args.jobs,
+        seq_block_size: args.seq_block_size,
         runtime: args.runtime,
         size: args.size,
         out: args.out,

@@ -326,3 +326,107 @@ fn iscsi_matrix_writes_a_report_folder_and_its_writes_land() {
         "{stderr}"
     );
 }
+
+/// The rows of the report.md table under `heading`: pattern, QD, and the
+/// numeric cells after them.
+fn section_rows(report: &str, heading: &str) -> Vec<(String, u32, Vec<f64>)> {
+    report
+        .lines()
+        .skip_while(|l| !l.starts_with(heading))
+        .skip_while(|l| !l.starts_with("| pattern |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let numbers = cells[3..cells.len() - 1]
+                .iter()
+                .map(|c| c.parse().unwrap_or_else(|_| panic!("{c} in {l}")))
+                .collect();
+            (cells[1].to_string(), cells[2].parse().unwrap(), numbers)
+        })
+        .collect()
+}
+
+/// A short matrix of every pattern, the daemon's iSCSI LUN compared with
+/// one of its NBD exports (two transports, two load engines): both tables,
+/// the ratios, results.json and the plots, with the sequential block size
+/// given on the command line.
+#[test]
+fn compare_iscsi_with_nbd_over_a_short_matrix() {
+    require_tool("fio");
+    let s = serve();
+    let out_dir = s.dir.path().join("iscsi-vs-nbd");
+    let (iscsi, nbd) = (s.iscsi_url(), s.nbd_url("b"));
+    let out = bench(&[
+        &iscsi,
+        "--compare",
+        &nbd,
+        "--runtime",
+        "1",
+        "--depths",
+        "1,8",
+        "--seq-block-size",
+        "256K",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    let points: Vec<(String, u32)> = [
+        "4K randread",
+        "4K randwrite",
+        "256K seqread",
+        "256K seqwrite",
+    ]
+    .iter()
+    .flat_map(|p| [1, 8].map(|d| (p.to_string(), d)))
+    .collect();
+    for heading in [format!("## {iscsi}"), format!("## {nbd}")] {
+        let rows = section_rows(&report, &heading);
+        let got: Vec<(String, u32)> = rows.iter().map(|r| (r.0.clone(), r.1)).collect();
+        assert_eq!(got, points, "{heading}\n{report}");
+        // jobs, IOPS, MB/s, p50, p99 and p99.9: all measured.
+        for (pattern, depth, cells) in &rows {
+            assert!(
+                cells[..6].iter().all(|&v| v > 0.0),
+                "{heading} {pattern} QD{depth}: {cells:?}\n{report}"
+            );
+        }
+    }
+    let ratios = section_rows(&report, &format!("## Ratios: {iscsi} / {nbd}"));
+    assert_eq!(ratios.len(), points.len(), "{report}");
+    assert!(
+        ratios.iter().all(|r| r.2.iter().all(|&v| v > 0.0)),
+        "{report}"
+    );
+    assert!(report.contains("Engine: fio nbd engine"), "{report}");
+    assert!(
+        report.contains(&format!("Engine: {}", iscsi_engine())),
+        "{report}"
+    );
+    for png in ["iops.png", "bandwidth.png", "latency-p99.png"] {
+        assert_png(&out_dir.join(png));
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
+            .unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), points.len(), "{json}");
+    for row in rows {
+        let block = row["point"]["block_size"].as_u64().unwrap();
+        assert!(block == 4096 || block == 256 << 10, "{row}");
+        let measured = row["measured"].as_array().unwrap();
+        assert_eq!(measured.len(), 2, "{row}");
+        for m in measured {
+            for field in ["iops", "bytes_per_sec", "p50_us", "p99_us", "ios"] {
+                assert!(m[field].as_f64().unwrap() > 0.0, "{field}: {row}");
+            }
+        }
+    }
+    // The ratio table is printed too.
+    assert!(
+        stdout.contains(&format!("ratios {iscsi} / {nbd}")),
+        "{stdout}"
+    );
+}

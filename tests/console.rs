@@ -483,6 +483,17 @@ fn console_requests_are_guarded() {
     assert_eq!(status, 401);
 
     // The event stream: the history, then a sample a second.
+    let seen = live_events(
+        port,
+        &format!("Cookie: {full}"),
+        "/console/api/v1/stats/live",
+    );
+    assert!(seen.contains("\"luns\""), "{seen}");
+}
+
+/// The start of the live stream at `path`: its `history` event and the
+/// first sample after it.
+fn live_events(port: u16, credentials: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
@@ -490,7 +501,7 @@ fn console_requests_are_guarded() {
         .unwrap();
     write!(
         stream,
-        "GET /console/events HTTP/1.1\r\nHost: a\r\nCookie: {full}\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: a\r\n{credentials}\r\n\r\n"
     )
     .unwrap();
     let mut seen = String::new();
@@ -502,8 +513,144 @@ fn console_requests_are_guarded() {
         assert!(n > 0, "{seen}");
         seen.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
-    assert!(
-        seen.contains("text/event-stream") && seen.contains("\"luns\""),
-        "{seen}"
-    );
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    assert!(seen.contains("text/event-stream"), "{seen}");
+    seen
+}
+
+/// The API routes the console's scripts may call: the `ROUTES` table of
+/// app.js, as (method, path template). No asset names a `/v1/` path
+/// anywhere else, and app.js has one `fetch` and one `EventSource`, both
+/// given paths from that table.
+fn console_routes() -> Vec<(String, String)> {
+    let assets = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/console/assets");
+    let app = std::fs::read_to_string(assets.join("app.js")).unwrap();
+    let start = app.find("const ROUTES = {").expect("app.js has ROUTES");
+    let end = start + app[start..].find("};").unwrap();
+    let table = &app[start..end];
+    let routes: Vec<(String, String)> = table
+        .lines()
+        .filter_map(|l| {
+            let (method, path) = l.split('"').nth(1)?.split_once(' ')?;
+            Some((method.to_string(), path.to_string()))
+        })
+        .collect();
+    assert!(routes.len() > 10, "{table}");
+    for entry in std::fs::read_dir(&assets).unwrap() {
+        let path = entry.unwrap().path();
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let text = text.replace(table, "");
+        for line in text.lines().filter(|l| l.contains("/v1/")) {
+            assert!(
+                line.trim_start().starts_with("//"),
+                "{} calls an API path outside ROUTES: {line}",
+                path.display()
+            );
+        }
+    }
+    assert_eq!(app.matches("fetch(").count(), 1, "one fetch, in call()");
+    assert_eq!(app.matches("EventSource(").count(), 1, "one EventSource");
+    routes
+}
+
+/// Everything the console shows and does is a documented API route: each
+/// route of the console's scripts is listed in docs/admin.md, with its
+/// JSON, and answers on a running daemon (through a console session, as
+/// the scripts call it; the live stream with a bearer token too).
+#[test]
+fn console_calls_only_documented_api_routes() {
+    let routes = console_routes();
+    let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/admin.md"))
+        .unwrap();
+    for (method, path) in &routes {
+        assert!(
+            docs.contains(&format!("`{method} {path}`")),
+            "docs/admin.md does not list `{method} {path}`, which the console calls"
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    write_private(&dir.path().join("token"), TOKEN);
+    write_private(&dir.path().join("read-only"), READ_ONLY);
+    let (portal, port) = (free_port(), free_port());
+    let d = dir.path().display();
+    // A cache is open only while something serves it: LUN 2 of the target.
+    let text = config(dir.path(), portal, port)
+        + &format!(
+            "\n[[device]]\nname = \"fast\"\nkind = \"mem\"\nsize = \"8M\"\n\
+             [[device]]\nname = \"slow\"\nkind = \"file\"\npath = \"{d}/slow.img\"\nsize = \"16M\"\n\
+             [[device]]\nname = \"hybrid\"\nkind = \"cache\"\ncache = \"fast\"\nbacking = \"slow\"\n\
+             mode = \"writeback\"\n\
+             [[target.lun]]\nlun = 2\ndevice = \"hybrid\"\n"
+        );
+    let config_path = dir.path().join("openarray.toml");
+    std::fs::write(&config_path, &text).unwrap();
+    let _daemon = AdminDaemon::start(&config_path, dir.path(), portal);
+    let cookie = session(port, TOKEN);
+    let running = api(port, "GET", "/v1/config", TOKEN, "").1["toml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // A real object for each parameter, and a body each change takes
+    // without harm: a no-op, or one refused for a missing field (400).
+    let params = [
+        ("device", "r5"),
+        ("faulty", "m2"),
+        ("pool", "tank"),
+        ("volume", "thin0"),
+        ("array", "r5"),
+        ("cache", "hybrid"),
+    ];
+    for (method, template) in &routes {
+        let mut path = template.clone();
+        for (name, value) in params {
+            path = path.replace(&format!("{{{name}}}"), value);
+        }
+        assert!(!path.contains('{'), "no object for {template} in this test");
+        // A clone is made of a snapshot: the one the snapshot route took.
+        if template.ends_with("/clone") {
+            path = path.replace("/thin0/", "/probe/");
+        }
+        if path == "/v1/stats/live" {
+            let seen = live_events(
+                port,
+                &format!("Cookie: {cookie}"),
+                "/console/api/v1/stats/live",
+            );
+            assert!(seen.contains("\"exports\""), "{seen}");
+            let seen = live_events(port, &format!("Authorization: Bearer {READ_ONLY}"), &path);
+            assert!(seen.contains("\"initiators\""), "{seen}");
+            continue;
+        }
+        let (body, want): (&str, &[u16]) = match (method.as_str(), template.as_str()) {
+            ("GET", _) => ("", &[200]),
+            (_, "/v1/config/diff" | "/v1/config/apply") => (&running, &[200]),
+            (_, "/v1/devices/{faulty}/fault") => (r#"{"fault": "heal"}"#, &[200]),
+            (_, "/v1/volumes/{pool}/{volume}/snapshot") => (r#"{"name": "probe"}"#, &[201]),
+            (_, "/v1/volumes/{pool}/{volume}/clone") => (r#"{"name": "probe-clone"}"#, &[201]),
+            (_, "/v1/raid/{array}/scrub" | "/v1/caches/{cache}/flush") => ("{}", &[200, 202]),
+            (_, "/v1/raid/{array}/fail" | "/v1/raid/{array}/replace" | "/v1/raid/{array}/add") => {
+                ("{}", &[400])
+            }
+            _ => panic!("{method} {template}: the console calls it, this test does not know it"),
+        };
+        let (status, _, answer) = raw(
+            port,
+            &format!(
+                "{method} /console/api{path} HTTP/1.1\r\nHost: a\r\nCookie: {cookie}\r\nX-Console: 1\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        );
+        assert!(
+            want.contains(&status),
+            "{method} {path}: {status} {answer}, expected one of {want:?}"
+        );
+        let value: Value = serde_json::from_str(&answer)
+            .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {answer}"));
+        assert!(value.is_object(), "{method} {path}: {answer}");
+    }
 }

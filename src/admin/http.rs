@@ -257,6 +257,17 @@ async fn answer(
     if req.uri().path() == "/metrics" {
         return metrics(&admin.stats, req.method());
     }
+    // The live numbers are a stream that the console's sampler feeds; the
+    // unix socket has no console, so it has no sampler either.
+    if req.uri().path() == web_console::LIVE_PATH {
+        return match console {
+            Some(console) => console.live_stream(req.method().as_str()),
+            None => error_response(
+                404,
+                "the live stream is served on the TCP API listener ([daemon] api_listen)",
+            ),
+        };
+    }
     // A declared length over the limit is refused before any of it is read.
     let declared = req
         .headers()

@@ -11,6 +11,7 @@
 //! | `POST /v1/config/save` | `{"path"}`: the running configuration written out |
 //! | `POST /v1/edit[?force=true]` (JSON [`control::Edit`]) | `{"changes": [...], "applied"}` |
 //! | `GET /v1/stats` | `{"entries": [...]}`: I/O counters and latency histograms per target, LUN and initiator |
+//! | `GET /v1/stats/live` | Server-Sent Events of IOPS, throughput and latency percentiles per LUN, initiator and NBD export, a sample a second (TCP listener only: `http.rs`, the `console` crate's sampler) |
 //! | `GET /metrics` | the same in the Prometheus text format |
 //! | `/v1/sessions...` | live sessions; ending one (`sessions.rs`) |
 //! | `GET /v1/status` | everything on one page, with what is degraded (`status.rs`) |

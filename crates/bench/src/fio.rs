@@ -61,7 +61,7 @@ pub fn args(
         format!("--name={}-qd{}", point.pattern.fio_rw(), point.depth),
         format!("--ioengine={engine}"),
         format!("--rw={}", point.pattern.fio_rw()),
-        format!("--bs={}", point.pattern.block_size()),
+        format!("--bs={}", point.block_size),
         format!("--iodepth={}", point.depth),
         format!("--numjobs={}", point.jobs),
         format!("--runtime={runtime}"),
@@ -69,6 +69,9 @@ pub fn args(
         "--group_reporting".into(),
         "--direct=1".into(),
         "--randrepeat=0".into(),
+        // Submission to completion: libiscsi queues inside the library,
+        // and fio's clat starts only once it hands a command over.
+        "--lat_percentiles=1".into(),
         "--output-format=json".into(),
     ];
     if let Some(size) = size {
@@ -131,8 +134,13 @@ pub fn parse(output: &str) -> Result<Measured> {
         .max_by_key(|d| d["total_ios"].as_u64().unwrap_or(0))
         .expect("two directions");
     let ios = dir["total_ios"].as_u64().unwrap_or(0);
-    let percentile =
-        |p: &str| -> f64 { dir["clat_ns"]["percentile"][p].as_f64().unwrap_or(0.0) / 1000.0 };
+    // lat_ns has percentiles with --lat_percentiles=1; clat_ns otherwise.
+    let percentiles = ["lat_ns", "clat_ns"]
+        .into_iter()
+        .map(|k| &dir[k]["percentile"])
+        .find(|p| p.is_object())
+        .unwrap_or(&Value::Null);
+    let percentile = |p: &str| -> f64 { percentiles[p].as_f64().unwrap_or(0.0) / 1000.0 };
     let number = |v: &Value, what: &str| -> Result<f64> {
         v.as_f64()
             .with_context(|| format!("fio's JSON has no {what}"))
@@ -194,6 +202,7 @@ mod tests {
             pattern: Pattern::RandWrite,
             depth: 32,
             jobs: 1,
+            block_size: 4096,
         };
         let args = args(&target, "libiscsi", point, 5, None);
         assert!(args.contains(&"--filename=iscsi\\://127.0.0.1\\:3260/iqn.x\\:y/0".to_string()));

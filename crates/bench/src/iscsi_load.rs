@@ -86,7 +86,7 @@ pub fn run(target: &Target, point: Point, runtime: u64, size: Option<u64>) -> Re
     let ios = latencies.len() as u64;
     Ok(Measured {
         iops: ios as f64 / elapsed,
-        bytes_per_sec: (ios * point.pattern.block_size()) as f64 / elapsed,
+        bytes_per_sec: (ios * point.block_size) as f64 / elapsed,
         p50_us: pct(0.50),
         p99_us: pct(0.99),
         p999_us: pct(0.999),
@@ -104,13 +104,11 @@ fn run_job(
     size: Option<u64>,
 ) -> Result<Vec<u64>> {
     let bs = session.block_size as u64;
-    let per_io = point.pattern.block_size() / bs;
+    let per_io = point.block_size / bs;
     let device_ios = session.blocks / per_io;
-    let region_ios = size.map_or(device_ios, |s| {
-        (s / point.pattern.block_size()).min(device_ios)
-    });
+    let region_ios = size.map_or(device_ios, |s| (s / point.block_size).min(device_ios));
     if region_ios == 0 {
-        bail!("the LUN is smaller than one {} I/O", point.pattern.label());
+        bail!("the LUN is smaller than one {} I/O", point.label());
     }
     // Sequential jobs each start in their own stretch of the device.
     let mut cursor = (device_ios / point.jobs as u64 * j as u64) % region_ios;

@@ -31,6 +31,8 @@ pub struct Options {
     pub patterns: Vec<Pattern>,
     pub depths: Vec<u32>,
     pub jobs: u32,
+    /// Bytes per sequential I/O (random ones are 4 KiB).
+    pub seq_block_size: u64,
     pub runtime: u64,
     /// Bytes of the device each job covers; all of it without.
     pub size: Option<u64>,
@@ -43,6 +45,9 @@ pub fn run(opts: &Options) -> Result<PathBuf> {
     if opts.depths.is_empty() || opts.patterns.is_empty() || opts.jobs == 0 || opts.runtime == 0 {
         bail!("the matrix is empty: give depths, patterns, jobs and runtime above zero");
     }
+    if opts.seq_block_size == 0 || !opts.seq_block_size.is_multiple_of(4096) {
+        bail!("the sequential block size must be a multiple of 4K");
+    }
     let drivers = opts
         .urls
         .iter()
@@ -51,7 +56,7 @@ pub fn run(opts: &Options) -> Result<PathBuf> {
     for d in &drivers {
         eprintln!("{}: {}", d.target, d.describe());
     }
-    let points = spec::points(&opts.patterns, &opts.depths, opts.jobs);
+    let points = spec::points(&opts.patterns, &opts.depths, opts.jobs, opts.seq_block_size);
     let plan = matrix::Plan {
         drivers: &drivers,
         points: &points,

@@ -79,24 +79,17 @@ pub fn run(plan: &Plan) -> Result<Vec<Row>> {
                 (i * plan.drivers.len() + measured.iter().filter(|m| m.is_some()).count()) as u64;
             bar.set_message(format!(
                 "{} QD{} on {}",
-                point.pattern.label(),
+                point.label(),
                 point.depth,
                 driver.target
             ));
             let m = with_ticks(&bar, done * plan.runtime * 1000, plan.runtime, || {
                 driver.run(point, plan.runtime, plan.size)
             })
-            .with_context(|| {
-                format!(
-                    "{} QD{} on {}",
-                    point.pattern.label(),
-                    point.depth,
-                    driver.target
-                )
-            })?;
+            .with_context(|| format!("{} QD{} on {}", point.label(), point.depth, driver.target))?;
             bar.println(format!(
                 "{:<13} QD{:<4} {:>10.0} IOPS {:>9.1} MB/s  p99 {:>8.1} us  {}",
-                point.pattern.label(),
+                point.label(),
                 point.depth,
                 m.iops,
                 m.mb_per_sec(),

@@ -46,7 +46,7 @@ const METRICS: [Metric; 3] = [
     },
     Metric {
         file: "latency-p99.png",
-        title: "p99 completion latency by queue depth",
+        title: "p99 latency by queue depth",
         unit: "p99 latency (us)",
         value: |m| m.p99_us,
     },
@@ -78,21 +78,22 @@ fn series(
     let mut out = Vec::new();
     for pattern in Pattern::ALL {
         for (t, target) in targets.iter().enumerate() {
-            let line: Vec<(f64, f64)> = rows
+            let of_pattern: Vec<&Row> =
+                rows.iter().filter(|r| r.point.pattern == pattern).collect();
+            let line: Vec<(f64, f64)> = of_pattern
                 .iter()
-                .filter(|r| r.point.pattern == pattern)
                 .map(|r| {
                     let x = depths.iter().position(|&d| d == r.point.depth).unwrap_or(0);
                     (x as f64, value(&r.measured[t]))
                 })
                 .collect();
-            if line.is_empty() {
+            let Some(first) = of_pattern.first() else {
                 continue;
-            }
+            };
             let name = if targets.len() > 1 {
-                format!("{} {}", pattern.label(), target)
+                format!("{} {}", first.point.label(), target)
             } else {
-                pattern.label().to_string()
+                first.point.label()
             };
             out.push((name, line));
         }

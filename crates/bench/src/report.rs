@@ -40,7 +40,7 @@ pub fn table(rows: &[Row], t: usize) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
-            row.point.pattern.label(),
+            row.point.label(),
             row.point.depth,
             row.point.jobs,
             m.iops,
@@ -67,7 +67,7 @@ pub fn ratio_table(rows: &[Row]) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} |",
-            row.point.pattern.label(),
+            row.point.label(),
             row.point.depth,
             r(|m| m.iops),
             r(|m| m.bytes_per_sec),
@@ -91,7 +91,7 @@ pub fn markdown(report: &Report) -> String {
     let mut md = format!("# openarray bench, {}\n\n", report.created);
     let _ = writeln!(
         md,
-        "{} s per point, {} job(s) per point; latencies are completion latencies.\n",
+        "{} s per point, {} job(s) per point; latencies run from submission to completion.\n",
         report.runtime_secs, report.jobs
     );
     for (t, target) in report.targets.iter().enumerate() {
@@ -157,6 +157,7 @@ mod tests {
                     pattern: Pattern::RandRead,
                     depth,
                     jobs: 1,
+                    block_size: 4096,
                 },
                 measured: vec![
                     measured(1000.0 * depth as f64, 50.0),

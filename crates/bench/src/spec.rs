@@ -41,10 +41,11 @@ impl Pattern {
         }
     }
 
-    pub fn block_size(self) -> u64 {
+    /// The block size of the pattern unless the matrix says otherwise.
+    pub fn default_block_size(self) -> u64 {
         match self {
             Pattern::RandRead | Pattern::RandWrite => 4096,
-            Pattern::SeqRead | Pattern::SeqWrite => 1 << 20,
+            Pattern::SeqRead | Pattern::SeqWrite => DEFAULT_SEQ_BLOCK_SIZE,
         }
     }
 
@@ -56,16 +57,18 @@ impl Pattern {
         matches!(self, Pattern::RandRead | Pattern::RandWrite)
     }
 
-    /// As the report's rows name it.
-    pub fn label(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
-            Pattern::RandRead => "4K randread",
-            Pattern::RandWrite => "4K randwrite",
-            Pattern::SeqRead => "1M seqread",
-            Pattern::SeqWrite => "1M seqwrite",
+            Pattern::RandRead => "randread",
+            Pattern::RandWrite => "randwrite",
+            Pattern::SeqRead => "seqread",
+            Pattern::SeqWrite => "seqwrite",
         }
     }
 }
+
+/// 1 MiB: what `openarray bench` reads and writes sequentially by default.
+pub const DEFAULT_SEQ_BLOCK_SIZE: u64 = 1 << 20;
 
 /// One cell of the matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,9 +76,30 @@ pub struct Point {
     pub pattern: Pattern,
     pub depth: u32,
     pub jobs: u32,
+    /// Bytes per I/O.
+    pub block_size: u64,
 }
 
-/// What one point measured. Latencies are completion latencies.
+impl Point {
+    /// As the report's rows name it: `4K randread`, `1M seqread`.
+    pub fn label(&self) -> String {
+        format!("{} {}", size_label(self.block_size), self.pattern.name())
+    }
+}
+
+/// `4K`, `1M`, `4M`: a block size as fio's users write it.
+pub fn size_label(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
+    UNITS
+        .iter()
+        .find(|(unit, _)| bytes >= *unit && bytes.is_multiple_of(*unit))
+        .map_or_else(
+            || bytes.to_string(),
+            |(unit, s)| format!("{}{s}", bytes / unit),
+        )
+}
+
+/// What one point measured. Latencies run from submission to completion.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Measured {
     pub iops: f64,
@@ -94,16 +118,37 @@ impl Measured {
     }
 }
 
-/// The points of patterns × depths, depth varying fastest.
-pub fn points(patterns: &[Pattern], depths: &[u32], jobs: u32) -> Vec<Point> {
+/// The points of patterns × depths, depth varying fastest; sequential
+/// ones move `seq_block_size` bytes per I/O.
+pub fn points(patterns: &[Pattern], depths: &[u32], jobs: u32, seq_block_size: u64) -> Vec<Point> {
     patterns
         .iter()
         .flat_map(|&pattern| {
+            let block_size = if pattern.is_random() {
+                pattern.default_block_size()
+            } else {
+                seq_block_size
+            };
             depths.iter().map(move |&depth| Point {
                 pattern,
                 depth,
                 jobs,
+                block_size,
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_name_the_block_size() {
+        let p = points(&[Pattern::RandRead, Pattern::SeqWrite], &[1], 1, 4 << 20);
+        let labels: Vec<String> = p.iter().map(Point::label).collect();
+        assert_eq!(labels, ["4K randread", "4M seqwrite"]);
+        assert_eq!(size_label(1 << 20), "1M");
+        assert_eq!(size_label(1536), "1536");
+    }
 }

@@ -5,9 +5,42 @@ const App = (() => {
   const pages = {};
   let current = null, timer = null;
 
+  // Every API route the console uses, written as docs/admin.md lists them
+  // ("METHOD /v1/path/{param}"); tests/console.rs checks that each one is
+  // documented there and answers, so no other path may be called.
+  const ROUTES = {
+    status: "GET /v1/status",
+    sessions: "GET /v1/sessions",
+    objects: "GET /v1/objects",
+    config: "GET /v1/config",
+    configDiff: "POST /v1/config/diff",
+    configApply: "POST /v1/config/apply",
+    device: "GET /v1/devices/{device}",
+    deviceFault: "POST /v1/devices/{faulty}/fault",
+    pools: "GET /v1/pools",
+    poolJobs: "GET /v1/pools/{pool}/jobs",
+    volumes: "GET /v1/volumes",
+    volumeSnapshot: "POST /v1/volumes/{pool}/{volume}/snapshot",
+    volumeClone: "POST /v1/volumes/{pool}/{volume}/clone",
+    raidScrub: "POST /v1/raid/{array}/scrub",
+    raidFail: "POST /v1/raid/{array}/fail",
+    raidReplace: "POST /v1/raid/{array}/replace",
+    raidAdd: "POST /v1/raid/{array}/add",
+    cacheFlush: "POST /v1/caches/{cache}/flush",
+    live: "GET /v1/stats/live",
+  };
+
+  // The method and path of route `name` with its {params} filled in.
+  function route(name, params, query) {
+    const [method, template] = ROUTES[name].split(" ");
+    const path = template.replace(/\{(\w+)\}/g, (_, k) => encodeURIComponent(params[k]));
+    return [method, "/console/api" + path + (query || "")];
+  }
+
   // Every call goes through /console/api (the session cookie is confined
   // to /console); changes carry X-Console so no other site can make them.
-  async function api(method, path, body, extraHeaders) {
+  async function call(name, params, body, extraHeaders, query) {
+    const [method, path] = route(name, params || {}, query);
     const headers = Object.assign({}, extraHeaders || {});
     if (method !== "GET") headers["X-Console"] = "1";
     let payload = body;
@@ -15,7 +48,7 @@ const App = (() => {
       payload = JSON.stringify(body);
       headers["Content-Type"] = "application/json";
     }
-    const answer = await fetch("/console/api" + path, { method, headers, body: payload, credentials: "same-origin" });
+    const answer = await fetch(path, { method, headers, body: payload, credentials: "same-origin" });
     if (answer.status === 401) { location.href = "/console/login"; throw new Error("logged out"); }
     let value = null;
     try { value = await answer.json(); } catch (_) { value = { error: "the answer was not JSON" }; }
@@ -113,7 +146,7 @@ const App = (() => {
   const live = { samples: [], listeners: [] };
   const WINDOW_MS = 15 * 60 * 1000;
   function connect() {
-    const events = new EventSource("/console/events");
+    const events = new EventSource(route("live", {})[1]);
     events.addEventListener("history", e => { live.samples = JSON.parse(e.data); live.listeners.forEach(f => f()); });
     events.onmessage = e => {
       live.samples.push(JSON.parse(e.data));
@@ -133,5 +166,5 @@ const App = (() => {
 
   window.addEventListener("hashchange", show);
   document.addEventListener("DOMContentLoaded", () => { connect(); show(); });
-  return { api, el, table, notice, confirm, act, register, show, live, WINDOW_MS, bytes };
+  return { call, el, table, notice, confirm, act, register, show, live, WINDOW_MS, bytes };
 })();

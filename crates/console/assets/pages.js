@@ -2,7 +2,7 @@
 // jobs and the configuration pages.
 "use strict";
 (() => {
-  const { api, el, table, notice, live, WINDOW_MS } = App;
+  const { call, el, table, notice, live, WINDOW_MS } = App;
   const fixed = (v, digits) => (v === null || v === undefined) ? "-" : Number(v).toFixed(digits);
   const mbps = v => fixed(v / 1e6, 2);
 
@@ -89,7 +89,7 @@
   }
 
   async function staticSection() {
-    const [status, sessions] = await Promise.all([api("GET", "/v1/status"), api("GET", "/v1/sessions")]);
+    const [status, sessions] = await Promise.all([call("status"), call("sessions")]);
     const health = status.degraded.length
       ? table(["severity", "kind", "name", "problem"], status.degraded.map(d => el("tr", {},
           el("td", { class: "bad" }, d.severity), el("td", {}, d.kind), el("td", {}, d.name), el("td", {}, d.problem))),
@@ -133,12 +133,12 @@
   App.register("jobs", {
     refresh: 1000,
     async render(main) {
-      const pools = (await api("GET", "/v1/pools")).pools;
-      const jobs = (await Promise.all(pools.map(p => api("GET", "/v1/pools/" + encodeURIComponent(p.name) + "/jobs"))))
+      const pools = (await call("pools")).pools;
+      const jobs = (await Promise.all(pools.map(p => call("poolJobs", { pool: p.name }))))
         .flatMap(j => j.jobs);
-      const status = await api("GET", "/v1/status");
+      const status = await call("status");
       const arrays = status.devices.filter(d => d.kind === "raid");
-      const trees = await Promise.all(arrays.map(d => api("GET", "/v1/devices/" + encodeURIComponent(d.name))));
+      const trees = await Promise.all(arrays.map(d => call("device", { device: d.name })));
       const syncs = trees.filter(t => t.state.sync).map(t => {
         const percent = parseFloat((t.state.sync.match(/([\d.]+)%/) || [0, 0])[1]);
         return el("tr", { "data-array": t.name },
@@ -157,7 +157,7 @@
 
   // ---- configuration ---------------------------------------------------
   async function diff(text) {
-    return (await api("POST", "/v1/config/diff", text, { "X-Config-Origin": "console" })).changes;
+    return (await call("configDiff", {}, text, { "X-Config-Origin": "console" })).changes;
   }
 
   function showChanges(changes) {
@@ -182,7 +182,7 @@
         if (!ok) return;
         force = true;
       }
-      const done = await api("POST", "/v1/config/apply" + (force ? "?force=true" : ""), text, { "X-Config-Origin": "console" });
+      const done = await call("configApply", {}, text, { "X-Config-Origin": "console" }, force ? "?force=true" : "");
       notice("Applied: " + (done.changes.length ? done.changes.join("; ") : "no change"), false);
       document.getElementById("config-applied").textContent = "Applied.";
     } catch (e) {
@@ -192,7 +192,7 @@
 
   App.register("config", {
     async render(main) {
-      const running = await api("GET", "/v1/config");
+      const running = await call("config");
       const file = el("input", { type: "file", id: "config-file", accept: ".toml,text/plain" });
       file.addEventListener("change", async () => {
         if (file.files[0]) document.getElementById("config-text").value = await file.files[0].text();

@@ -2,9 +2,7 @@
 // tree with each node's state, and the actions taken there.
 "use strict";
 (() => {
-  const { api, el, table, act, bytes } = App;
-  const enc = encodeURIComponent;
-  const post = (path, body) => api("POST", path, body || {});
+  const { call, el, table, act, bytes } = App;
 
   function volumeRows(pool, volumes) {
     const byParent = new Map();
@@ -16,7 +14,7 @@
     const rows = [];
     const walk = (parent, depth) => {
       for (const v of byParent.get(parent) || []) {
-        const base = "/v1/volumes/" + enc(pool) + "/" + enc(v.name);
+        const at = { pool, volume: v.name };
         rows.push(el("tr", { "data-volume": v.name },
           el("td", {}, "\u00a0\u00a0".repeat(depth) + (depth ? "└ " : "") + v.name),
           el("td", {}, v.kind), el("td", { class: "num" }, bytes(v.size)), el("td", { class: "num" }, bytes(v.own)),
@@ -24,10 +22,10 @@
           el("td", {},
             el("button", { type: "button", class: "small", "data-action": "snapshot", onclick: () => act("Snapshot " + v.name,
               "Take a snapshot of " + pool + "/" + v.name + ".", [{ name: "name", label: "Snapshot name", value: v.name + "-snap" }],
-              f => post(base + "/snapshot", { name: f.name })) }, "Snapshot"),
+              f => call("volumeSnapshot", at, { name: f.name })) }, "Snapshot"),
             el("button", { type: "button", class: "small", "data-action": "clone", onclick: () => act("Clone " + v.name,
               "Make a writable clone of " + pool + "/" + v.name + ".", [{ name: "name", label: "Clone name", value: v.name + "-clone" }],
-              f => post(base + "/clone", { name: f.name })) }, "Clone"))));
+              f => call("volumeClone", at, { name: f.name })) }, "Clone"))));
         walk(v.name, depth + 1);
       }
     };
@@ -54,27 +52,27 @@
     if (node.kind === "raid") {
       const members = (node.settings.members || "").split(",").map(s => s.trim()).filter(Boolean);
       button("Scrub", "scrub", () => act("Scrub " + name, "Read every stripe of " + name + " and check its parity.", [],
-        () => post("/v1/raid/" + enc(name) + "/scrub", {})));
+        () => call("raidScrub", { array: name }, {})));
       button("Fail a member", "fail", () => act("Fail a member of " + name,
         "The member is marked failed: the array runs degraded until a spare is rebuilt.", [{ name: "member", label: "Member", options: members }],
-        f => post("/v1/raid/" + enc(name) + "/fail", { member: f.member })));
+        f => call("raidFail", { array: name }, { member: f.member })));
       button("Replace a member", "replace", () => act("Replace a member of " + name,
         "The new device is copied beside the member and takes its place when complete.",
         [{ name: "member", label: "Member", options: members }, { name: "device", label: "New device", options: siblings }],
-        f => post("/v1/raid/" + enc(name) + "/replace", { member: f.member, device: f.device })));
+        f => call("raidReplace", { array: name }, { member: f.member, device: f.device })));
       button("Add a spare", "add", () => act("Add a spare to " + name,
         "The device becomes a hot spare; a degraded array starts rebuilding onto it.", [{ name: "device", label: "Device", options: siblings }],
-        f => post("/v1/raid/" + enc(name) + "/add", { device: f.device })));
+        f => call("raidAdd", { array: name }, { device: f.device })));
     }
     if (node.kind === "cache") {
       button("Flush", "flush", () => act("Flush " + name, "Write every dirty block of " + name + " to its slow device.", [],
-        () => post("/v1/caches/" + enc(name) + "/flush")));
+        () => call("cacheFlush", { cache: name }, {})));
     }
     if (node.kind === "faulty") {
       button("Fail", "device-fail", () => act("Fail " + name, name + " fails every read and write from now until healed.", [],
-        () => post("/v1/devices/" + enc(name) + "/fault", { fault: "fail" })));
+        () => call("deviceFault", { faulty: name }, { fault: "fail" })));
       button("Heal", "device-heal", () => act("Heal " + name, name + " serves again.", [],
-        () => post("/v1/devices/" + enc(name) + "/fault", { fault: "heal" })));
+        () => call("deviceFault", { faulty: name }, { fault: "heal" })));
     }
     return buttons;
   }
@@ -98,8 +96,8 @@
     refresh: 2000,
     async render(main) {
       const [pools, volumes, objects] = await Promise.all([
-        api("GET", "/v1/pools"), api("GET", "/v1/volumes"), api("GET", "/v1/objects")]);
-      const trees = await Promise.all(objects.devices.map(d => api("GET", "/v1/devices/" + enc(d.name))));
+        call("pools"), call("volumes"), call("objects")]);
+      const trees = await Promise.all(objects.devices.map(d => call("device", { device: d.name })));
       const below = new Set();
       const mark = n => n.children.forEach(c => { below.add(c.name); mark(c); });
       trees.forEach(mark);

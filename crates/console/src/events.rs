@@ -1,4 +1,5 @@
-//! `GET /console/events`: Server-Sent Events. First an `history` event
+//! `GET /v1/stats/live` (and `/console/api/v1/stats/live` for a console
+//! session): Server-Sent Events. First an `history` event
 //! with the samples kept (a JSON array), then each new sample as it is
 //! taken. A stream that falls behind skips to the newest samples.
 

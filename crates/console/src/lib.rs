@@ -10,8 +10,10 @@
 //! | `GET /console/login`, `POST /console/login` (form `token=`) | the login page; a session cookie for a good token |
 //! | `POST /console/logout` | the session ended |
 //! | `GET /console/assets/NAME` | the embedded scripts and styles |
-//! | `GET /console/events` | Server-Sent Events: the history, then one sample a second (`live.rs`) |
 //! | `/console/api/v1/...` | the API route `/v1/...`, for the session's role; changes need `X-Console: 1` |
+//!
+//! The live numbers are the API's `GET /v1/stats/live` (Server-Sent
+//! Events, `live.rs`), which the daemon answers with [`Console::live_stream`].
 //!
 //! The daemon gives the console what it needs through [`Daemon`]: token
 //! checks (with the API's back-off for wrong ones) and API answers, so the
@@ -46,6 +48,9 @@ use sessions::Sessions;
 
 /// The body of every answer: whole, or streamed for events.
 pub type Body = BoxBody<Bytes, Infallible>;
+
+/// The API route of the live numbers, a stream of Server-Sent Events.
+pub const LIVE_PATH: &str = "/v1/stats/live";
 
 /// Largest request body the console reads (a configuration file).
 pub const MAX_BODY: usize = 4 << 20;
@@ -131,12 +136,10 @@ impl Console {
             ("GET", "/console/", Some(role)) => assets::app(role),
             ("GET", "/console/", None) => redirect("/console/login"),
             ("GET", asset, _) if asset.starts_with("/console/assets/") => assets::asset(asset),
-            (_, p, None) if p == "/console/events" || p.starts_with("/console/api/") => {
+            (_, p, None) if p.starts_with("/console/api/") => {
                 json_error(401, "log in to the console first: no live session")
             }
-            ("GET", "/console/events", Some(_)) => events::stream(&self.live),
             (_, p, Some(role)) if p.starts_with("/console/api/") => self.api(role, req).await,
-            (_, "/console/events", _) => json_error(405, "method not allowed"),
             _ => json_error(404, &format!("no such page {path}")),
         }
     }
@@ -176,6 +179,10 @@ impl Console {
             .path()
             .trim_start_matches("/console/api")
             .to_string();
+        // A stream, so the daemon's JSON routes cannot answer it.
+        if path == LIVE_PATH {
+            return self.live_stream(&method);
+        }
         let query = req.uri().query().unwrap_or("").to_string();
         let origin = req
             .headers()
@@ -198,6 +205,14 @@ impl Console {
             .await
             .unwrap_or_else(|e| (500, serde_json::json!({ "error": e.to_string() })));
         json(status, &value)
+    }
+
+    /// `GET /v1/stats/live`: the samples kept, then one a second.
+    pub fn live_stream(&self, method: &str) -> Response<Body> {
+        match method {
+            "GET" => events::stream(&self.live),
+            _ => json_error(405, "method not allowed"),
+        }
     }
 
     /// The whole body, at most [`MAX_BODY`], within the deadline.
