@@ -153,7 +153,14 @@ pub fn run(
         .block_on(daemon::ha_pair::start_link(&config))
         .context("[ha]")?;
     let runtime = control::build(&config)?;
-    let options = daemon::iscsi_options(&config.daemon, runtime.stats.auth_failures_counter());
+    let options = daemon::iscsi_options(&config, runtime.stats.auth_failures_counter());
+    let moved = daemon::iscsi_section::deprecated_keys(&config);
+    if !moved.is_empty() {
+        tracing::warn!(
+            keys = %moved.join(", "),
+            "these [daemon] keys are iSCSI's: read for now, but they belong in [iscsi]"
+        );
+    }
     let connection_runtimes = connection_runtimes()?;
     let current = admin::Current {
         config,

@@ -356,3 +356,30 @@ device = "shared"
     );
     assert!(text.contains("Authorization failure"), "{text}");
 }
+
+/// `[iscsi] max_sessions_per_initiator` bounds an initiator's sessions;
+/// the old `[daemon]` spelling still does, with a warning naming it.
+#[test]
+fn sessions_per_initiator_are_bounded_by_the_iscsi_section() {
+    for (table, warned) in [("iscsi", false), ("daemon", true)] {
+        let text = format!(
+            "[{table}]\nmax_sessions_per_initiator = 1\n{}",
+            groups_config("")
+        );
+        let daemon = Daemon::start_with_config(&text);
+        let mut params = LoginParams::normal(ESX1, GROUPS_TARGET);
+        let first = Session::login(daemon.addr(), &params, CLIENT_TIMEOUT).unwrap();
+        params.isid[5] ^= 1;
+        assert!(
+            Session::login(daemon.addr(), &params, CLIENT_TIMEOUT).is_err(),
+            "[{table}]: a second session of {ESX1} is refused"
+        );
+        first.logout().unwrap();
+        let log = daemon.log();
+        assert_eq!(
+            log.contains("keys=max_sessions_per_initiator") && log.contains("belong in [iscsi]"),
+            warned,
+            "{log}"
+        );
+    }
+}

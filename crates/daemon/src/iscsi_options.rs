@@ -9,9 +9,23 @@ use std::sync::Arc;
 use control::Daemon;
 use iscsi::{AuthThrottle, ServerOptions};
 
-/// The options of the server that serves a configuration with `[daemon]`
-/// `daemon`; wrong CHAP proofs count in `auth_failures`.
-pub fn iscsi_options(daemon: &Daemon, auth_failures: Arc<AtomicU64>) -> ServerOptions {
+/// The options of the server that serves `config`: its `[iscsi]`, then
+/// the `[daemon]` keys that were iSCSI's, then the shared limits of
+/// `[daemon]`; wrong CHAP proofs count in `auth_failures`.
+pub fn iscsi_options(config: &control::Config, auth_failures: Arc<AtomicU64>) -> ServerOptions {
+    let mut daemon = config.daemon.clone();
+    if let Some(s) = crate::iscsi_section::section(config) {
+        daemon.max_sessions_per_initiator = s
+            .max_sessions_per_initiator
+            .or(daemon.max_sessions_per_initiator);
+        daemon.max_connections_per_portal = s
+            .max_connections_per_portal
+            .or(daemon.max_connections_per_portal);
+    }
+    options_of(&daemon, auth_failures)
+}
+
+fn options_of(daemon: &Daemon, auth_failures: Arc<AtomicU64>) -> ServerOptions {
     let defaults = ServerOptions::default().with_exported_access();
     let mut options = ServerOptions {
         max_sessions_per_initiator: daemon
@@ -70,7 +84,7 @@ mod tests {
             write_timeout: Some(Duration::from_secs(3)),
             ..Daemon::default()
         };
-        let options = iscsi_options(&daemon, Arc::default());
+        let options = options_of(&daemon, Arc::default());
         assert_eq!(options.max_sessions_per_initiator, 4);
         assert_eq!(options.max_connections_per_portal, 9);
         assert_eq!(options.write_timeout, Duration::from_secs(3));
@@ -78,5 +92,18 @@ mod tests {
         assert_eq!(options.max_logins, defaults.max_logins);
         assert_eq!(options.login_timeout, defaults.login_timeout);
         assert!(options.exported_access.is_some());
+    }
+
+    #[test]
+    fn the_iscsi_section_wins_over_the_old_daemon_keys() {
+        control::sections::register(crate::iscsi_section::IscsiOwner);
+        let config = control::parse_config(
+            "[daemon]\nmax_sessions_per_initiator = 2\nmax_connections_per_portal = 9\n\n[iscsi]\nmax_sessions_per_initiator = 5\n",
+            "t.toml",
+        )
+        .unwrap();
+        let options = iscsi_options(&config, Arc::default());
+        assert_eq!(options.max_sessions_per_initiator, 5);
+        assert_eq!(options.max_connections_per_portal, 9);
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod ha_pair;
 mod iscsi_options;
+pub mod iscsi_section;
 mod live_listeners;
 pub mod nvmf_transport;
 pub mod portals;
@@ -23,6 +24,7 @@ pub use nvmf_transport::{NvmfSection, NvmfTransport};
 pub fn register_sections() {
     control::sections::register(NvmfSection);
     control::sections::register(ha_pair::HaOwner);
+    control::sections::register(iscsi_section::IscsiOwner);
 }
 
 use std::io::Write;
@@ -188,7 +190,8 @@ pub fn apply_text(
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     // The transports read their [daemon] settings once, at start.
-    let restart_needed = current.config.daemon != config.daemon;
+    let restart_needed = current.config.daemon != config.daemon
+        || iscsi_section::section(&current.config) != iscsi_section::section(&config);
     let previous = std::mem::replace(&mut current.runtime, runtime);
     current.config = config;
     current.text = text;
@@ -205,7 +208,8 @@ pub fn apply_text(
     Ok(Applied {
         changes,
         applied: true,
-        note: restart_needed.then(|| "[daemon] settings take effect at the next start".to_string()),
+        note: restart_needed
+            .then(|| "[daemon] and [iscsi] settings take effect at the next start".to_string()),
     })
 }
 
