@@ -2,7 +2,8 @@
 //! link, a `mirror` device over a file is LUN 0 on both, and the planned
 //! moves of `openarray ha` decide which node writes: what an initiator
 //! wrote through node a reads back through node b after a demote and a
-//! promote, and the secondary refuses writes meanwhile.
+//! promote, and the secondary refuses writes meanwhile. Each node is its
+//! own target port group, whose ALUA state follows its mirror's role.
 
 mod common;
 
@@ -11,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::admin::{http_exchange, AdminDaemon};
-use common::iscsi::{LoginParams, Session};
+use common::iscsi::{rw10_cdb, Completion, LoginParams, Session};
 use common::{free_port, retrying_taken_ports};
 
 const IQN: &str = "iqn.2026-11.org.openarray.test:pair";
@@ -117,6 +118,58 @@ fn login(n: &Node) -> Session {
     .unwrap()
 }
 
+/// (sense key, ASC, ASCQ) of fixed or descriptor sense data.
+fn sense(c: &Completion) -> (u8, u8, u8) {
+    let at = |i: usize| c.sense.get(i).copied().unwrap_or(0);
+    match at(0) & 0x7f {
+        0x72 | 0x73 => (at(1) & 0x0f, at(2), at(3)),
+        _ => (at(2) & 0x0f, at(12), at(13)),
+    }
+}
+
+/// REPORT TARGET PORT GROUPS: (group, asymmetric access state) of each.
+fn rtpg(s: &mut Session) -> Vec<(u16, u8)> {
+    let cdb = [0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0];
+    let data = s.command_good(0, &cdb, &[], 1024).unwrap();
+    let mut groups = Vec::new();
+    let mut at = 4;
+    while at + 8 <= data.len() {
+        let id = u16::from_be_bytes([data[at + 2], data[at + 3]]);
+        groups.push((id, data[at] & 0x0f));
+        at += 8 + 4 * data[at + 7] as usize;
+    }
+    groups
+}
+
+/// The first completion of `cdb` that is not a unit attention other
+/// than `keep`.
+fn command(s: &mut Session, cdb: &[u8], keep: Option<(u8, u8)>) -> Completion {
+    loop {
+        let c = s.command(0, cdb, &[], 4096).unwrap();
+        let (key, asc, ascq) = sense(&c);
+        if key != 6 || keep == Some((asc, ascq)) {
+            return c;
+        }
+    }
+}
+
+/// Waits for REPORT TARGET PORT GROUPS to say `want`: a node hears the
+/// peer's role a moment after the peer changed it.
+fn wait_groups(s: &mut Session, want: &[(u16, u8)]) {
+    let start = Instant::now();
+    loop {
+        let groups = rtpg(s);
+        if groups == want {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{groups:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const OPTIMIZED: u8 = 0;
+const STANDBY: u8 = 2;
+
 #[test]
 fn a_write_through_one_node_reads_back_through_the_other_after_a_planned_move() {
     let (a, b) = start_pair();
@@ -143,6 +196,14 @@ fn a_write_through_one_node_reads_back_through_the_other_after_a_planned_move() 
     let mut on_b = login(&b);
     assert!(on_b.write10(0, 0, &data[..4096], BS).is_err());
 
+    // ALUA: a's group (1) serves, b's (2) stands by, through either node.
+    let a_serves = [(1, OPTIMIZED), (2, STANDBY)];
+    assert_eq!(rtpg(&mut on_a), a_serves);
+    wait_groups(&mut on_b, &a_serves);
+    let read = rw10_cdb(0x28, 0, 1);
+    let c = command(&mut on_b, &read, None);
+    assert_eq!(sense(&c), (2, 0x04, 0x0b), "{c:?}");
+
     // A planned move: a steps down, b takes over and serves a's writes.
     let out = a.daemon.cli(&["ha", "promote", "vm"]);
     assert!(
@@ -168,5 +229,12 @@ fn a_write_through_one_node_reads_back_through_the_other_after_a_planned_move() 
     let mut on_b = login(&b);
     assert_eq!(on_b.read10(0, 100, 128, BS).unwrap(), data);
     on_b.write10(0, 0, &data[..4096], BS).unwrap();
+    // The move is announced on a's session, and the states flipped.
+    let tur = [0u8; 6];
+    let c = command(&mut on_a, &tur, Some((0x2a, 0x06)));
+    assert_eq!(sense(&c), (6, 0x2a, 0x06), "{c:?}");
+    let b_serves = [(1, STANDBY), (2, OPTIMIZED)];
+    wait_groups(&mut on_a, &b_serves);
+    assert_eq!(rtpg(&mut on_b), b_serves);
     assert!(on_a.write10(0, 0, &data[..4096], BS).is_err());
 }

@@ -297,6 +297,10 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
     }
     // Pools kept open under running LUNs take new limits too.
     crate::pools::apply_limits(&config.pools);
+    let port_groups = ha::pair::port_groups();
+    if let Some(groups) = port_groups {
+        pair_access::follow_roles(config, groups, &units, &nodes);
+    }
 
     let registry = previous
         .and_then(|p| p.live.registry.clone())
@@ -426,6 +430,7 @@ fn build_from(config: &Config, previous: Option<&Runtime>) -> Result<Runtime, Co
             scsi_targets: targets,
             discovery_chap: config.discovery_chap.clone(),
             device_exports,
+            target_port_group: port_groups.map(|g| g.local),
         },
         listen: config.portals.iter().map(|p| p.listen).collect(),
         stats,
@@ -627,6 +632,7 @@ impl Views<'_> {
 mod devices;
 mod graph;
 mod health;
+mod pair_access;
 mod samples;
 pub use devices::DeviceNode;
 #[cfg(test)]

@@ -62,9 +62,11 @@ pub async fn start_link(config: &control::Config) -> io::Result<Option<Arc<ha::l
         node = %section.node,
         peer = %section.peer,
         listen = %link.local_addr(),
+        port_group = section.port_groups().local,
         "HA link listening"
     );
     ha::pair::set_link(Some(link.clone()));
+    ha::pair::set_port_groups(Some(section.port_groups()));
     Ok(Some(link))
 }
 

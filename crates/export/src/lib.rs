@@ -155,6 +155,9 @@ pub struct Exports {
     /// Devices offered by name to transports that serve devices
     /// directly (NBD).
     pub device_exports: Vec<DeviceExport>,
+    /// This node's target port group when it is one of an HA pair, whose
+    /// nodes each form their own; `None` on a node alone (group 1).
+    pub target_port_group: Option<u16>,
 }
 
 /// The device export a client asking for no name ("") gets.

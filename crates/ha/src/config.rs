@@ -27,6 +27,8 @@ fn default_timeout_ms() -> u64 {
 /// heartbeat_interval_ms = 500
 /// heartbeat_timeout_ms = 5000
 /// witness = "10.0.0.3:7791"
+/// port_group = 1
+/// peer_port_group = 2
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -47,6 +49,22 @@ pub struct HaSection {
     /// The witness (not used yet: failover is still to come).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub witness: Option<String>,
+    /// The target port group this node's portals form (ALUA). Default: 1
+    /// on the node whose name sorts first, 2 on the other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port_group: Option<u16>,
+    /// The peer's target port group: its `port_group`. This node cannot
+    /// read the peer's section, so a pair that sets one sets both, on
+    /// both nodes, mirrored. Default: as for `port_group`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_port_group: Option<u16>,
+}
+
+/// The target port groups of the pair, as this node sees them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortGroups {
+    pub local: u16,
+    pub peer: u16,
 }
 
 /// A problem with one field of the section.
@@ -111,6 +129,24 @@ impl HaSection {
         if let Some(w) = &self.witness {
             bad("witness", host_port_problem(w));
         }
+        let groups = self.port_groups();
+        for (field, set) in [
+            ("port_group", self.port_group),
+            ("peer_port_group", self.peer_port_group),
+        ] {
+            if set == Some(0) {
+                bad(field, Some("must be 1 to 65535".into()));
+            }
+        }
+        if groups.local == groups.peer && groups.local != 0 {
+            bad(
+                "peer_port_group",
+                Some(format!(
+                    "is this node's port_group ({}): each node is its own target port group",
+                    groups.local
+                )),
+            );
+        }
         if self.secret_file.as_os_str().is_empty() {
             bad("secret_file", Some("is empty".into()));
         }
@@ -128,6 +164,21 @@ impl HaSection {
             );
         }
         errors
+    }
+
+    /// This node's target port group and the peer's: as configured, else
+    /// 1 for the node whose name sorts first and 2 for the other, which
+    /// both nodes work out alike.
+    pub fn port_groups(&self) -> PortGroups {
+        let (first, second) = if self.node <= self.peer {
+            (1, 2)
+        } else {
+            (2, 1)
+        };
+        PortGroups {
+            local: self.port_group.unwrap_or(first),
+            peer: self.peer_port_group.unwrap_or(second),
+        }
     }
 
     /// The link's settings, with the secret read from its file.
@@ -193,6 +244,8 @@ mod tests {
             heartbeat_interval_ms: 1000,
             heartbeat_timeout_ms: 1500,
             witness: Some(":7".into()),
+            port_group: Some(0),
+            peer_port_group: None,
         };
         let fields: Vec<_> = s.validate().iter().map(|e| e.field).collect();
         assert_eq!(
@@ -204,13 +257,35 @@ mod tests {
                 "peer_address",
                 "listen",
                 "witness",
+                "port_group",
                 "secret_file",
                 "heartbeat_timeout_ms"
             ]
         );
-        let e = s.validate()[7].to_string();
+        let e = s.validate()[8].to_string();
         assert!(e.starts_with("[ha] heartbeat_timeout_ms: 1500 ms"), "{e}");
         assert!(toml::from_str::<HaSection>(&format!("{GOOD}\nsecret = \"x\"")).is_err());
+        let same = section(&format!("{GOOD}\nport_group = 2"));
+        let e = same.validate();
+        assert_eq!(e.len(), 1);
+        assert!(e[0]
+            .to_string()
+            .starts_with("[ha] peer_port_group: is this node's port_group (2)"));
+    }
+
+    #[test]
+    fn each_node_is_its_own_port_group_by_default() {
+        let a = section(GOOD);
+        assert_eq!(a.port_groups(), PortGroups { local: 1, peer: 2 });
+        let b = HaSection {
+            node: "b".into(),
+            peer: "a".into(),
+            ..a.clone()
+        };
+        assert_eq!(b.port_groups(), PortGroups { local: 2, peer: 1 });
+        let set = section(&format!("{GOOD}\nport_group = 7\npeer_port_group = 9"));
+        assert_eq!(set.port_groups(), PortGroups { local: 7, peer: 9 });
+        assert_eq!(set.validate(), vec![]);
     }
 
     #[test]

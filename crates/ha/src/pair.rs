@@ -17,3 +17,16 @@ pub fn set_link(link: Option<Arc<Link>>) {
 pub fn link() -> Option<Arc<Link>> {
     LINK.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
+
+static PORT_GROUPS: Mutex<Option<crate::config::PortGroups>> = Mutex::new(None);
+
+/// Sets (or clears) the target port groups of the pair: this node's
+/// portals form `local`, the peer's `peer`.
+pub fn set_port_groups(groups: Option<crate::config::PortGroups>) {
+    *PORT_GROUPS.lock().unwrap_or_else(|p| p.into_inner()) = groups;
+}
+
+/// The pair's target port groups, if the pair is configured.
+pub fn port_groups() -> Option<crate::config::PortGroups> {
+    *PORT_GROUPS.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -233,3 +233,39 @@ fn a_primary_older_than_the_peer_is_refused_and_resyncs_once_demoted() {
     assert!(p.a.data()[REGION as usize..][..4096] == pattern(4, 4096)[..]);
     assert!(p.a.data() == p.b.data());
 }
+
+#[test]
+fn a_role_watcher_hears_moves_on_either_node_and_a_lost_peer() {
+    use ha::mirror::{RoleWatcher, Roles};
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    struct Heard(Mutex<Vec<Roles>>);
+    impl RoleWatcher for Heard {
+        fn roles_changed(&self, roles: Roles) {
+            self.0.lock().unwrap().push(roles);
+        }
+    }
+    let last = |h: &Heard| h.0.lock().unwrap().last().copied();
+    let roles = |local, peer| Some(Roles { local, peer });
+
+    let p = primary_a(options());
+    let heard = Arc::new(Heard::default());
+    p.b.m().watch_roles(Some(heard.clone()));
+    // Told at once of where the pair stands.
+    assert_eq!(last(&heard), roles(Role::Secondary, Some(Role::Primary)));
+    p.a.m().demote().unwrap();
+    wait("a's demotion heard", || {
+        last(&heard) == roles(Role::Secondary, Some(Role::Secondary))
+    });
+    p.b.m().promote().unwrap();
+    assert_eq!(last(&heard), roles(Role::Primary, Some(Role::Secondary)));
+    cut(&p);
+    wait("the peer lost", || {
+        last(&heard) == roles(Role::Primary, None)
+    });
+    // No change, no call.
+    let told = heard.0.lock().unwrap().len();
+    p.b.m().promote().unwrap();
+    assert_eq!(heard.0.lock().unwrap().len(), told);
+}

@@ -1,5 +1,6 @@
 //! The iSCSI transport as the control plane drives it: the SCSI targets of
-//! a configuration's exports become iSCSI targets, all in one portal group.
+//! a configuration's exports become iSCSI targets, all in one portal group:
+//! this node's target port group.
 
 use std::sync::Arc;
 
@@ -9,7 +10,10 @@ use crate::access::{AccessList, Group, InitiatorPattern, SharedAccess, TargetAcc
 use crate::auth_chap::ChapAuthenticator;
 use crate::{Server, ServerOptions, Target};
 
-/// Every target of one configuration sits in one portal group.
+/// The portal group of a node that is not one of a pair. Its tag is also
+/// the SCSI target port group and relative target port of every session
+/// (an iSCSI target port is a portal group), so each node of a pair has
+/// its own.
 const PORTAL_GROUP: u16 = 1;
 
 /// The iSCSI targets that carry `exports`' SCSI targets.
@@ -20,7 +24,7 @@ pub fn targets_of(exports: &Exports) -> Vec<Target> {
         .map(|t| Target {
             name: t.name.clone(),
             alias: t.alias.clone(),
-            portal_group: PORTAL_GROUP,
+            portal_group: exports.target_port_group.unwrap_or(PORTAL_GROUP),
             portals: t.portals.clone(),
             scsi: Arc::clone(&t.scsi),
         })

@@ -46,6 +46,7 @@ pub(crate) use fields::TableContext;
 pub use file::FileSpec;
 pub use files::{device_files, DeviceFile, FileUse};
 pub use mem::MemSpec;
+pub use mirror::{as_mirror, MirrorSpec};
 pub use null::NullSpec;
 pub use raid_pending::PendingArray;
 pub use rbd::{rbd_operation, serves_rbd_image, RbdOp, RbdSpec};

@@ -21,6 +21,7 @@ mod locks;
 mod meta;
 mod peer;
 mod resync;
+mod roles;
 pub mod wire;
 
 use std::io;
@@ -38,6 +39,7 @@ use intent::Intent;
 use locks::RegionLocks;
 use meta::Header;
 pub use meta::Layout;
+pub use roles::{RoleWatcher, Roles};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -154,6 +156,8 @@ pub(crate) struct Inner {
     resync_copied: AtomicU64,
     resync_total: AtomicU64,
     resync_done: AtomicU64,
+    /// Who follows the roles, and what it was last told.
+    told: Mutex<roles::Told>,
     me: Weak<Inner>,
 }
 
@@ -218,6 +222,7 @@ impl Mirror {
             resync_copied: AtomicU64::new(0),
             resync_total: AtomicU64::new(0),
             resync_done: AtomicU64::new(0),
+            told: Mutex::new(roles::Told::default()),
             me: me.clone(),
         });
         link.register(name, inner.clone());
@@ -267,6 +272,8 @@ impl Mirror {
         tracing::info!(mirror = %inner.name, "promoted to primary");
         inner.send_state(&st);
         inner.evaluate(&mut st);
+        drop(st);
+        inner.tell_roles();
         Ok(())
     }
 
@@ -292,6 +299,8 @@ impl Mirror {
         tracing::info!(mirror = %inner.name, "demoted to secondary");
         inner.send_state(&st);
         inner.evaluate(&mut st);
+        drop(st);
+        inner.tell_roles();
         Ok(())
     }
 

@@ -22,6 +22,8 @@ impl Endpoint for Inner {
         st.connection = Connection::Connecting;
         st.problem = None;
         self.send_state(&st);
+        drop(st);
+        self.tell_roles();
     }
 
     fn disconnected(&self, id: u64) {
@@ -34,6 +36,8 @@ impl Endpoint for Inner {
             st.intent.active_to_out_of_sync();
             tracing::warn!(mirror = %self.name, "lost the link to {}", self.peer_name);
         }
+        drop(st);
+        self.tell_roles();
     }
 
     fn notice(&self, session: &Arc<Session>, payload: Vec<u8>) {
@@ -62,6 +66,8 @@ impl Endpoint for Inner {
         }
         st.peer = Some(peer);
         self.evaluate(&mut st);
+        drop(st);
+        self.tell_roles();
     }
 
     fn request(&self, request: Incoming) {
