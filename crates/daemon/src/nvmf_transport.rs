@@ -57,8 +57,14 @@ pub fn section(config: &control::Config) -> Option<&nvmf::Config> {
 /// configuration without `[nvmf]` gets one without subsystems.
 pub fn override_listen(config: &mut control::Config, listen: &[SocketAddr]) {
     let mut section = section(config).cloned().unwrap_or_default();
-    section.listen = listen.iter().map(SocketAddr::to_string).collect();
-    section.listen.dedup();
+    // Repeated addresses count once, as for portals: a second bind of
+    // one address would fail the start.
+    section.listen.clear();
+    for a in listen.iter().map(SocketAddr::to_string) {
+        if !section.listen.contains(&a) {
+            section.listen.push(a);
+        }
+    }
     control::sections::set(&mut config.sections, &NvmfSection, section);
 }
 
@@ -187,6 +193,12 @@ mod tests {
         override_listen(&mut c, &[a, a]);
         assert_eq!(section(&c).unwrap().listen, ["127.0.0.1:5420"]);
         assert!(section(&c).unwrap().subsystems.is_empty());
+        let b: SocketAddr = "127.0.0.1:5421".parse().unwrap();
+        override_listen(&mut c, &[a, b, a]);
+        assert_eq!(
+            section(&c).unwrap().listen,
+            ["127.0.0.1:5420", "127.0.0.1:5421"]
+        );
     }
 
     #[test]

@@ -226,12 +226,7 @@ impl Server {
 
     /// Where the server listens (bound addresses: port 0 resolved).
     pub async fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.inner
-            .listeners
-            .lock()
-            .values()
-            .map(|l| l.local)
-            .collect()
+        self.listening()
     }
 
     /// Where the server listens now (bound addresses).
