@@ -155,7 +155,10 @@ fn a_failed_member_is_not_named() {
     work(&a);
     let st = a.status();
     assert_eq!(st.members[2].state, MemberState::Failed);
-    assert!(st.weakest_link.is_none(), "{:?}", st.weakest_link);
+    // Only the failed member is in question: on a busy host the others'
+    // memory-fast means wander, so one of them may be named for a moment.
+    let named = st.weakest_link.as_ref().map(|w| w.slot);
+    assert_ne!(named, Some(2), "{:?}", st.weakest_link);
 }
 
 #[test]
