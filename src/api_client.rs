@@ -14,8 +14,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-/// Where `serve --admin-socket` listens unless told otherwise.
-pub const DEFAULT_SOCKET: &str = "/run/openarray.sock";
+pub use daemon::admin::DEFAULT_SOCKET;
 
 /// Names the administration socket when `--socket` is not given.
 pub const SOCKET_ENV: &str = "OPENARRAY_SOCKET";

@@ -373,7 +373,7 @@ fn run_action(api: &Endpoint, action: Action) -> anyhow::Result<()> {
             let text = control::show_object(json["toml"].as_str().unwrap_or(""), kind, &name)
                 .map_err(|e| anyhow!(e))?;
             let tree = if kind == "device" {
-                let path = format!("/v1/devices/{}", crate::volume_api::percent_encode(&name));
+                let path = format!("/v1/devices/{}", daemon::volume_api::percent_encode(&name));
                 Some(answer(api, "GET", &path, b"")?)
             } else {
                 None
@@ -398,7 +398,7 @@ fn run_action(api: &Endpoint, action: Action) -> anyhow::Result<()> {
         Action::Fault { name, body } => {
             let path = format!(
                 "/v1/devices/{}/fault",
-                crate::volume_api::percent_encode(&name)
+                daemon::volume_api::percent_encode(&name)
             );
             let json = answer(api, "POST", &path, body.to_string().as_bytes())?;
             println!("{name}: {}", json["done"].as_str().unwrap_or("done"));
@@ -406,7 +406,7 @@ fn run_action(api: &Endpoint, action: Action) -> anyhow::Result<()> {
         Action::Rbd { name, body } => {
             let path = format!(
                 "/v1/devices/{}/rbd",
-                crate::volume_api::percent_encode(&name)
+                daemon::volume_api::percent_encode(&name)
             );
             let json = answer(api, "POST", &path, body.to_string().as_bytes())?;
             println!("{name}: {}", json["done"].as_str().unwrap_or("done"));

@@ -1,6 +1,5 @@
 //! `openarray`: the storage array daemon and its command line.
 
-mod admin;
 mod admin_cli;
 mod api_client;
 mod bench_cli;
@@ -9,23 +8,16 @@ mod check_config;
 mod completions;
 mod console_cli;
 mod device_cli;
-mod device_metrics;
 mod edit_cli;
 mod export_cli;
 mod ha_cli;
-mod listener_metrics;
-mod nbd_serve;
 mod output;
 mod pool_cli;
 mod raid_cli;
-mod schedules;
-mod serve;
 mod session_cli;
 mod stat_cli;
 mod status_cli;
-mod systemd;
 mod target_cli;
-mod volume_api;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -33,6 +25,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use daemon::serve;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -186,7 +179,7 @@ fn init_logging(level: Option<&str>) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    daemon::register_sections();
+    daemon::register_builtins();
     let cli = Cli::parse();
     if let Err(e) = init_logging(cli.log_level.as_deref()) {
         eprintln!("openarray: {e}");
@@ -200,14 +193,19 @@ fn main() -> ExitCode {
             nvmf_listen,
             admin_socket,
             metrics_listen,
-        } => match serve::run(
-            config.as_deref(),
-            &listen,
-            &nbd_listen,
-            &nvmf_listen,
-            &serve::AdminSocket::from_arg(admin_socket),
-            metrics_listen,
-        ) {
+        } => match config
+            .as_deref()
+            .map_or(Ok(()), output::require_file)
+            .and_then(|()| {
+                serve::run(
+                    config.as_deref(),
+                    &listen,
+                    &nbd_listen,
+                    &nvmf_listen,
+                    &serve::AdminSocket::from_arg(admin_socket),
+                    metrics_listen,
+                )
+            }) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => match e.downcast_ref::<control::ConfigError>() {
                 // Already one `file:line:col: field: reason` per line.

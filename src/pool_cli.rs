@@ -14,7 +14,7 @@ use clap::Subcommand;
 use serde_json::{json, Value};
 
 use crate::output::{fail, print_json, Format, EXIT_PROBLEM};
-use crate::volume_api::{self, percent_encode, Offline};
+use daemon::volume_api::{self, percent_encode, Offline};
 
 /// How often a long operation's progress is asked for.
 const POLL: Duration = Duration::from_millis(200);

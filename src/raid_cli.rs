@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::api_client::{call, ApiArgs, Endpoint};
 use crate::output::Format;
-use crate::volume_api::percent_encode;
+use daemon::volume_api::percent_encode;
 
 #[derive(Subcommand)]
 pub enum RaidCommand {

@@ -41,6 +41,12 @@ fn text(v: &Value) -> String {
     }
 }
 
+/// iSCSI sessions have a layout of their own (and name their transport
+/// only since other transports joined).
+fn is_iscsi(s: &Value) -> bool {
+    s["transport"].as_str().is_none_or(|t| t == "iscsi")
+}
+
 /// `session list` as a table.
 fn table(sessions: &[Value]) -> String {
     let mut out = format!(
@@ -56,14 +62,21 @@ fn table(sessions: &[Value]) -> String {
         "LUNS USED"
     );
     for s in sessions {
-        if s["transport"] == "nbd" {
+        if !is_iscsi(s) {
+            // What every transport names: who, what, from where, since.
+            let first = |keys: &[&str]| {
+                keys.iter()
+                    .map(|k| &s[*k])
+                    .find(|v| !v.is_null())
+                    .map_or_else(|| "-".to_string(), text)
+            };
             let line = format!(
                 "{:>6} {:<9} {:>5} {:<40} {:<40} {:<21} {:<21} {:<20} -",
                 text(&s["id"]),
-                "nbd",
+                text(&s["transport"]),
                 "-",
-                "-",
-                text(&s["export"]),
+                first(&["initiator", "host_nqn"]),
+                first(&["target", "export", "subsystem"]),
                 text(&s["peer"]),
                 "-",
                 text(&s["login_time"]),
@@ -126,6 +139,15 @@ fn details(s: &Value) -> String {
             "connected_seconds",
         ] {
             put(&format!("{key}:"), text(&s[key]));
+        }
+        return out;
+    }
+    if !is_iscsi(s) {
+        // A transport the CLI has no layout for: every field it gives.
+        if let Some(fields) = s.as_object() {
+            for (key, value) in fields {
+                put(&format!("{key}:"), text(value));
+            }
         }
         return out;
     }
@@ -261,9 +283,20 @@ mod tests {
         ];
         let nbd = json!({"id": "nbd-0", "transport": "nbd", "export": "vm1",
                          "peer": "127.0.0.1", "login_time": "2026-11-25T17:00:02Z"});
-        let t = table(&[sessions[0].clone(), sessions[1].clone(), nbd]);
+        let nvme = json!({"id": "nvmf-1", "transport": "nvme-tcp", "host_nqn": "nqn.h",
+                          "subsystem": "nqn.s", "peer": "127.0.0.1:5000",
+                          "login_time": "2026-11-25T17:00:03Z"});
+        let t = table(&[sessions[0].clone(), sessions[1].clone(), nbd, nvme.clone()]);
         let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines.len(), 4);
+        assert_eq!(lines.len(), 5);
+        assert!(
+            lines[4].contains(" nvme-tcp ")
+                && lines[4].contains("nqn.h")
+                && lines[4].contains("nqn.s"),
+            "{}",
+            lines[4]
+        );
+        assert!(details(&nvme).contains("host_nqn:"));
         assert!(lines[1].contains(" iscsi "));
         assert!(
             lines[3].contains("nbd-0") && lines[3].contains(" nbd ") && lines[3].contains("vm1")

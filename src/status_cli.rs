@@ -178,6 +178,12 @@ fn summary(s: &Value) -> String {
             text(&sub["controllers"])
         ));
     }
+    // Transports the CLI has no layout for: their summary as they give it.
+    if let Some(all) = s["transports"].as_object() {
+        for (name, summary) in all.iter().filter(|(name, _)| *name != "nvme-tcp") {
+            out.push_str(&format!("{name}: {summary}\n"));
+        }
+    }
     out.push_str("pools:\n");
     for p in list(&s["pools"]) {
         let use_ = match (p["size"].as_u64(), p["used"].as_u64()) {

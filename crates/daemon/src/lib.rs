@@ -1,6 +1,9 @@
-//! The running daemon's configuration and the one transaction that
-//! changes it, whether the change comes as a whole file (`config apply`)
-//! or as one edit (`device add`, `lun add`...): the new configuration is
+//! The server `openarray serve` runs (`serve.rs`: start and shutdown;
+//! `admin`: the administration API; `volume_api`, `schedules`, the
+//! `/metrics` sources), and here the running configuration and the one
+//! transaction that changes it, whether the change comes as a whole file
+//! (`config apply`) or as one edit (`device add`, `lun add`...): the new
+//! configuration is
 //! validated as a whole, checked against what the running objects can take
 //! (a change that replaces a LUN's data only with `force`), built over the
 //! running objects, new portals are bound, the file is written atomically,
@@ -8,21 +11,30 @@
 //! transport. Anything failing before that leaves the running state and
 //! the file as they were.
 
+pub mod admin;
+pub mod device_metrics;
 pub mod ha_pair;
 mod iscsi_options;
 pub mod iscsi_section;
+pub mod listener_metrics;
 mod live_listeners;
+pub mod nbd_serve;
 pub mod nvmf_transport;
 pub mod portals;
+pub mod schedules;
+pub mod serve;
+pub mod systemd;
+pub mod transports;
+pub mod volume_api;
 
 pub use iscsi_options::iscsi_options;
 pub use live_listeners::{LiveListeners, PreparedListeners};
-pub use nvmf_transport::{NvmfSection, NvmfTransport};
+pub use nvmf_transport::{Nvmf, NvmfTransport};
 
-/// Makes the sections of the transports and services this daemon serves
-/// part of its configuration language; called once at start.
-pub fn register_sections() {
-    control::sections::register(NvmfSection);
+/// Makes the transports and services this daemon serves, and their
+/// sections, part of it; called once at start.
+pub fn register_builtins() {
+    transports::register(Nvmf);
     control::sections::register(ha_pair::HaOwner);
     control::sections::register(iscsi_section::IscsiOwner);
 }

@@ -6,13 +6,16 @@
 use std::collections::BTreeSet;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use control::sections::{Problem, SectionOwner};
 
-/// The `[nvmf]` section, as the configuration reads it.
-pub struct NvmfSection;
+/// NVMe/TCP as a transport of the daemon, and its `[nvmf]` section as
+/// the configuration reads it.
+#[derive(Clone, Copy)]
+pub struct Nvmf;
 
-impl SectionOwner for NvmfSection {
+impl SectionOwner for Nvmf {
     type Config = nvmf::Config;
     const NAME: &'static str = "nvmf";
     const DEFAULT_TEXT: &'static str = r#"# And to NVMe/TCP hosts:
@@ -49,7 +52,7 @@ device = "mem0"
 pub fn section(config: &control::Config) -> Option<&nvmf::Config> {
     config
         .sections
-        .get(NvmfSection::NAME)
+        .get(Nvmf::NAME)
         .and_then(|s| s.get::<nvmf::Config>())
 }
 
@@ -65,7 +68,7 @@ pub fn override_listen(config: &mut control::Config, listen: &[SocketAddr]) {
             section.listen.push(a);
         }
     }
-    control::sections::set(&mut config.sections, &NvmfSection, section);
+    control::sections::set(&mut config.sections, &Nvmf, section);
 }
 
 /// The NVMe/TCP limits from the `[daemon]` settings every listener
@@ -133,6 +136,34 @@ impl crate::LiveListeners for NvmfTransport {
 
 struct Prepared(nvmf::Prepared);
 
+impl crate::transports::Transport for Nvmf {
+    fn name(&self) -> &'static str {
+        "nvme-tcp"
+    }
+
+    fn listen_overridden(&self, current: &crate::Current) -> bool {
+        !current.nvmf_listen_override.is_empty()
+    }
+
+    fn start(
+        &self,
+        start: &crate::transports::Start<'_>,
+    ) -> anyhow::Result<crate::transports::Running> {
+        let running = NvmfTransport::start(start.config, start.exports, start.required)?;
+        let server = running.server.clone();
+        Ok(crate::transports::Running {
+            frontend: Arc::new(server.clone()),
+            listeners: Arc::new(running),
+            samples: None,
+            shutdown: Box::new(move || {
+                Box::pin(async move {
+                    server.shutdown();
+                })
+            }),
+        })
+    }
+}
+
 impl crate::PreparedListeners for Prepared {
     fn commit(self: Box<Self>) {
         if let Err(e) = self.0.commit() {
@@ -146,7 +177,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<control::Config, control::ConfigError> {
-        control::sections::register(NvmfSection);
+        control::sections::register(Nvmf);
         control::parse_config(text, "t.toml")
     }
 
@@ -179,7 +210,7 @@ mod tests {
 
     #[test]
     fn the_default_serves_its_ram_disk_over_nvme_tcp() {
-        control::sections::register(NvmfSection);
+        control::sections::register(Nvmf);
         let c = control::default_config();
         let s = section(&c).unwrap();
         assert_eq!(s.listen, ["127.0.0.1:4420"]);

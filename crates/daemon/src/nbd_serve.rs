@@ -43,7 +43,7 @@ impl NbdFrontend {
     }
 
     /// What moves the listeners and TLS files on a configuration change.
-    pub fn live(&self) -> Arc<dyn daemon::LiveListeners> {
+    pub fn live(&self) -> Arc<dyn crate::LiveListeners> {
         Arc::new(NbdLive {
             server: self.server.clone(),
             listeners: self.listeners.clone(),
@@ -119,11 +119,8 @@ struct NbdChange {
     tls: Option<(Option<nbd::TlsConfig>, Option<nbd::Tls>)>,
 }
 
-impl daemon::LiveListeners for NbdLive {
-    fn prepare(
-        &self,
-        next: &control::Config,
-    ) -> Result<Box<dyn daemon::PreparedListeners>, String> {
+impl crate::LiveListeners for NbdLive {
+    fn prepare(&self, next: &control::Config) -> Result<Box<dyn crate::PreparedListeners>, String> {
         let wanted = next.nbd.as_ref().map_or(&[][..], |n| &n.listen[..]);
         let running = self.listeners.addrs();
         let mut added = Vec::new();
@@ -151,7 +148,7 @@ impl daemon::LiveListeners for NbdLive {
     }
 }
 
-impl daemon::PreparedListeners for NbdChange {
+impl crate::PreparedListeners for NbdChange {
     fn commit(self: Box<Self>) {
         let live = &self.live;
         if let Some((files, loaded)) = self.tls {

@@ -45,7 +45,10 @@ pub use guard::{ApiGuard, Token};
 pub use http::{serve_metrics, serve_tcp, serve_unix, Deadlines};
 pub use socket::{bind, held_by_a_daemon, SocketFile};
 
-pub use daemon::{portals, write_atomically, Current};
+pub use crate::{portals, write_atomically, Current};
+
+/// Where `serve --admin-socket` listens unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/openarray.sock";
 
 pub struct Admin {
     pub current: Mutex<Current>,
@@ -54,7 +57,7 @@ pub struct Admin {
     /// Every transport, each given the exports of a change.
     pub frontends: Vec<Arc<dyn export::Frontend>>,
     /// The listeners of the transports other than iSCSI, moved by a change.
-    pub listeners: Vec<Arc<dyn daemon::LiveListeners>>,
+    pub listeners: Vec<Arc<dyn crate::LiveListeners>>,
     /// The daemon's I/O statistics (one registry for its whole life).
     pub stats: Arc<stats::Registry>,
     /// The iSCSI listeners, one per portal (lock after `current`).
@@ -116,7 +119,7 @@ pub(crate) fn route(admin: &Admin, req: Request) -> (u16, Value) {
             };
             let origin = req.origin.clone().unwrap_or_else(|| "<request>".into());
             let current = admin.lock();
-            match daemon::proposed(&current, text, &origin)
+            match crate::proposed(&current, text, &origin)
                 .map_err(|r| error(r.status(), r.message()))
             {
                 Ok(config) => {
@@ -262,12 +265,12 @@ fn apply_text(
     origin: &str,
     force: bool,
 ) -> (u16, Value) {
-    let transports = daemon::Transports {
+    let transports = crate::Transports {
         portals: &admin.portals,
         listeners: &admin.listeners,
         frontends: &admin.frontends,
     };
-    match daemon::apply_text(&transports, current, text, origin, force) {
+    match crate::apply_text(&transports, current, text, origin, force) {
         Ok(done) => {
             let mut answer = json!({ "changes": done.changes, "applied": done.applied });
             if let Some(note) = done.note {

@@ -30,7 +30,7 @@ impl AdminSocket {
         match arg {
             Some(p) if p.as_os_str() == "none" => AdminSocket::Off,
             Some(p) => AdminSocket::Given(p),
-            None => AdminSocket::Default(PathBuf::from(crate::api_client::DEFAULT_SOCKET)),
+            None => AdminSocket::Default(PathBuf::from(crate::admin::DEFAULT_SOCKET)),
         }
     }
 
@@ -57,17 +57,24 @@ impl AdminSocket {
     }
 }
 
-/// Ends the sessions of both transports at once, so that their peers'
+/// Ends the sessions of every transport at once, so that their peers'
 /// graces overlap instead of adding up. A second signal while sessions
 /// drain means "stop now".
 async fn end_sessions(
     iscsi: &iscsi::Server,
     nbd: NbdFrontend,
+    others: Vec<crate::transports::Shutdown>,
     sigterm: &mut tokio::signal::unix::Signal,
     sigint: &mut tokio::signal::unix::Signal,
 ) {
+    let others: Vec<_> = others.into_iter().map(|s| tokio::spawn(s())).collect();
     let sessions_ended = async {
-        tokio::join!(iscsi.shutdown(), nbd.shutdown(ACCEPT_LOOP_GRACE));
+        let others = async {
+            for task in others {
+                let _ = task.await;
+            }
+        };
+        tokio::join!(iscsi.shutdown(), nbd.shutdown(ACCEPT_LOOP_GRACE), others);
     };
     tokio::select! {
         _ = sessions_ended => {}
@@ -117,7 +124,6 @@ pub fn run(
         config_path.or_else(|| default_path.exists().then_some(default_path.as_path()));
     let (mut config, text) = match config_path {
         Some(path) => {
-            crate::output::require_file(path)?;
             let config = control::load_config(path)?;
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
@@ -139,7 +145,7 @@ pub fn run(
         config.override_nbd_listen(nbd_listen);
     }
     if !nvmf_listen.is_empty() {
-        daemon::nvmf_transport::override_listen(&mut config, nvmf_listen);
+        crate::nvmf_transport::override_listen(&mut config, nvmf_listen);
     }
     // Checked before anything is opened: a bad token file is a config error.
     let api_token = control::load_api_token(&config)?;
@@ -150,11 +156,11 @@ pub fn run(
         .context("cannot start the I/O runtime")?;
     // Mirror devices replicate over the link: it runs before they open.
     let ha_link = tokio
-        .block_on(daemon::ha_pair::start_link(&config))
+        .block_on(crate::ha_pair::start_link(&config))
         .context("[ha]")?;
     let runtime = control::build(&config)?;
-    let options = daemon::iscsi_options(&config, runtime.stats.auth_failures_counter());
-    let moved = daemon::iscsi_section::deprecated_keys(&config);
+    let options = crate::iscsi_options(&config, runtime.stats.auth_failures_counter());
+    let moved = crate::iscsi_section::deprecated_keys(&config);
     if !moved.is_empty() {
         tracing::warn!(
             keys = %moved.join(", "),
@@ -327,18 +333,17 @@ async fn serve(
     runtime
         .stats
         .add_source(crate::nbd_serve::samples(&nbd.server));
-    // As NBD's: the built-in default's address may be held.
-    let nvmf = daemon::NvmfTransport::start(
-        &current.config,
-        &runtime.exports,
-        current.path.is_some() || !current.nvmf_listen_override.is_empty(),
-    )
-    .context("NVMe/TCP")?;
+    let transports = crate::transports::start_all(&current)?;
+    let stats = current.runtime.stats.clone();
+    for t in &transports {
+        if let Some(samples) = &t.samples {
+            stats.add_source(samples.clone());
+        }
+    }
     let admin_listener = admin_socket.bind()?;
     let api_listener = bind_optional(api.as_ref().map(|(addr, _)| *addr), "the API")?;
     let metrics_listener = bind_optional(metrics_listen, "metrics")?;
     let deadlines = api_deadlines(&current.config.daemon);
-    let stats = current.runtime.stats.clone();
     let metrics_task = metrics_listener.map(|listener| {
         if let Some(addr) = metrics_listen {
             tracing::info!(%addr, "Prometheus metrics listening");
@@ -350,22 +355,24 @@ async fn serve(
         tracing::info!(%addr, "listening");
         portals.start(addr, listener);
     }
-    let ha_running = daemon::ha_pair::section(&current.config).cloned();
+    let ha_running = crate::ha_pair::section(&current.config).cloned();
     let admin = Arc::new(admin::Admin {
         current: Mutex::new(current),
         server: server.clone(),
-        frontends: vec![
-            server.clone(),
+        frontends: [
+            server.clone() as Arc<dyn export::Frontend>,
             Arc::new(nbd.server.clone()),
-            Arc::new(nvmf.server.clone()),
-        ],
-        listeners: vec![
-            nbd.live(),
-            Arc::new(nvmf.clone()),
-            Arc::new(daemon::ha_pair::HaLive {
+        ]
+        .into_iter()
+        .chain(transports.iter().map(|t| t.frontend.clone()))
+        .collect(),
+        listeners: [nbd.live()]
+            .into_iter()
+            .chain(transports.iter().map(|t| t.listeners.clone()))
+            .chain([Arc::new(crate::ha_pair::HaLive {
                 running: ha_running,
-            }),
-        ],
+            }) as Arc<dyn crate::LiveListeners>])
+            .collect(),
         stats,
         portals: Mutex::new(portals),
         jobs: Arc::default(),
@@ -415,8 +422,8 @@ async fn serve(
     if let Some(task) = api_task {
         task.abort();
     }
-    nvmf.server.shutdown();
-    end_sessions(&server, nbd, &mut sigterm, &mut sigint).await;
+    let others = transports.into_iter().map(|t| t.shutdown).collect();
+    end_sessions(&server, nbd, others, &mut sigterm, &mut sigint).await;
     let mut listeners = std::mem::replace(
         &mut *admin.portals.lock().unwrap_or_else(|p| p.into_inner()),
         portals::Portals::new(server.clone()),
