@@ -334,6 +334,11 @@ async fn serve(
         current.path.is_some() || !current.nvmf_listen_override.is_empty(),
     )
     .context("NVMe/TCP")?;
+    runtime
+        .stats
+        .add_source(Arc::new(crate::listener_metrics::NvmfListenerSamples(
+            nvmf.server.clone(),
+        )));
     let admin_listener = admin_socket.bind()?;
     let api_listener = bind_optional(api.as_ref().map(|(addr, _)| *addr), "the API")?;
     let metrics_listener = bind_optional(metrics_listen, "metrics")?;
