@@ -119,4 +119,8 @@ pub async fn host(addr: SocketAddr, opts: Options) -> Host {
     Host::connect(addr, who(SUBNQN), opts).await.unwrap()
 }
 
-pub use nvmf::initiator::pattern;
+/// Bytes that say where they were written (the initiator's, which its
+/// verified I/O checks against).
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    nvmf::initiator::pattern(len, seed)
+}
