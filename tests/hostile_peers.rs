@@ -1,5 +1,5 @@
 //! Peers that stall or flood, against the real daemon and each of its
-//! listeners (iSCSI, NBD, the TCP administration API): one that stops
+//! listeners (iSCSI, NBD, NVMe/TCP, the TCP administration API): one that stops
 //! reading while it keeps sending, one that opens thousands of idle
 //! connections, one that guesses the API token, and SIGTERM while stalled
 //! peers are connected everywhere. Each must cost only its own
@@ -8,14 +8,15 @@
 //! does not wait on the peer.
 //!
 //! The flood and stall drivers in `hostile_peers/` speak only TCP and a
-//! callback; `nbd` and `api` add the few protocol bytes each listener
-//! needs before a peer can misbehave.
+//! callback; `nbd`, `nvmf` and `api` add the few protocol bytes each
+//! listener needs before a peer can misbehave.
 
 mod common;
 mod hostile_peers {
     pub mod api;
     pub mod flood;
     pub mod nbd;
+    pub mod nvmf;
     pub mod stall;
 }
 
@@ -242,6 +243,7 @@ fn sigterm_ends_the_daemon_in_5s_despite_stalled_peers_on_every_listener() {
     let all = all_listeners("write_timeout = \"60s\"\nnop_interval = \"off\"");
     let _iscsi = stalled_session(all.d.addr(), INITIATOR);
     let _nbd = nbd_stall(all.nbd);
+    let _nvmf = nvmf_stall(all.nvmf);
     // Half a request head, then nothing.
     let mut api = connect_from(all.api, source(1), Some(4096));
     api.write_all(b"GET /v1/status HTTP/1.1\r\nHost:").unwrap();
@@ -304,11 +306,12 @@ const TOKEN: &str = "t0ken-of-the-hostile-peers-0123456789";
 
 /// A daemon on every listener: the iSCSI portal (one RAM LUN), NBD with
 /// a file export `f` and an export `hidden` no loopback client may use,
-/// the TCP API, and metrics.
+/// NVMe/TCP with `f` as namespace 1, the TCP API, and metrics.
 struct AllListeners {
     d: Daemon,
     metrics: SocketAddr,
     nbd: SocketAddr,
+    nvmf: SocketAddr,
     api: SocketAddr,
     _dir: tempfile::TempDir,
 }
@@ -321,6 +324,7 @@ fn all_listeners(daemon: &str) -> AllListeners {
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
     let (nbd, api) = (loopback(common::free_port()), loopback(common::free_port()));
+    let nvmf = loopback(common::free_port());
     let daemon = format!(
         "{daemon}\napi_listen = \"{api}\"\napi_token_file = \"{}\"",
         token.display()
@@ -328,18 +332,25 @@ fn all_listeners(daemon: &str) -> AllListeners {
     let toml = format!(
         "{}\n[[device]]\nname = \"f\"\nkind = \"file\"\npath = \"{}\"\nsize = \"256M\"\n\n\
          [nbd]\nlisten = [\"{nbd}\"]\n[[nbd.export]]\nname = \"f\"\ndevice = \"f\"\n\
-         [[nbd.export]]\nname = \"hidden\"\ndevice = \"f\"\nallow = [\"10.0.0.0/8\"]\n",
+         [[nbd.export]]\nname = \"hidden\"\ndevice = \"f\"\nallow = [\"10.0.0.0/8\"]\n\
+         [nvmf]\nlisten = [\"{nvmf}\"]\n[[nvmf.subsystem]]\nnqn = \"{}\"\nallow_hosts = [\"*\"]\n\
+         [[nvmf.subsystem.namespace]]\nnsid = 1\ndevice = \"f\"\n",
         config(&daemon),
-        dir.path().join("f.img").display()
+        dir.path().join("f.img").display(),
+        hostile_peers::nvmf::NQN,
     );
     let (d, metrics) = Daemon::start_with_metrics(&toml);
     let listening = format!("NBD listening addr={nbd}");
     wait_for_log(&d, Duration::from_secs(10), |l| l.ends_with(&listening))
         .unwrap_or_else(|| panic!("NBD not listening:\n{}", d.log()));
+    let listening = format!("nvmf: listening on {nvmf}");
+    wait_for_log(&d, Duration::from_secs(10), |l| l.contains(&listening))
+        .unwrap_or_else(|| panic!("NVMe/TCP not listening:\n{}", d.log()));
     AllListeners {
         d,
         metrics,
         nbd,
+        nvmf,
         api,
         _dir: dir,
     }
@@ -513,4 +524,163 @@ fn wrong_api_tokens_are_slowed_and_logged_and_two_tokens_refused() {
         (1..=2).contains(&lines),
         "{lines} lines for 30 wrong tokens"
     );
+}
+
+/// An NVMe/TCP host from `source(1)`: a controller's admin queue, and
+/// its I/O queue with a tiny receive buffer that sends 1 MiB reads, as
+/// many as the queue has entries (a host keeps within them), and reads
+/// no answer. The two connections.
+fn nvmf_stall(addr: SocketAddr) -> (TcpStream, TcpStream) {
+    use hostile_peers::nvmf::{admin, io_queue, read, ENTRIES};
+    let (admin, cntlid) = admin(addr, source(1)).expect("admin queue");
+    let mut q = io_queue(addr, source(1), Some(4096), cntlid).expect("I/O queue");
+    let cid = std::cell::Cell::new(0u16);
+    let next = || {
+        let i = cid.get() + 1;
+        cid.set(i);
+        read(i, u64::from(i) * 2048, 2048)
+    };
+    let one = read(1, 0, 2048).len();
+    let sent = stall(&mut q, next, usize::from(ENTRIES - 1) * one);
+    assert!(sent > 0, "the daemon took no command");
+    (admin, q)
+}
+
+fn nvmf_sample(all: &AllListeners, name: &str, reason: Option<&str>) -> u64 {
+    let labels = match reason {
+        Some(r) => format!("{{transport=\"nvme-tcp\",reason=\"{r}\"}}"),
+        None => "{transport=\"nvme-tcp\"}".to_string(),
+    };
+    sample(&metrics(all.metrics), &format!("{name}{labels}"))
+}
+
+/// Stalls an NVMe/TCP host and waits until the daemon dropped it; how
+/// long that took after the host's writes stopped going through.
+fn nvmf_stall_round(all: &AllListeners, bound: Duration) -> Duration {
+    let stalled = || nvmf_sample(all, "openarray_connections_stalled_total", None);
+    let before = stalled();
+    let peer = nvmf_stall(all.nvmf);
+    let stalled_at = Instant::now();
+    while stalled() == before {
+        assert!(
+            stalled_at.elapsed() < bound,
+            "the stalled NVMe/TCP host was not dropped within {bound:?}:\n{}",
+            all.d.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(peer);
+    stalled_at.elapsed()
+}
+
+#[test]
+fn a_stalled_nvme_tcp_host_is_dropped_in_time_and_gives_its_memory_back() {
+    let write_timeout = Duration::from_secs(1);
+    let all = all_listeners("write_timeout = \"1s\"");
+    let baseline = all.d.rss_kib().expect("daemon RSS");
+    let took = nvmf_stall_round(&all, write_timeout + Duration::from_secs(2));
+    eprintln!("stalled NVMe/TCP host dropped {took:?} after its writes stopped going through");
+    assert!(
+        all.d.log().contains("nvmf: dropped a host"),
+        "{}",
+        all.d.log()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let first = all.d.rss_kib().expect("daemon RSS");
+    for _ in 1..10 {
+        nvmf_stall_round(&all, write_timeout + Duration::from_secs(5));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let tenth = all.d.rss_kib().expect("daemon RSS");
+    eprintln!(
+        "RSS {baseline} KiB before, {first} KiB after the first stall, {tenth} after the tenth"
+    );
+    assert!(
+        tenth < first + 20 * 1024,
+        "RSS {tenth} KiB after ten stalled hosts, {first} KiB after the first"
+    );
+    // One line per 10 s, not one per drop.
+    let lines = log_lines(&all.d, "nvmf: dropped a host");
+    assert!(lines <= 4, "{lines} lines for ten drops");
+    hostile_peers::nvmf::verified_io(all.nvmf, source(2));
+}
+
+#[test]
+fn one_address_cannot_hold_every_nvme_tcp_slot() {
+    let all = all_listeners("");
+    // 1024 connections at most; one address connecting 1100 controllers
+    // and sitting idle gets its share (256).
+    let mut held = Vec::new();
+    let started = Instant::now();
+    for _ in 0..1100 {
+        if let Ok(c) = hostile_peers::nvmf::admin(all.nvmf, source(1)) {
+            held.push(c);
+        }
+    }
+    eprintln!(
+        "{} of 1100 NVMe/TCP controllers from one address held after {:?}",
+        held.len(),
+        started.elapsed()
+    );
+    assert!(
+        held.len() <= 256,
+        "one address holds {} NVMe/TCP connections",
+        held.len()
+    );
+    hostile_peers::nvmf::verified_io(all.nvmf, source(2));
+    let refused = nvmf_sample(
+        &all,
+        "openarray_connections_refused_total",
+        Some("source_holds_most"),
+    );
+    assert!(refused >= 800, "{refused} refusals counted");
+    let lines = log_lines(
+        &all.d,
+        "nvmf: refused a connection: its source address holds",
+    );
+    assert!(lines <= 2, "{lines} refusal lines in the log");
+}
+
+#[test]
+fn an_idle_nvme_tcp_flood_from_one_address_does_not_lock_out_another() {
+    let all = all_listeners("max_logins_per_source = 16\nmax_logins = 32\nlogin_timeout = \"15s\"");
+    let started = Instant::now();
+    let flood = IdleFlood::open(all.nvmf, source(1), 2_000);
+    eprintln!(
+        "{} of 2000 connections opened from {} in {:?}",
+        flood.opened(),
+        source(1),
+        started.elapsed()
+    );
+    assert!(flood.opened() >= 1_800, "only {} opened", flood.opened());
+    std::thread::sleep(Duration::from_millis(500));
+    let open = flood.still_open();
+    assert!(
+        open <= 16,
+        "one address holds {open} connections not yet connected"
+    );
+    // A second flooding address fills the total (32) with the first.
+    let second = IdleFlood::open(all.nvmf, source(3), 100);
+    let churn = IdleFlood::churn(all.nvmf, source(1), Duration::from_secs(3));
+    for _ in 0..3 {
+        hostile_peers::nvmf::verified_io(all.nvmf, source(2));
+    }
+    let churned = churn.finish();
+    eprintln!("{churned} connections reopened by the flood during the connects");
+    drop((flood, second));
+    let refused = nvmf_sample(
+        &all,
+        "openarray_connections_refused_total",
+        Some("source_logging_in"),
+    );
+    assert!(refused >= 1_700, "{refused} refusals counted");
+    let evicted = nvmf_sample(&all, "openarray_connections_evicted_total", None);
+    assert!(
+        evicted >= 1,
+        "the connects from a third address evicted none"
+    );
+    let lines = log_lines(&all.d, "nvmf: refused a connection");
+    let bound = 2 + started.elapsed().as_secs() / 10;
+    eprintln!("{refused} refusals, {lines} log lines, {evicted} evicted");
+    assert!(lines as u64 <= bound, "{lines} refusal lines in the log");
 }

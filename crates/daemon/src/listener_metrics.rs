@@ -133,6 +133,90 @@ fn session_samples(server: &iscsi::Server) -> Vec<Sample> {
     samples
 }
 
+/// Reads the NVMe/TCP listeners' counts at every scrape, with the names
+/// and reasons iSCSI's and NBD's use, labelled transport="nvme-tcp".
+#[derive(Clone)]
+pub struct NvmfListenerSamples(pub nvmf::Server);
+
+impl std::fmt::Debug for NvmfListenerSamples {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NvmfListenerSamples")
+    }
+}
+
+impl SampleSource for NvmfListenerSamples {
+    fn samples(&self) -> Vec<Sample> {
+        let s = self.0.listener_stats();
+        let sample = |name, help, kind, reason: Option<&str>, value| {
+            let mut labels = vec![("transport", "nvme-tcp".to_string())];
+            if let Some(reason) = reason {
+                labels.push(("reason", reason.to_string()));
+            }
+            Sample {
+                name,
+                help,
+                kind,
+                labels,
+                value,
+            }
+        };
+        const REFUSED: &str = "openarray_connections_refused";
+        const REFUSED_HELP: &str = "Connections or logins refused by a listener's limits";
+        use SampleKind::{Counter, Gauge};
+        vec![
+            sample(
+                REFUSED,
+                REFUSED_HELP,
+                Counter,
+                Some("source_logging_in"),
+                s.refused_connecting,
+            ),
+            sample(
+                REFUSED,
+                REFUSED_HELP,
+                Counter,
+                Some("portal_full"),
+                s.refused_full,
+            ),
+            sample(
+                REFUSED,
+                REFUSED_HELP,
+                Counter,
+                Some("source_holds_most"),
+                s.refused_source,
+            ),
+            sample(
+                "openarray_connections_evicted",
+                "Connections still logging in closed to make room for newer ones",
+                Counter,
+                None,
+                s.evicted,
+            ),
+            sample(
+                "openarray_connections_stalled",
+                "Connections dropped because the peer stopped reading",
+                Counter,
+                None,
+                s.stalled,
+            ),
+            sample(
+                "openarray_connections_logging_in",
+                "Connections accepted that have not logged in yet",
+                Gauge,
+                None,
+                s.connecting,
+            ),
+            sample(
+                "openarray_nvmf_protocol_errors",
+                "NVMe/TCP connections ended for breaking the protocol",
+                Counter,
+                None,
+                s.protocol_errors,
+            ),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

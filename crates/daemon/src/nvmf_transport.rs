@@ -130,11 +130,11 @@ impl crate::LiveListeners for NvmfTransport {
             .server
             .prepare(&section)
             .map_err(|e| format!("nvmf.listen: {e}"))?;
-        Ok(Box::new(Prepared(prepared)))
+        Ok(Box::new(Prepared(prepared, self.server.clone())))
     }
 }
 
-struct Prepared(nvmf::Prepared);
+struct Prepared(nvmf::Prepared, nvmf::Server);
 
 impl crate::transports::Transport for Nvmf {
     fn name(&self) -> &'static str {
@@ -154,7 +154,9 @@ impl crate::transports::Transport for Nvmf {
         Ok(crate::transports::Running {
             frontend: Arc::new(server.clone()),
             listeners: Arc::new(running),
-            samples: None,
+            samples: Some(Arc::new(crate::listener_metrics::NvmfListenerSamples(
+                server.clone(),
+            ))),
             shutdown: Box::new(move || {
                 Box::pin(async move {
                     server.shutdown();
@@ -168,6 +170,13 @@ impl crate::PreparedListeners for Prepared {
     fn commit(self: Box<Self>) {
         if let Err(e) = self.0.commit() {
             tracing::warn!(error = %e, "NVMe/TCP: a listener of the change did not start");
+        }
+        // The allow lists change with the section, after the transports
+        // ended the sessions the old ones refuse: end the controllers of
+        // hosts the new ones no longer admit, as iSCSI's and NBD's are.
+        let ended = export::Frontend::end_refused_sessions(&self.1);
+        if ended > 0 {
+            tracing::info!(ended, "nvmf: ended controllers of hosts no longer admitted");
         }
     }
 }

@@ -230,6 +230,11 @@ pub(crate) async fn serve(
             break e;
         }
     };
+    if let End::Stalled(_) = &end {
+        // Before the answers it queued are freed: they go back to the
+        // system rather than stay in the heaps.
+        peer_limits::release_freed_memory();
+    }
     if let End::Fatal(f, header) = &end {
         completer.send(wire::encode_term(kind::C2H_TERM, f, header), 0);
     }

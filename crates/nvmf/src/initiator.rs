@@ -5,6 +5,7 @@
 
 mod auth;
 mod discover;
+mod verify;
 
 use std::io;
 use std::net::SocketAddr;
@@ -19,6 +20,7 @@ use crate::wire::{self, kind, DataHeader, Digests, IcReq, Pdu};
 
 pub use auth::{failure2, must_authenticate, negotiate, reply, success2, AuthFailure, HostAuth};
 pub use discover::{DiscoveryEntry, DiscoveryLog};
+pub use verify::{pattern, verified_io};
 
 const TARGET_SENDS: &[u8] = &[
     kind::IC_RESP,

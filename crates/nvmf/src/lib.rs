@@ -71,4 +71,4 @@ pub use config::{
 };
 pub use frontend::Session;
 pub use limits::Limits;
-pub use server::{Prepared, Server};
+pub use server::{ListenerStats, Prepared, Server};

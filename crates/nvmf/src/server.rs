@@ -141,8 +141,30 @@ struct Inner {
     per_source: Arc<SourceLimit>,
     connections: Arc<Semaphore>,
     protocol_errors: EventLog,
-    refused: EventLog,
+    /// Refusals by reason, each logged at most once an interval.
+    refused_source: EventLog,
+    refused_full: EventLog,
+    refused_connecting: EventLog,
     stalled: EventLog,
+}
+
+/// What the listeners did with their peers since start, for `/metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListenerStats {
+    /// Refused: the source address held its most open connections.
+    pub refused_source: u64,
+    /// Refused: the target held its most connections.
+    pub refused_full: u64,
+    /// Refused: too many from the source not yet connected.
+    pub refused_connecting: u64,
+    /// Not yet connected, closed to make room for newer ones.
+    pub evicted: u64,
+    /// Accepted and not yet connected, now.
+    pub connecting: u64,
+    /// Dropped because the host stopped reading.
+    pub stalled: u64,
+    /// Ended for breaking the protocol.
+    pub protocol_errors: u64,
 }
 
 /// An NVMe/TCP target. Cheap to clone; clones are the same server.
@@ -177,7 +199,9 @@ impl Server {
                 per_source: SourceLimit::new(limits.connections_per_source),
                 connections: Arc::new(Semaphore::new(limits.max_connections.max(1))),
                 protocol_errors: EventLog::new(EVENT_LOG_INTERVAL),
-                refused: EventLog::new(EVENT_LOG_INTERVAL),
+                refused_source: EventLog::new(EVENT_LOG_INTERVAL),
+                refused_full: EventLog::new(EVENT_LOG_INTERVAL),
+                refused_connecting: EventLog::new(EVENT_LOG_INTERVAL),
                 stalled: EventLog::new(EVENT_LOG_INTERVAL),
             }),
         }
@@ -317,19 +341,25 @@ impl Server {
         discovery_only: bool,
     ) {
         let i = &self.inner;
-        let refuse = |why: &str| {
-            i.refused.record(
+        let refuse = |events: &EventLog, why: &str| {
+            events.record(
                 |held| tracing::warn!(%peer, held_back = held, "nvmf: refused a connection: {why}"),
             );
         };
         let Ok(_source) = i.per_source.admit(peer.ip()) else {
-            return refuse("its source address holds its most open connections");
+            return refuse(
+                &i.refused_source,
+                "its source address holds its most open connections",
+            );
         };
         let Ok(_slot) = i.connections.clone().try_acquire_owned() else {
-            return refuse("the target has its most connections open");
+            return refuse(&i.refused_full, "the target has its most connections open");
         };
         let Ok(ticket) = i.connecting.admit(peer.ip()) else {
-            return refuse("too many connecting from this source");
+            return refuse(
+                &i.refused_connecting,
+                "too many connecting from this source",
+            );
         };
         let stop = i.shutdown.subscribe();
         let r = connection::serve(stream, peer, discovery_only, i.cx.clone(), ticket, stop).await;
@@ -348,6 +378,20 @@ impl Server {
     /// Connections dropped because their host stopped reading, since start.
     pub fn stalled(&self) -> u64 {
         self.inner.stalled.total()
+    }
+
+    /// The listeners' counts of refused, evicted and dropped peers.
+    pub fn listener_stats(&self) -> ListenerStats {
+        let i = &self.inner;
+        ListenerStats {
+            refused_source: i.refused_source.total(),
+            refused_full: i.refused_full.total(),
+            refused_connecting: i.refused_connecting.total(),
+            evicted: i.connecting.evicted(),
+            connecting: i.connecting.waiting() as u64,
+            stalled: i.stalled.total(),
+            protocol_errors: i.protocol_errors.total(),
+        }
     }
 
     /// Connections ended for breaking the protocol, since start.

@@ -119,9 +119,8 @@ pub async fn host(addr: SocketAddr, opts: Options) -> Host {
     Host::connect(addr, who(SUBNQN), opts).await.unwrap()
 }
 
-/// Bytes that say where they were written.
+/// Bytes that say where they were written (the initiator's, which its
+/// verified I/O checks against).
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
+    nvmf::initiator::pattern(len, seed)
 }
