@@ -49,6 +49,20 @@ fn list(v: &Value) -> &[Value] {
 
 /// The status page as text.
 fn summary(s: &Value) -> String {
+    [
+        health(s),
+        portals_and_targets(s),
+        sessions(s),
+        nbd_exports(s),
+        transports(s),
+        pools(s),
+        schedules(s),
+    ]
+    .concat()
+}
+
+/// The verdict and each problem.
+fn health(s: &Value) -> String {
     let mut out = String::new();
     let degraded = list(&s["degraded"]);
     out.push_str(&format!(
@@ -77,6 +91,12 @@ fn summary(s: &Value) -> String {
             text(&d["problem"])
         ));
     }
+    out
+}
+
+/// Portals and the targets' LUNs.
+fn portals_and_targets(s: &Value) -> String {
+    let mut out = String::new();
     out.push_str("portals:\n");
     for p in list(&s["portals"]) {
         out.push_str(&format!(
@@ -123,6 +143,12 @@ fn summary(s: &Value) -> String {
             out.push('\n');
         }
     }
+    out
+}
+
+/// The sessions, one line each.
+fn sessions(s: &Value) -> String {
+    let mut out = String::new();
     out.push_str("sessions:\n");
     for x in list(&s["sessions"]) {
         out.push_str(&format!(
@@ -133,6 +159,12 @@ fn summary(s: &Value) -> String {
             text(&x["peer"])
         ));
     }
+    out
+}
+
+/// NBD exports, when there are.
+fn nbd_exports(s: &Value) -> String {
+    let mut out = String::new();
     let exports = list(&s["nbd_exports"]);
     if !exports.is_empty() {
         out.push_str("nbd exports:\n");
@@ -155,6 +187,12 @@ fn summary(s: &Value) -> String {
         out.push_str(&line);
         out.push('\n');
     }
+    out
+}
+
+/// NVMe/TCP's subsystems, and what other transports tell of themselves.
+fn transports(s: &Value) -> String {
+    let mut out = String::new();
     let nvmf = &s["transports"]["nvme-tcp"];
     if !list(&nvmf["subsystems"]).is_empty() {
         let listen: Vec<String> = list(&nvmf["listen"]).iter().map(text).collect();
@@ -184,6 +222,12 @@ fn summary(s: &Value) -> String {
             out.push_str(&format!("{name}: {summary}\n"));
         }
     }
+    out
+}
+
+/// Pools and their space.
+fn pools(s: &Value) -> String {
+    let mut out = String::new();
     out.push_str("pools:\n");
     for p in list(&s["pools"]) {
         let use_ = match (p["size"].as_u64(), p["used"].as_u64()) {
@@ -202,6 +246,12 @@ fn summary(s: &Value) -> String {
             text(&p["state"])
         ));
     }
+    out
+}
+
+/// Snapshot schedules, when there are.
+fn schedules(s: &Value) -> String {
+    let mut out = String::new();
     let schedules = list(&s["schedules"]);
     if !schedules.is_empty() {
         out.push_str("schedules:\n");

@@ -94,6 +94,64 @@ fn bind_optional(
     .transpose()
 }
 
+/// The daemon as its API and scheduler see it: the running configuration
+/// and every transport's frontend and listeners.
+fn admin_of(
+    current: admin::Current,
+    server: &Arc<iscsi::Server>,
+    nbd: &NbdFrontend,
+    transports: &[crate::transports::Running],
+    stats: Arc<stats::Registry>,
+    portals: portals::Portals,
+) -> Arc<admin::Admin> {
+    let ha_running = crate::ha_pair::section(&current.config).cloned();
+    let admin = Arc::new(admin::Admin {
+        current: Mutex::new(current),
+        server: server.clone(),
+        frontends: [
+            server.clone() as Arc<dyn export::Frontend>,
+            Arc::new(nbd.server.clone()),
+        ]
+        .into_iter()
+        .chain(transports.iter().map(|t| t.frontend.clone()))
+        .collect(),
+        listeners: [nbd.live()]
+            .into_iter()
+            .chain(transports.iter().map(|t| t.listeners.clone()))
+            .chain([Arc::new(crate::ha_pair::HaLive {
+                running: ha_running,
+            }) as Arc<dyn crate::LiveListeners>])
+            .collect(),
+        stats,
+        portals: Mutex::new(portals),
+        jobs: Arc::default(),
+        schedules: Arc::default(),
+    });
+    admin
+        .stats
+        .add_source(Arc::new(crate::device_metrics::DeviceSamples(
+            Arc::downgrade(&admin),
+        )));
+    admin
+}
+
+/// Flushes every logical unit and closes the devices: the last step of
+/// shutdown, once no session or change can reach them.
+async fn flush_and_close(admin: Arc<admin::Admin>) -> anyhow::Result<()> {
+    let flushed = tokio::task::spawn_blocking(move || {
+        let current = admin.current.lock().unwrap_or_else(|p| p.into_inner());
+        let flushed = current.runtime.flush_all();
+        // Devices with metadata of their own (a cache) mark it clean.
+        let closed = current.runtime.close_all();
+        flushed.and(closed)
+    })
+    .await
+    .context("flush task failed")?;
+    flushed.context("flushing the logical units or closing the devices failed")?;
+    tracing::info!("all logical units flushed; exiting");
+    Ok(())
+}
+
 /// How long shutdown waits for the accept loops to return.
 const ACCEPT_LOOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -355,34 +413,7 @@ async fn serve(
         tracing::info!(%addr, "listening");
         portals.start(addr, listener);
     }
-    let ha_running = crate::ha_pair::section(&current.config).cloned();
-    let admin = Arc::new(admin::Admin {
-        current: Mutex::new(current),
-        server: server.clone(),
-        frontends: [
-            server.clone() as Arc<dyn export::Frontend>,
-            Arc::new(nbd.server.clone()),
-        ]
-        .into_iter()
-        .chain(transports.iter().map(|t| t.frontend.clone()))
-        .collect(),
-        listeners: [nbd.live()]
-            .into_iter()
-            .chain(transports.iter().map(|t| t.listeners.clone()))
-            .chain([Arc::new(crate::ha_pair::HaLive {
-                running: ha_running,
-            }) as Arc<dyn crate::LiveListeners>])
-            .collect(),
-        stats,
-        portals: Mutex::new(portals),
-        jobs: Arc::default(),
-        schedules: Arc::default(),
-    });
-    admin
-        .stats
-        .add_source(Arc::new(crate::device_metrics::DeviceSamples(
-            Arc::downgrade(&admin),
-        )));
+    let admin = admin_of(current, &server, &nbd, &transports, stats, portals);
     tokio::spawn(admin.schedules.clone().run(admin.clone()));
     let (admin_listener, socket_file) = admin_listener.unzip();
     let admin_task = admin_listener.map(|listener| {
@@ -435,16 +466,6 @@ async fn serve(
     if let Some(file) = socket_file {
         file.remove();
     }
-    let flushed = tokio::task::spawn_blocking(move || {
-        let current = admin.current.lock().unwrap_or_else(|p| p.into_inner());
-        let flushed = current.runtime.flush_all();
-        // Devices with metadata of their own (a cache) mark it clean.
-        let closed = current.runtime.close_all();
-        flushed.and(closed)
-    })
-    .await
-    .context("flush task failed")?;
-    flushed.context("flushing the logical units or closing the devices failed")?;
-    tracing::info!("all logical units flushed; exiting");
+    flush_and_close(admin).await?;
     outcome
 }
