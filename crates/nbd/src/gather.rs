@@ -219,6 +219,17 @@ impl Gather {
         self.armed = false;
     }
 
+    /// A wait of the connection ended: whether it was gathering, and
+    /// whether the gathering's timer ended it.
+    pub fn after_wait(&mut self, gathering: bool, timer_ended_it: bool) {
+        if gathering {
+            self.woke();
+        }
+        if timer_ended_it {
+            self.timer_taken();
+        }
+    }
+
     /// Judges the last gathering wait by the requests taken since it began.
     fn learn(&mut self, now: Taken) {
         let Some(then) = self.at_wait.take() else {
