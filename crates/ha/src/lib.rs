@@ -26,10 +26,12 @@
 //! Not here yet: ALUA port groups, the witness, failover, PR replication.
 
 pub mod config;
+pub mod failover;
 pub mod link;
 pub mod mirror;
 pub mod pair;
 pub mod secret;
 pub mod wire;
+pub mod witness;
 
 pub use mirror::{Connection, Mirror, MirrorOptions, MirrorStatus, Role};

@@ -33,6 +33,7 @@ fn route(daemon: &dyn Daemon, req: &ApiRequest<'_>) -> ApiResult {
             "over": spec.over,
             "status": mirror.status(),
             "link": ha::pair::link().map(|l| l.status()),
+            "witness": ha::pair::failover().map(|f| f.status(name)),
         })),
         ("POST", Some("promote")) => moved(mirror.promote(), "primary"),
         ("POST", Some("demote")) => moved(mirror.demote(), "secondary"),

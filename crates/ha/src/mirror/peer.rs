@@ -29,6 +29,8 @@ impl Endpoint for Inner {
     fn disconnected(&self, id: u64) {
         let mut st = self.state.lock();
         if st.session.as_ref().is_some_and(|s| s.id == id) {
+            st.current_at_loss = st.role == Role::Primary
+                || (st.connection == Connection::Connected && !st.header.inconsistent);
             st.session = None;
             st.peer = None;
             st.connection = Connection::Disconnected;

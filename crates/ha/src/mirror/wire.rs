@@ -49,13 +49,13 @@ pub enum Request<'a> {
     },
 }
 
-fn put_generations(b: &mut Vec<u8>, g: &Generations) {
+pub(crate) fn put_generations(b: &mut Vec<u8>, g: &Generations) {
     for v in [g.current, g.bitmap, g.history[0], g.history[1]] {
         b.extend_from_slice(&v.to_le_bytes());
     }
 }
 
-fn generations(r: &mut Reader<'_>) -> io::Result<Generations> {
+pub(crate) fn generations(r: &mut Reader<'_>) -> io::Result<Generations> {
     Ok(Generations {
         current: r.u64()?,
         bitmap: r.u64()?,
