@@ -141,6 +141,8 @@ impl Inner {
                 self.persist_bitmap(&st)?;
                 st.connection = Connection::Connected;
                 st.problem = None;
+                // The source compares again with what this replica now is.
+                self.send_state(&st);
                 tracing::info!(mirror = %self.name, "resync from {} ended: up to date", self.peer_name);
             }
         }
