@@ -77,6 +77,23 @@ pub fn status_text(answer: &Value) -> String {
             }
         ));
     }
+    let w = &answer["witness"];
+    if w.is_object() {
+        let lease = match w["lease_left_ms"].as_u64() {
+            Some(ms) => format!("this node holds the lease ({ms} ms left)"),
+            None => "this node holds no lease".into(),
+        };
+        let forced = if w["forced"] == true {
+            "; FORCED: writing without the witness"
+        } else {
+            ""
+        };
+        out.push(format!(
+            "  witness {}: {lease}{forced}; last answer: {}",
+            text(&w["address"]),
+            w["last"].as_str().unwrap_or("none yet")
+        ));
+    }
     out.join("\n") + "\n"
 }
 
