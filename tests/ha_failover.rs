@@ -421,3 +421,41 @@ fn a_standby_that_missed_writes_never_promotes_itself() {
     let mut on_b = login(&b);
     assert!(on_b.write10(0, 0, &versioned(0, 8), BS).is_err());
 }
+
+#[test]
+fn a_planned_failover_moves_the_owner_and_a_forced_one_needs_neither_peer_nor_witness() {
+    let witness = Witness::start();
+    let (a, b, _proxy) = start_pair(&witness);
+    let mut on_a = login(&a);
+    on_a.write10(0, 5, &versioned(5, 1), BS).unwrap();
+    // Planned: a steps down, b promotes, with no write lost.
+    let moved = b.daemon.ok(&["ha", "failover", "vm"]);
+    assert!(moved.contains("vm: primary"), "{moved}");
+    assert_eq!((role(&a), role(&b)), ("secondary".into(), "primary".into()));
+    let mut on_b = login(&b);
+    assert_eq!(on_b.read10(0, 5, 1, BS).unwrap(), versioned(5, 1));
+    on_b.write10(0, 6, &versioned(6, 1), BS).unwrap();
+    wait_until("the pair in sync", Duration::from_secs(10), || {
+        connected(&a) && connected(&b)
+    });
+    // The owner and the witness gone: a takes over only when forced.
+    drop(witness);
+    drop(on_b);
+    drop(b);
+    wait_until("a losing the link", Duration::from_secs(10), || {
+        mirror(&a)["status"]["connection"] == "disconnected"
+    });
+    let refused = a.daemon.cli(&["ha", "failover", "vm"]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("--force"), "{err}");
+    let forced = a.daemon.cli(&["ha", "failover", "vm", "--force"]);
+    assert!(forced.status.success());
+    let err = String::from_utf8_lossy(&forced.stderr);
+    assert!(err.contains("split brain"), "{err}");
+    let mut on_a = login(&a);
+    assert_eq!(on_a.read10(0, 6, 1, BS).unwrap(), versioned(6, 1));
+    on_a.write10(0, 7, &versioned(7, 1), BS).unwrap();
+    let status = a.daemon.ok(&["ha", "status", "vm"]);
+    assert!(status.contains("FORCED"), "{status}");
+}

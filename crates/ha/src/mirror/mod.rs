@@ -20,6 +20,7 @@ mod intent;
 mod locks;
 mod meta;
 mod peer;
+mod planned;
 mod resync;
 mod roles;
 pub mod wire;

@@ -122,6 +122,13 @@ impl Inner {
                     .differing()
                     .to_bytes(bitmap_bytes(self.layout.regions)));
             }
+            Request::StepDown => {
+                if !current(&self.state.lock()) {
+                    return Err(stale(session));
+                }
+                tracing::info!(mirror = %self.name, "{} asked this node to step down (a planned failover)", self.peer_name);
+                self.demote()?;
+            }
             Request::ResyncDone { generations } => {
                 if self.state.lock().connection != Connection::SyncTarget {
                     return Err(stale(session));
