@@ -389,6 +389,9 @@ fn losing_the_peer_and_the_witness_stops_the_owners_writes_within_its_lease() {
         last_ok.is_none_or(|t| t < LEASE),
         "a write succeeded {last_ok:?} after the loss"
     );
+    // Sooner still: a write alone needs the witness to record its
+    // generation first, so none is taken at all.
+    assert_eq!(last_ok, None, "a write taken alone without the witness");
     // Its paths say so: a's group stands by.
     wait_until("a stepping down", LEASE, || role(&a) == "secondary");
     assert_eq!(rtpg(&mut on_a)[0], (1, STANDBY));

@@ -657,11 +657,24 @@ impl BlockDevice for Mirror {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let inner = &self.inner;
         check_range_of("mirror", inner.layout.data_size, offset, buf.len() as u64)?;
-        if inner.state.lock().role != Role::Primary {
-            return Err(refuse(
-                ErrorClass::NotReady,
-                format!("{}: this node is secondary", inner.name),
-            ));
+        {
+            let st = inner.state.lock();
+            if st.role != Role::Primary {
+                return Err(refuse(
+                    ErrorClass::NotReady,
+                    format!("{}: this node is secondary", inner.name),
+                ));
+            }
+            // Alone past the lease, the other node may own the data now.
+            let alone = inner.replicating(&st).is_none();
+            if let Some(f) = inner.options.failover.as_ref().filter(|_| alone) {
+                if !f.still_granted(&inner.name) {
+                    return Err(refuse(
+                        ErrorClass::Fenced,
+                        format!("{}: without the peer and the witness's lease", inner.name),
+                    ));
+                }
+            }
         }
         inner.local.read_at(buf, offset)
     }
