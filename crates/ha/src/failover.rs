@@ -90,9 +90,8 @@ pub fn margin(lease: Duration) -> Duration {
 fn describe(a: &io::Result<Answer>) -> String {
     match a {
         Ok(Answer::Verdict(Verdict::Granted { .. })) => "granted".into(),
-        Ok(Answer::Verdict(Verdict::Held { holder, left })) => {
-            format!("held by {holder} for {} ms more", left.as_millis())
-        }
+        // Not how long: the text is logged each time it changes.
+        Ok(Answer::Verdict(Verdict::Held { holder, .. })) => format!("held by {holder}"),
         Ok(Answer::Verdict(Verdict::Behind {
             holder,
             generations,
@@ -295,7 +294,10 @@ impl Failover {
                             "took over from {}: its lease ran out and the witness granted this node",
                             self.settings.peer
                         ),
-                        Err(e) => tracing::error!(mirror = name, "taking over failed: {e}"),
+                        Err(e) => {
+                            tracing::error!(mirror = name, "taking over failed: {e}");
+                            self.demoted(name);
+                        }
                     }
                 }
             }
