@@ -150,7 +150,21 @@ impl Proxy {
 
 struct Node {
     daemon: AdminDaemon,
-    _dir: tempfile::TempDir,
+    cfg: PathBuf,
+    portal: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Node {
+    /// SIGKILL, the node's files kept for a restart.
+    fn kill(&self) {
+        // SAFETY: kill(2) on the test's own child, not yet reaped.
+        unsafe { libc::kill(self.daemon.pid() as i32, libc::SIGKILL) };
+    }
+
+    fn restart(&mut self) {
+        self.daemon = AdminDaemon::try_start(&self.cfg, self.dir.path(), self.portal).unwrap();
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -213,8 +227,12 @@ fn start_pair(witness: &Witness) -> (Node, Node, Proxy) {
             let cfg = dir.path().join("openarray.toml");
             let text = node_config(dir.path(), me, peer, portal, link, peer_link, witness.port);
             std::fs::write(&cfg, text).unwrap();
-            AdminDaemon::try_start(&cfg, dir.path(), portal)
-                .map(|daemon| Node { daemon, _dir: dir })
+            AdminDaemon::try_start(&cfg, dir.path(), portal).map(|daemon| Node {
+                daemon,
+                cfg,
+                portal,
+                dir,
+            })
         };
         let a = node("a", "b", ports[0], ports[1], proxy.port)?;
         let b = node("b", "a", ports[3], ports[2], ports[1])?;
@@ -461,4 +479,117 @@ fn a_planned_failover_moves_the_owner_and_a_forced_one_needs_neither_peer_nor_wi
     on_a.write10(0, 7, &versioned(7, 1), BS).unwrap();
     let status = a.daemon.ok(&["ha", "status", "vm"]);
     assert!(status.contains("FORCED"), "{status}");
+}
+
+/// An initiator that follows the pair the way a multipath host does: it
+/// writes through one node's portal and, on a lost connection or an
+/// error (NOT READY from a standby or fenced group), logs in to the
+/// other and retries, up to a deadline.
+struct PairInitiator {
+    portals: [std::net::SocketAddr; 2],
+    at: usize,
+    session: Option<Session>,
+}
+
+impl PairInitiator {
+    fn write(&mut self, lba: u32, data: &[u8], deadline: Duration) -> Result<(), String> {
+        let start = Instant::now();
+        loop {
+            if self.session.is_none() {
+                let params = LoginParams::normal(INITIATOR, IQN);
+                self.session =
+                    Session::login(self.portals[self.at], &params, Duration::from_secs(2)).ok();
+            }
+            if let Some(s) = &mut self.session {
+                let done = s
+                    .write10(0, lba, data, BS)
+                    .and_then(|()| s.command_good(0, &SYNC_CACHE, &[], 0).map(drop));
+                if done.is_ok() {
+                    return Ok(());
+                }
+            }
+            self.session = None;
+            self.at = 1 - self.at;
+            if start.elapsed() > deadline {
+                return Err(format!(
+                    "no node took the write of block {lba} in {deadline:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn failovers_alternating_between_the_nodes_lose_no_acknowledged_write() {
+    // 20 rounds for the acceptance run; fewer keep CI fast.
+    let rounds: usize = std::env::var("OPENARRAY_HA_FAILOVER_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let witness = Witness::start();
+    let (a, b, _proxy) = start_pair(&witness);
+    let mut nodes = [a, b];
+    let portals = [nodes[0].daemon.addr(), nodes[1].daemon.addr()];
+    let acked: Arc<Mutex<Vec<u32>>> = Arc::new(Mutex::new(vec![0; 128]));
+    let stop = Arc::new(AtomicBool::new(false));
+    // The writer: versioned blocks, each flushed; the longest wait for
+    // a write is the I/O pause of a failover.
+    let writer = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        std::thread::spawn(move || -> Result<Vec<Duration>, String> {
+            let mut init = PairInitiator {
+                portals,
+                at: 0,
+                session: None,
+            };
+            let mut pauses = Vec::new();
+            let mut version = 0u32;
+            while !stop.load(Ordering::SeqCst) {
+                version += 1;
+                let lba = version % 128;
+                let began = Instant::now();
+                init.write(lba, &versioned(lba, version), Duration::from_secs(15))?;
+                pauses.push(began.elapsed());
+                acked.lock().unwrap()[lba as usize] = version;
+            }
+            Ok(pauses)
+        })
+    };
+    let mut owner = 0;
+    for round in 0..rounds {
+        std::thread::sleep(Duration::from_millis(300));
+        nodes[owner].kill();
+        let other = 1 - owner;
+        wait_until("the standby taking over", Duration::from_secs(10), || {
+            role(&nodes[other]) == "primary"
+        });
+        nodes[owner].restart();
+        wait_until(
+            &format!("round {round}: the pair in sync again"),
+            Duration::from_secs(20),
+            || connected(&nodes[0]) && connected(&nodes[1]),
+        );
+        owner = other;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let mut pauses = writer.join().unwrap().unwrap();
+    // Every block reads back at least at the version last acknowledged.
+    let mut on_owner = login(&nodes[owner]);
+    let acked = acked.lock().unwrap().clone();
+    for (lba, version) in acked.iter().enumerate() {
+        let got = on_owner.read10(0, lba as u32, 1, BS).unwrap();
+        let v = u32::from_le_bytes(got[4..8].try_into().unwrap());
+        assert!(
+            v >= *version && got == versioned(lba as u32, v),
+            "block {lba}: version {v}, acknowledged {version}"
+        );
+    }
+    pauses.sort();
+    let worst: Vec<_> = pauses.iter().rev().take(rounds).collect();
+    println!("{rounds} failovers: the longest pauses of writes {worst:?}");
+    assert!(
+        *pauses.last().unwrap() < Duration::from_secs(10),
+        "{worst:?}"
+    );
 }
