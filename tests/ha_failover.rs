@@ -520,6 +520,28 @@ impl PairInitiator {
     }
 }
 
+/// Every block reads back through `n` at least at the version
+/// acknowledged (a later one may have landed since).
+fn check_blocks(n: &Node, acked: &[u32]) {
+    // Another initiator name: a second login of the writer's would
+    // replace the writer's session (same name and ISID).
+    let params = LoginParams::normal("iqn.2026-11.org.openarray.test:checker", IQN);
+    let mut s = Session::login(n.daemon.addr(), &params, Duration::from_secs(10)).unwrap();
+    for (lba, version) in acked.iter().enumerate() {
+        let got = s
+            .read10(0, lba as u32, 1, BS)
+            .unwrap_or_else(|e| panic!("block {lba}: {e}\n{}", n.daemon.log()));
+        if got.iter().all(|b| *b == 0) && *version == 0 {
+            continue; // never written
+        }
+        let v = u32::from_le_bytes(got[4..8].try_into().unwrap());
+        assert!(
+            v >= *version && got == versioned(lba as u32, v),
+            "block {lba}: version {v}, acknowledged {version}"
+        );
+    }
+}
+
 #[test]
 fn failovers_alternating_between_the_nodes_lose_no_acknowledged_write() {
     // 20 rounds for the acceptance run; fewer keep CI fast.
@@ -560,10 +582,13 @@ fn failovers_alternating_between_the_nodes_lose_no_acknowledged_write() {
     for round in 0..rounds {
         std::thread::sleep(Duration::from_millis(300));
         nodes[owner].kill();
+        // Acknowledged before the kill: the new owner must have them all.
+        let before = acked.lock().unwrap().clone();
         let other = 1 - owner;
         wait_until("the standby taking over", Duration::from_secs(10), || {
             role(&nodes[other]) == "primary"
         });
+        check_blocks(&nodes[other], &before);
         nodes[owner].restart();
         wait_until(
             &format!("round {round}: the pair in sync again"),
@@ -574,17 +599,7 @@ fn failovers_alternating_between_the_nodes_lose_no_acknowledged_write() {
     }
     stop.store(true, Ordering::SeqCst);
     let mut pauses = writer.join().unwrap().unwrap();
-    // Every block reads back at least at the version last acknowledged.
-    let mut on_owner = login(&nodes[owner]);
-    let acked = acked.lock().unwrap().clone();
-    for (lba, version) in acked.iter().enumerate() {
-        let got = on_owner.read10(0, lba as u32, 1, BS).unwrap();
-        let v = u32::from_le_bytes(got[4..8].try_into().unwrap());
-        assert!(
-            v >= *version && got == versioned(lba as u32, v),
-            "block {lba}: version {v}, acknowledged {version}"
-        );
-    }
+    check_blocks(&nodes[owner], &acked.lock().unwrap().clone());
     pauses.sort();
     let worst: Vec<_> = pauses.iter().rev().take(rounds).collect();
     println!("{rounds} failovers: the longest pauses of writes {worst:?}");
