@@ -165,7 +165,9 @@ mod tests {
             "degraded": true, "out_of_sync_bytes": 131072,
             "generations": {"current": 255}, "resync": null,
             "problem": "b failed a request"},
-            "link": {"node": "a", "peer": "b", "connected": false, "rtt_us": null}});
+            "link": {"node": "a", "peer": "b", "connected": false, "rtt_us": null},
+            "witness": {"address": "w:7791", "lease_ms": 3000, "lease_left_ms": 1200,
+                "forced": false, "last": "granted"}});
         let text = status_text(&answer);
         assert!(
             text.contains("mirror vm over disk: primary (peer unknown), connecting"),
@@ -177,5 +179,11 @@ mod tests {
         );
         assert!(text.contains("DEGRADED"), "{text}");
         assert!(text.contains("link a → b: down"), "{text}");
+        assert!(
+            text.contains(
+                "witness w:7791: this node holds the lease (1200 ms left); last answer: granted"
+            ),
+            "{text}"
+        );
     }
 }

@@ -608,3 +608,17 @@ fn failovers_alternating_between_the_nodes_lose_no_acknowledged_write() {
         "{worst:?}"
     );
 }
+
+#[test]
+fn a_secondary_that_loses_a_secondary_peer_stays_secondary() {
+    let witness = Witness::start();
+    let (a, b, _proxy) = start_pair(&witness);
+    // The operator left both standing by: losing a is no owner's loss.
+    a.daemon.ok(&["ha", "demote", "vm"]);
+    wait_until("b hearing a's demotion", Duration::from_secs(10), || {
+        mirror(&b)["status"]["peer_role"] == "secondary"
+    });
+    drop(a);
+    std::thread::sleep(LEASE + Duration::from_secs(1));
+    assert_eq!(role(&b), "secondary", "{}", b.daemon.log());
+}

@@ -12,7 +12,7 @@
 //!   primary with neither peer nor lease is demoted (its paths go
 //!   standby). While the peer takes the writes, the peer is the second
 //!   vote: losing the witness alone changes nothing.
-//! - A secondary that lost its peer while in sync with it (or while
+//! - A secondary that lost its primary peer while in sync with it (or while
 //!   primary) asks for the grant on every tick and, once granted (the
 //!   holder's lease ran out, and this replica is as new as the last
 //!   holder's), promotes itself.

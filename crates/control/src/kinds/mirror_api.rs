@@ -3,7 +3,7 @@
 //!
 //! | request | answer |
 //! | --- | --- |
-//! | `GET /v1/mirrors/{name}` | `{"name", "over", "status", "link"}`: role, connection, generations, out-of-sync bytes, resync progress; the link's state |
+//! | `GET /v1/mirrors/{name}` | `{"name", "over", "status", "link", "witness"}`: role, connection, generations, out-of-sync bytes, resync progress; the link's state; the witness's lease |
 //! | `POST /v1/mirrors/{name}/promote` | this node serves the mirror's writes (refused while the peer is primary, or this replica is behind) |
 //! | `POST /v1/mirrors/{name}/demote` | this node stops writing; what it wrote is flushed |
 //! | `POST /v1/mirrors/{name}/failover` | the primary peer demotes, then this node promotes; with `{"force": true}`, this node promotes without the peer or the witness |

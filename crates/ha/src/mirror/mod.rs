@@ -135,9 +135,8 @@ struct State {
     /// or the peer's mirror opened again on the same session. Work begun
     /// for one pairing (a resync, a failed write) does not touch the next.
     epoch: u64,
-    /// When the last session ended, this replica was as new as any:
-    /// primary, or in sync with the primary. Only such a replica may
-    /// take over.
+    /// When the last session ended, this replica was primary, or in
+    /// sync with a primary peer: only such a replica may take over.
     current_at_loss: bool,
 }
 

@@ -29,8 +29,13 @@ impl Endpoint for Inner {
     fn disconnected(&self, id: u64) {
         let mut st = self.state.lock();
         if st.session.as_ref().is_some_and(|s| s.id == id) {
+            // Only an owner's loss is taken over: two secondaries apart
+            // stay as an operator left them.
+            let owner_lost = st.peer.as_ref().is_some_and(|p| p.role == Role::Primary);
             st.current_at_loss = st.role == Role::Primary
-                || (st.connection == Connection::Connected && !st.header.inconsistent);
+                || (owner_lost
+                    && st.connection == Connection::Connected
+                    && !st.header.inconsistent);
             st.session = None;
             st.peer = None;
             st.connection = Connection::Disconnected;
