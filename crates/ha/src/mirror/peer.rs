@@ -71,6 +71,13 @@ impl Endpoint for Inner {
             st.problem = None;
             self.send_state(&st);
         }
+        if st.peer.is_none() {
+            // The first state heard on this session: ours may have gone
+            // out before the peer's mirror was open to hear it (the link
+            // comes up before devices open). Sent again before anything
+            // the decision below sends.
+            self.send_state(&st);
+        }
         st.peer = Some(peer);
         self.evaluate(&mut st);
         drop(st);
@@ -153,8 +160,11 @@ impl Inner {
                 self.persist_bitmap(&st)?;
                 st.connection = Connection::Connected;
                 st.problem = None;
-                // The source compares again with what this replica now is.
+                // The source compares again with what this replica now is,
+                // and so does this one with what the source said since
+                // (a promotion during the copy moves it on).
                 self.send_state(&st);
+                self.evaluate(&mut st);
                 tracing::info!(mirror = %self.name, "resync from {} ended: up to date", self.peer_name);
             }
         }
