@@ -375,7 +375,13 @@ fn losing_the_witness_alone_changes_nothing() {
         lba += 1;
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!((role(&a), role(&b)), ("primary".into(), "secondary".into()));
+    assert_eq!(
+        (role(&a), role(&b)),
+        ("primary".into(), "secondary".into()),
+        "{}\n{}",
+        a.daemon.log(),
+        b.daemon.log()
+    );
     assert!(connected(&a) && connected(&b));
     assert_eq!(rtpg(&mut on_a), [(1, OPTIMIZED), (2, STANDBY)]);
     let status = a.daemon.ok(&["ha", "status", "vm"]);
