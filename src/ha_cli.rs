@@ -1,4 +1,4 @@
-//! `openarray ha status|promote|demote`: the mirrors of a running node of
+//! `openarray ha status|promote|demote|failover`: the mirrors of a running node of
 //! an HA pair (`/v1/mirrors`), and planned moves of which node writes.
 
 use std::process::ExitCode;
@@ -26,7 +26,23 @@ pub enum HaCommand {
     Promote { name: String },
     /// Stop writing the mirror on this node; what it wrote is flushed.
     Demote { name: String },
+    /// Move the mirror to this node: the peer steps down (flushing what
+    /// it wrote), then this node is promoted. Needs the pair in sync.
+    Failover {
+        name: String,
+        /// Promote without the peer and without the witness's grant. If
+        /// the peer still writes, both nodes write and the replicas
+        /// diverge (split brain): use it only when the peer is known to
+        /// be down.
+        #[arg(long)]
+        force: bool,
+    },
 }
+
+/// What `ha failover --force` says before it acts.
+pub const FORCE_RISK: &str = "warning: promoting without the peer and without the witness: if the \
+peer is still writing, both nodes write and the replicas diverge (split brain), which only an \
+operator can resolve, losing one side's writes";
 
 /// `ha status` as text.
 pub fn status_text(answer: &Value) -> String {
@@ -77,6 +93,23 @@ pub fn status_text(answer: &Value) -> String {
             }
         ));
     }
+    let w = &answer["witness"];
+    if w.is_object() {
+        let lease = match w["lease_left_ms"].as_u64() {
+            Some(ms) => format!("this node holds the lease ({ms} ms left)"),
+            None => "this node holds no lease".into(),
+        };
+        let forced = if w["forced"] == true {
+            "; FORCED: writing without the witness"
+        } else {
+            ""
+        };
+        out.push(format!(
+            "  witness {}: {lease}{forced}; last answer: {}",
+            text(&w["address"]),
+            w["last"].as_str().unwrap_or("none yet")
+        ));
+    }
     out.join("\n") + "\n"
 }
 
@@ -86,6 +119,17 @@ fn run_inner(api: &Endpoint, cmd: HaCommand) -> anyhow::Result<ExitCode> {
         HaCommand::Status { name, .. } => call(api, "GET", &path(name, ""), b"", None)?,
         HaCommand::Promote { name } => call(api, "POST", &path(name, "/promote"), b"", None)?,
         HaCommand::Demote { name } => call(api, "POST", &path(name, "/demote"), b"", None)?,
+        HaCommand::Failover { name, force } => {
+            if *force {
+                eprintln!("{FORCE_RISK}");
+            }
+            let body = if *force {
+                &b"{\"force\": true}"[..]
+            } else {
+                b""
+            };
+            call(api, "POST", &path(name, "/failover"), body, None)?
+        }
     };
     if status != 200 {
         eprintln!("{}", answer["error"].as_str().unwrap_or("unknown error"));
@@ -96,7 +140,9 @@ fn run_inner(api: &Endpoint, cmd: HaCommand) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&answer)?)
         }
         HaCommand::Status { json: false, .. } => print!("{}", status_text(&answer)),
-        HaCommand::Promote { name } | HaCommand::Demote { name } => {
+        HaCommand::Promote { name }
+        | HaCommand::Demote { name }
+        | HaCommand::Failover { name, .. } => {
             println!("{name}: {}", answer["role"].as_str().unwrap_or("?"))
         }
     }
@@ -119,7 +165,9 @@ mod tests {
             "degraded": true, "out_of_sync_bytes": 131072,
             "generations": {"current": 255}, "resync": null,
             "problem": "b failed a request"},
-            "link": {"node": "a", "peer": "b", "connected": false, "rtt_us": null}});
+            "link": {"node": "a", "peer": "b", "connected": false, "rtt_us": null},
+            "witness": {"address": "w:7791", "lease_ms": 3000, "lease_left_ms": 1200,
+                "forced": false, "last": "granted"}});
         let text = status_text(&answer);
         assert!(
             text.contains("mirror vm over disk: primary (peer unknown), connecting"),
@@ -131,5 +179,11 @@ mod tests {
         );
         assert!(text.contains("DEGRADED"), "{text}");
         assert!(text.contains("link a → b: down"), "{text}");
+        assert!(
+            text.contains(
+                "witness w:7791: this node holds the lease (1200 ms left); last answer: granted"
+            ),
+            "{text}"
+        );
     }
 }

@@ -18,6 +18,7 @@ mod session_cli;
 mod stat_cli;
 mod status_cli;
 mod target_cli;
+mod witness_cli;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -126,6 +127,9 @@ enum Command {
         #[command(subcommand)]
         command: ha_cli::HaCommand,
     },
+    /// The third vote of HA pairs: grant each mirror's ownership lease
+    /// to one node at a time.
+    Witness(witness_cli::WitnessArgs),
     /// Live iSCSI sessions of a running daemon: list, show, kill.
     Session {
         #[command(flatten)]
@@ -228,6 +232,7 @@ fn main() -> ExitCode {
         Command::Session { api, command } => session_cli::run(&api, command),
         Command::Cache { api, command } => cache_cli::run(&api, command),
         Command::Ha { api, command } => ha_cli::run(&api, command),
+        Command::Witness(args) => witness_cli::run(args),
         Command::Status(args) => status_cli::run(args),
         Command::Console(args) => console_cli::run(args),
         Command::Bench(args) => bench_cli::run(args),

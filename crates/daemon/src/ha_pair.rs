@@ -57,6 +57,13 @@ pub async fn start_link(config: &control::Config) -> io::Result<Option<Arc<ha::l
         let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
         io::Error::new(io::ErrorKind::InvalidInput, text.join("; "))
     })?;
+    let failover = match section.failover_settings(&settings.secret) {
+        Some(f) => {
+            tracing::info!(witness = %f.witness.address, lease_ms = section.lease_ms, "HA failover with a witness");
+            Some(ha::failover::Failover::start(f)?)
+        }
+        None => None,
+    };
     let link = ha::link::Link::start(settings).await?;
     tracing::info!(
         node = %section.node,
@@ -66,6 +73,7 @@ pub async fn start_link(config: &control::Config) -> io::Result<Option<Arc<ha::l
         "HA link listening"
     );
     ha::pair::set_link(Some(link.clone()));
+    ha::pair::set_failover(failover);
     ha::pair::set_port_groups(Some(section.port_groups()));
     Ok(Some(link))
 }

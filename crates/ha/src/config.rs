@@ -17,6 +17,14 @@ fn default_timeout_ms() -> u64 {
     5000
 }
 
+fn default_lease_ms() -> u64 {
+    10000
+}
+
+/// The witness's lease: long enough for a few renewals, short enough
+/// that a failover takes seconds.
+const LEASE_MS: std::ops::RangeInclusive<u64> = 1000..=120_000;
+
 /// ```toml
 /// [ha]
 /// node = "a"
@@ -27,6 +35,7 @@ fn default_timeout_ms() -> u64 {
 /// heartbeat_interval_ms = 500
 /// heartbeat_timeout_ms = 5000
 /// witness = "10.0.0.3:7791"
+/// lease_ms = 10000
 /// port_group = 1
 /// peer_port_group = 2
 /// ```
@@ -46,9 +55,13 @@ pub struct HaSection {
     pub heartbeat_interval_ms: u64,
     #[serde(default = "default_timeout_ms")]
     pub heartbeat_timeout_ms: u64,
-    /// The witness (not used yet: failover is still to come).
+    /// The witness, `host:port`: with it, the survivor of a lost owner
+    /// takes over, and a node without peer nor witness stops writing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub witness: Option<String>,
+    /// How long the witness's grant lasts unless renewed.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
     /// The target port group this node's portals form (ALUA). Default: 1
     /// on the node whose name sorts first, 2 on the other.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -129,6 +142,17 @@ impl HaSection {
         if let Some(w) = &self.witness {
             bad("witness", host_port_problem(w));
         }
+        if !LEASE_MS.contains(&self.lease_ms) {
+            bad(
+                "lease_ms",
+                Some(format!(
+                    "{} ms is outside {} to {} ms",
+                    self.lease_ms,
+                    LEASE_MS.start(),
+                    LEASE_MS.end()
+                )),
+            );
+        }
         let groups = self.port_groups();
         for (field, set) in [
             ("port_group", self.port_group),
@@ -179,6 +203,23 @@ impl HaSection {
             local: self.port_group.unwrap_or(first),
             peer: self.peer_port_group.unwrap_or(second),
         }
+    }
+
+    /// What failover with the witness needs, if the section names one;
+    /// `secret` is the link's.
+    pub fn failover_settings(&self, secret: &[u8]) -> Option<crate::failover::FailoverSettings> {
+        let lease = Duration::from_millis(self.lease_ms);
+        Some(crate::failover::FailoverSettings {
+            witness: crate::witness::WitnessClient {
+                address: self.witness.clone()?,
+                node: self.node.clone(),
+                secret: secret.to_vec(),
+                // A lone write waits for this at most.
+                timeout: (lease / 4).min(Duration::from_secs(2)),
+            },
+            peer: self.peer.clone(),
+            lease,
+        })
     }
 
     /// The link's settings, with the secret read from its file.
@@ -244,6 +285,7 @@ mod tests {
             heartbeat_interval_ms: 1000,
             heartbeat_timeout_ms: 1500,
             witness: Some(":7".into()),
+            lease_ms: 10000,
             port_group: Some(0),
             peer_port_group: None,
         };

@@ -23,13 +23,19 @@
 //! - [`config`]: the `[ha]` section's types and checks.
 //! - [`pair`]: the node's one link, for the device kind to open over.
 //!
-//! Not here yet: ALUA port groups, the witness, failover, PR replication.
+//! - [`witness`]: the third vote, granting each mirror's ownership lease
+//!   to one node at a time; [`failover`]: a node's side of it (renewing,
+//!   stepping down without peer nor lease, taking over a lost owner).
+//!
+//! Not here yet: PR replication.
 
 pub mod config;
+pub mod failover;
 pub mod link;
 pub mod mirror;
 pub mod pair;
 pub mod secret;
 pub mod wire;
+pub mod witness;
 
 pub use mirror::{Connection, Mirror, MirrorOptions, MirrorStatus, Role};

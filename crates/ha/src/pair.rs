@@ -30,3 +30,15 @@ pub fn set_port_groups(groups: Option<crate::config::PortGroups>) {
 pub fn port_groups() -> Option<crate::config::PortGroups> {
     *PORT_GROUPS.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+static FAILOVER: Mutex<Option<Arc<crate::failover::Failover>>> = Mutex::new(None);
+
+/// Sets (or clears) the node's failover with the witness.
+pub fn set_failover(failover: Option<Arc<crate::failover::Failover>>) {
+    *FAILOVER.lock().unwrap_or_else(|p| p.into_inner()) = failover;
+}
+
+/// The node's failover, if the pair names a witness.
+pub fn failover() -> Option<Arc<crate::failover::Failover>> {
+    FAILOVER.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}

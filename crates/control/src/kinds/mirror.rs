@@ -60,6 +60,7 @@ impl DeviceSpec for MirrorSpec {
         })?;
         let options = MirrorOptions {
             resync_rate: self.resync_rate,
+            failover: ha::pair::failover(),
             ..MirrorOptions::default()
         };
         Ok(Arc::new(Mirror::open(

@@ -19,6 +19,9 @@ impl Inner {
         ) {
             return; // the resync under way ends first
         }
+        if st.peer_failed {
+            return; // alone until the next pairing: no copy would commit
+        }
         if peer.data_size != self.layout.data_size {
             return self.refused(
                 st,

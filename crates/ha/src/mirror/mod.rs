@@ -20,6 +20,7 @@ mod intent;
 mod locks;
 mod meta;
 mod peer;
+mod planned;
 mod resync;
 mod roles;
 pub mod wire;
@@ -77,6 +78,9 @@ pub struct MirrorOptions {
     /// How long a write or flush waits for the peer before the primary
     /// goes on alone.
     pub peer_timeout: Duration,
+    /// The witness's lease, which writing without the peer needs; none:
+    /// the primary goes on alone unasked (a pair without a witness).
+    pub failover: Option<Arc<crate::failover::Failover>>,
 }
 
 impl Default for MirrorOptions {
@@ -84,6 +88,7 @@ impl Default for MirrorOptions {
         MirrorOptions {
             resync_rate: 100 << 20,
             peer_timeout: Duration::from_secs(10),
+            failover: None,
         }
     }
 }
@@ -130,6 +135,21 @@ struct State {
     /// or the peer's mirror opened again on the same session. Work begun
     /// for one pairing (a resync, a failed write) does not touch the next.
     epoch: u64,
+    /// When the last session ended, this replica was primary, or in
+    /// sync with a primary peer: only such a replica may take over.
+    current_at_loss: bool,
+}
+
+/// Where a mirror stands, for the failover's decisions.
+pub(crate) struct Standing {
+    pub role: Role,
+    pub closed: bool,
+    pub connected: bool,
+    /// The peer takes this primary's writes.
+    pub replicating: bool,
+    pub current_at_loss: bool,
+    pub inconsistent: bool,
+    pub generations: Generations,
 }
 
 pub(crate) struct Inner {
@@ -213,6 +233,7 @@ impl Mirror {
                 problem: None,
                 peer_failed: false,
                 epoch: 0,
+                current_at_loss: false,
             }),
             locks: RegionLocks::default(),
             flushing: Mutex::new(()),
@@ -226,6 +247,9 @@ impl Mirror {
             me: me.clone(),
         });
         link.register(name, inner.clone());
+        if let Some(f) = &options.failover {
+            f.register(name, Arc::downgrade(&inner));
+        }
         Ok(Mirror { inner })
     }
 
@@ -241,67 +265,13 @@ impl Mirror {
     /// peer is primary, and for a replica that holds no whole generation
     /// (a resync into it has not ended).
     pub fn promote(&self) -> io::Result<()> {
-        let inner = &self.inner;
-        let mut st = inner.state.lock();
-        if st.role == Role::Primary {
-            return Ok(());
-        }
-        if st.header.inconsistent || st.connection == Connection::SyncTarget {
-            return Err(refuse(
-                ErrorClass::NotReady,
-                format!(
-                    "{}: this replica is not up to date (a resync into it has not ended)",
-                    inner.name
-                ),
-            ));
-        }
-        if inner.connected(&st) && st.peer.as_ref().is_some_and(|p| p.role == Role::Primary) {
-            return Err(refuse(
-                ErrorClass::Fenced,
-                format!(
-                    "{}: {} is primary; demote it first",
-                    inner.name, inner.peer_name
-                ),
-            ));
-        }
-        let mut header = st.header;
-        header.generations.first_promotion();
-        header.was_primary = true;
-        st.header = meta::write_header(&*inner.local, &inner.layout, &header)?;
-        st.role = Role::Primary;
-        tracing::info!(mirror = %inner.name, "promoted to primary");
-        inner.send_state(&st);
-        inner.evaluate(&mut st);
-        drop(st);
-        inner.tell_roles();
-        Ok(())
+        self.inner.promote()
     }
 
     /// Makes this node secondary: local writes are refused from now on,
     /// and what it wrote is flushed.
     pub fn demote(&self) -> io::Result<()> {
-        let inner = &self.inner;
-        {
-            let _drained = inner.writes.write();
-            let mut st = inner.state.lock();
-            if st.role == Role::Secondary {
-                return Ok(());
-            }
-            st.role = Role::Secondary;
-        }
-        inner.local.flush()?;
-        let mut st = inner.state.lock();
-        let header = Header {
-            was_primary: false,
-            ..st.header
-        };
-        st.header = meta::write_header(&*inner.local, &inner.layout, &header)?;
-        tracing::info!(mirror = %inner.name, "demoted to secondary");
-        inner.send_state(&st);
-        inner.evaluate(&mut st);
-        drop(st);
-        inner.tell_roles();
-        Ok(())
+        self.inner.demote()
     }
 
     /// Changes how fast resyncs copy, the one under way included.
@@ -348,6 +318,89 @@ impl Drop for Mirror {
 }
 
 impl Inner {
+    /// Makes this node the one that serves writes. Refused while the
+    /// peer is primary, and for a replica that holds no whole generation
+    /// (a resync into it has not ended).
+    pub(crate) fn promote(&self) -> io::Result<()> {
+        let inner = self;
+        let mut st = inner.state.lock();
+        if st.role == Role::Primary {
+            return Ok(());
+        }
+        if st.header.inconsistent || st.connection == Connection::SyncTarget {
+            return Err(refuse(
+                ErrorClass::NotReady,
+                format!(
+                    "{}: this replica is not up to date (a resync into it has not ended)",
+                    inner.name
+                ),
+            ));
+        }
+        if inner.connected(&st) && st.peer.as_ref().is_some_and(|p| p.role == Role::Primary) {
+            return Err(refuse(
+                ErrorClass::Fenced,
+                format!(
+                    "{}: {} is primary; demote it first",
+                    inner.name, inner.peer_name
+                ),
+            ));
+        }
+        let mut header = st.header;
+        header.generations.first_promotion();
+        header.was_primary = true;
+        st.header = meta::write_header(&*inner.local, &inner.layout, &header)?;
+        st.role = Role::Primary;
+        tracing::info!(mirror = %inner.name, "promoted to primary");
+        inner.send_state(&st);
+        inner.evaluate(&mut st);
+        drop(st);
+        inner.tell_roles();
+        Ok(())
+    }
+
+    /// Makes this node secondary: local writes are refused from now on,
+    /// and what it wrote is flushed.
+    pub(crate) fn demote(&self) -> io::Result<()> {
+        let inner = self;
+        {
+            let _drained = inner.writes.write();
+            let mut st = inner.state.lock();
+            if st.role == Role::Secondary {
+                return Ok(());
+            }
+            st.role = Role::Secondary;
+        }
+        if let Some(f) = &inner.options.failover {
+            f.demoted(&inner.name);
+        }
+        inner.local.flush()?;
+        let mut st = inner.state.lock();
+        let header = Header {
+            was_primary: false,
+            ..st.header
+        };
+        st.header = meta::write_header(&*inner.local, &inner.layout, &header)?;
+        tracing::info!(mirror = %inner.name, "demoted to secondary");
+        inner.send_state(&st);
+        inner.evaluate(&mut st);
+        drop(st);
+        inner.tell_roles();
+        Ok(())
+    }
+
+    pub(crate) fn standing(&self) -> Standing {
+        let st = self.state.lock();
+        Standing {
+            role: st.role,
+            closed: self.closed.load(Ordering::SeqCst),
+            connected: self.connected(&st),
+            replicating: self.replicating(&st).is_some(),
+            current_at_loss: st.current_at_loss,
+            inconsistent: st.header.inconsistent,
+            generations: st.header.generations,
+        }
+    }
+
     fn bytes_of(&self, set: &regions::RegionSet) -> u64 {
         set.iter().map(|r| self.layout.region_range(r).1).sum()
     }
@@ -410,10 +463,17 @@ impl Inner {
     }
 
     /// Marks regions written alone; the bits and a new generation are on
-    /// disk before this returns.
+    /// disk before this returns. With a witness, nothing changes unless it granted this node the
+    /// lease with the generation written alone recorded.
     fn go_alone(&self, st: &mut State, regions: impl Iterator<Item = u64>) -> io::Result<()> {
+        let mut next = st.header.generations;
+        let starts = next.start_tracking();
+        if let Some(f) = &self.options.failover {
+            f.alone(&self.name, &next)?;
+        }
         let newly = st.intent.mark_out_of_sync(regions);
-        if st.header.generations.start_tracking() {
+        if starts {
+            st.header.generations = next;
             tracing::warn!(mirror = %self.name, "writing without {}: a new generation begins", self.peer_name);
             self.persist_header(st)?;
             self.send_state(st);
@@ -497,15 +557,34 @@ impl Inner {
             Op::Write(buf, fua) => self.local.write_at(buf, offset, fua),
             Op::Zeroes(n) => self.local.write_zeroes(offset, n),
         };
-        if let Some(t) = target {
-            let remote = self.wait_all(pending);
-            let mut st = self.state.lock();
-            st.intent.end_active(regions);
-            if let Err(e) = remote {
-                self.peer_failed(&mut st, &t, &e)?;
+        let alone = match target {
+            Some(t) => {
+                let remote = self.wait_all(pending);
+                let mut st = self.state.lock();
+                st.intent.end_active(regions);
+                match remote {
+                    Ok(()) => false,
+                    Err(e) => {
+                        self.peer_failed(&mut st, &t, &e)?;
+                        true
+                    }
+                }
             }
+            None => true,
+        };
+        local?;
+        // A write the peer lacks is acknowledged only while the lease
+        // holds: past it the other node may have taken over.
+        match &self.options.failover {
+            Some(f) if alone && !f.still_granted(&self.name) => Err(refuse(
+                ErrorClass::Fenced,
+                format!(
+                    "{}: the witness's lease ran out before the write ended",
+                    self.name
+                ),
+            )),
+            _ => Ok(()),
         }
-        local
     }
 
     fn send(&self, s: &Session, gen: u64, op: &Op<'_>, offset: u64) -> Vec<io::Result<Pending>> {
@@ -577,11 +656,24 @@ impl BlockDevice for Mirror {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let inner = &self.inner;
         check_range_of("mirror", inner.layout.data_size, offset, buf.len() as u64)?;
-        if inner.state.lock().role != Role::Primary {
-            return Err(refuse(
-                ErrorClass::NotReady,
-                format!("{}: this node is secondary", inner.name),
-            ));
+        {
+            let st = inner.state.lock();
+            if st.role != Role::Primary {
+                return Err(refuse(
+                    ErrorClass::NotReady,
+                    format!("{}: this node is secondary", inner.name),
+                ));
+            }
+            // Alone past the lease, the other node may own the data now.
+            let alone = inner.replicating(&st).is_none();
+            if let Some(f) = inner.options.failover.as_ref().filter(|_| alone) {
+                if !f.still_granted(&inner.name) {
+                    return Err(refuse(
+                        ErrorClass::Fenced,
+                        format!("{}: without the peer and the witness's lease", inner.name),
+                    ));
+                }
+            }
         }
         inner.local.read_at(buf, offset)
     }

@@ -29,6 +29,13 @@ impl Endpoint for Inner {
     fn disconnected(&self, id: u64) {
         let mut st = self.state.lock();
         if st.session.as_ref().is_some_and(|s| s.id == id) {
+            // Only an owner's loss is taken over: two secondaries apart
+            // stay as an operator left them.
+            let owner_lost = st.peer.as_ref().is_some_and(|p| p.role == Role::Primary);
+            st.current_at_loss = st.role == Role::Primary
+                || (owner_lost
+                    && st.connection == Connection::Connected
+                    && !st.header.inconsistent);
             st.session = None;
             st.peer = None;
             st.connection = Connection::Disconnected;
@@ -62,6 +69,13 @@ impl Endpoint for Inner {
             st.connection = Connection::Connecting;
             st.peer_failed = false;
             st.problem = None;
+            self.send_state(&st);
+        }
+        if st.peer.is_none() {
+            // The first state heard on this session: ours may have gone
+            // out before the peer's mirror was open to hear it (the link
+            // comes up before devices open). Sent again before anything
+            // the decision below sends.
             self.send_state(&st);
         }
         st.peer = Some(peer);
@@ -120,6 +134,13 @@ impl Inner {
                     .differing()
                     .to_bytes(bitmap_bytes(self.layout.regions)));
             }
+            Request::StepDown => {
+                if !current(&self.state.lock()) {
+                    return Err(stale(session));
+                }
+                tracing::info!(mirror = %self.name, "{} asked this node to step down (a planned failover)", self.peer_name);
+                self.demote()?;
+            }
             Request::ResyncDone { generations } => {
                 if self.state.lock().connection != Connection::SyncTarget {
                     return Err(stale(session));
@@ -139,6 +160,11 @@ impl Inner {
                 self.persist_bitmap(&st)?;
                 st.connection = Connection::Connected;
                 st.problem = None;
+                // The source compares again with what this replica now is,
+                // and so does this one with what the source said since
+                // (a promotion during the copy moves it on).
+                self.send_state(&st);
+                self.evaluate(&mut st);
                 tracing::info!(mirror = %self.name, "resync from {} ended: up to date", self.peer_name);
             }
         }

@@ -32,6 +32,10 @@ pub(super) fn run(inner: Arc<Inner>, session: Arc<Session>, epoch: u64, full: bo
                 inner.peer_name,
                 inner.resync_done.load(Ordering::Relaxed)
             );
+            // Either side may have changed while the copy ran (a first
+            // promotion here, the peer's adopted generations there): the
+            // states heard since decide again.
+            inner.evaluate(&mut st);
         }
         Err(e) => {
             tracing::warn!(mirror = %inner.name, "resync to {} stopped: {e}", inner.peer_name);

@@ -43,7 +43,7 @@ impl Mirror {
 }
 
 impl Inner {
-    fn roles_now(&self) -> Roles {
+    pub(super) fn roles_now(&self) -> Roles {
         let st = self.state.lock();
         Roles {
             local: st.role,

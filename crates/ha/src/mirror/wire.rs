@@ -47,15 +47,17 @@ pub enum Request<'a> {
     ResyncDone {
         generations: Generations,
     },
+    /// A planned failover: the peer asks this primary to demote.
+    StepDown,
 }
 
-fn put_generations(b: &mut Vec<u8>, g: &Generations) {
+pub(crate) fn put_generations(b: &mut Vec<u8>, g: &Generations) {
     for v in [g.current, g.bitmap, g.history[0], g.history[1]] {
         b.extend_from_slice(&v.to_le_bytes());
     }
 }
 
-fn generations(r: &mut Reader<'_>) -> io::Result<Generations> {
+pub(crate) fn generations(r: &mut Reader<'_>) -> io::Result<Generations> {
     Ok(Generations {
         current: r.u64()?,
         bitmap: r.u64()?,
@@ -128,6 +130,7 @@ impl Request<'_> {
                 b.push(5);
                 put_generations(&mut b, generations);
             }
+            Request::StepDown => b.push(6),
         }
         b
     }
@@ -160,6 +163,7 @@ impl Request<'_> {
             5 => Request::ResyncDone {
                 generations: generations(&mut r)?,
             },
+            6 => Request::StepDown,
             x => return Err(malformed(format!("mirror request {x}"))),
         };
         r.end()?;
@@ -257,6 +261,7 @@ mod tests {
             Request::ResyncDone {
                 generations: s.generations,
             },
+            Request::StepDown,
         ] {
             assert_eq!(Request::decode(&req.encode()).unwrap(), req);
         }

@@ -59,6 +59,7 @@ pub fn options() -> MirrorOptions {
     MirrorOptions {
         resync_rate: 0,
         peer_timeout: Duration::from_secs(3),
+        failover: None,
     }
 }
 
