@@ -23,7 +23,12 @@ use crate::url::Target;
 /// What writes carry, as the iSCSI engine's.
 static PATTERN: LazyLock<Vec<u8>> = LazyLock::new(|| vec![0xa5; 1 << 20]);
 
-const TARGET_SENDS: &[u8] = &[kind::C2H_TERM, kind::CAPSULE_RESP, kind::C2H_DATA, kind::R2T];
+const TARGET_SENDS: &[u8] = &[
+    kind::C2H_TERM,
+    kind::CAPSULE_RESP,
+    kind::C2H_DATA,
+    kind::R2T,
+];
 
 /// Entries each I/O queue is connected with; a queue keeps fewer
 /// commands than that outstanding.
@@ -136,10 +141,7 @@ impl Session {
                 .with_context(|| format!("connect to {target}"))?;
             let id = host.identify(0, nsid).await?;
             if !id.status().is_success() || id.data.len() < 4096 {
-                bail!(
-                    "{target}: Identify Namespace answered {:#x}",
-                    id.status().0
-                );
+                bail!("{target}: Identify Namespace answered {:#x}", id.status().0);
             }
             let blocks = wire::le64(&id.data, 0);
             let format = usize::from(id.data[26] & 0x0f);
@@ -266,7 +268,10 @@ pub fn run(target: &Target, point: Point, runtime: u64, size: Option<u64>) -> Re
     let session = Session::connect(target, queues as u16)?;
     let lba_size = session.lba_size as u64;
     if !point.block_size.is_multiple_of(lba_size) {
-        bail!("{} is not a multiple of the {lba_size}-byte LBA", point.label());
+        bail!(
+            "{} is not a multiple of the {lba_size}-byte LBA",
+            point.label()
+        );
     }
     let io = Io {
         nsid: session.nsid,

@@ -108,13 +108,11 @@ impl Target {
         match self {
             Target::Iscsi { host, port, .. }
             | Target::Nbd { host, port, .. }
-            | Target::Nvmf { host, port, .. } => {
-                Some(if host.contains(':') {
-                    format!("[{host}]:{port}")
-                } else {
-                    format!("{host}:{port}")
-                })
-            }
+            | Target::Nvmf { host, port, .. } => Some(if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            }),
             Target::NbdUnix { .. } => None,
         }
     }
@@ -131,7 +129,11 @@ impl fmt::Display for Target {
             }
             Target::NbdUnix { socket, export } => write!(f, "nbd+unix:///{export}?socket={socket}"),
             Target::Nvmf { subnqn, nsid, .. } => {
-                write!(f, "nvme+tcp://{}/{subnqn}/{nsid}", self.addr().unwrap_or_default())
+                write!(
+                    f,
+                    "nvme+tcp://{}/{subnqn}/{nsid}",
+                    self.addr().unwrap_or_default()
+                )
             }
         }
     }
