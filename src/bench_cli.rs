@@ -1,5 +1,5 @@
 //! `openarray bench`: the benchmark matrix of the bench crate against an
-//! iSCSI or NBD URL, from the command line.
+//! iSCSI, NVMe/TCP or NBD URL, from the command line.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,8 +8,8 @@ use clap::Args;
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// iscsi://HOST[:PORT]/IQN/LUN, nbd://HOST[:PORT]/EXPORT or
-    /// nbd+unix:///EXPORT?socket=PATH.
+    /// iscsi://HOST[:PORT]/IQN/LUN, nvme+tcp://HOST[:PORT]/SUBNQN/NSID,
+    /// nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH.
     #[arg(value_name = "URL")]
     url: String,
     /// Also run the matrix against URL2, point by point in turn with URL,

@@ -1,6 +1,7 @@
 //! `openarray bench` against the daemon's own RAM devices: the report
-//! folder of a short matrix over NBD and iSCSI, the guard rail of write
-//! patterns on a device that holds data, and a comparison of two exports.
+//! folder of a short matrix over NBD, iSCSI and NVMe/TCP, the guard rail
+//! of write patterns on a device that holds data, and a comparison of two
+//! exports.
 
 mod common;
 
@@ -13,13 +14,16 @@ use common::admin::AdminDaemon;
 use common::{free_port, require_tool, retrying_taken_ports, run_echoed};
 
 const IQN: &str = "iqn.2026-11.org.openarray.test:bench";
+const NQN: &str = "nqn.2026-11.org.openarray.test:bench";
 
-/// A portal and NBD on free ports; devices `a` (also LUN 0), `full`, `b`
-/// and `c`, each exported over NBD under its own name.
+/// A portal, NBD and NVMe/TCP on free ports; devices `a` (also LUN 0 and
+/// namespace 1), `full`, `b` and `c`, each exported over NBD under its
+/// own name.
 struct Served {
     _daemon: AdminDaemon,
     port: u16,
     nbd: SocketAddr,
+    nvmf: u16,
     dir: tempfile::TempDir,
 }
 
@@ -32,20 +36,23 @@ fn serve() -> Served {
              [[nbd.export]]\nname = \"{name}\"\ndevice = \"{name}\"\n\n"
         );
     }
-    let (daemon, port, nbd_port) = retrying_taken_ports(|| {
-        let (port, nbd_port) = (free_port(), free_port());
+    let (daemon, port, nbd_port, nvmf) = retrying_taken_ports(|| {
+        let (port, nbd_port, nvmf) = (free_port(), free_port(), free_port());
         let text = format!(
             "[[portal]]\nlisten = \"127.0.0.1:{port}\"\n\n[nbd]\nlisten = [\"127.0.0.1:{nbd_port}\"]\n\n\
-             {devices}[[target]]\nname = \"{IQN}\"\n[[target.lun]]\nlun = 0\ndevice = \"a\"\n"
+             {devices}[[target]]\nname = \"{IQN}\"\n[[target.lun]]\nlun = 0\ndevice = \"a\"\n\n\
+             [nvmf]\nlisten = [\"127.0.0.1:{nvmf}\"]\n\n[[nvmf.subsystem]]\nnqn = \"{NQN}\"\n\
+             allow_hosts = [\"*\"]\n\n[[nvmf.subsystem.namespace]]\nnsid = 1\ndevice = \"a\"\n"
         );
         let cfg = dir.path().join("openarray.toml");
         std::fs::write(&cfg, text).unwrap();
-        AdminDaemon::try_start(&cfg, dir.path(), port).map(|d| (d, port, nbd_port))
+        AdminDaemon::try_start(&cfg, dir.path(), port).map(|d| (d, port, nbd_port, nvmf))
     });
     Served {
         _daemon: daemon,
         port,
         nbd: SocketAddr::from(([127, 0, 0, 1], nbd_port)),
+        nvmf,
         dir,
     }
 }
@@ -57,6 +64,10 @@ impl Served {
 
     fn iscsi_url(&self) -> String {
         format!("iscsi://127.0.0.1:{}/{IQN}/0", self.port)
+    }
+
+    fn nvmf_url(&self) -> String {
+        format!("nvme+tcp://127.0.0.1:{}/{NQN}/1", self.nvmf)
     }
 }
 
@@ -310,6 +321,54 @@ fn iscsi_matrix_writes_a_report_folder_and_its_writes_land() {
     drop(nbd);
 
     // So the guard rail, reading through iSCSI, now refuses writes.
+    let again = bench(&[
+        &url,
+        "--runtime",
+        "1",
+        "--depths",
+        "1",
+        "--patterns",
+        "randwrite",
+    ]);
+    let (_, stderr) = text(&again);
+    assert!(!again.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("holds data (the block at byte offset"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn nvme_tcp_matrix_writes_a_report_folder_and_its_writes_land() {
+    let s = serve();
+    let out_dir = s.dir.path().join("nvmf-report");
+    let url = s.nvmf_url();
+    // Two jobs: two I/O queues even at QD1, on any number of cores.
+    let mut args = vec![
+        url.as_str(),
+        "--jobs",
+        "2",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ];
+    args.extend(SHORT);
+    let out = bench(&args);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    check_report(&out_dir, &stderr, "built-in NVMe/TCP initiator");
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(report.contains(&url), "{report}");
+
+    // The namespace's device is also export `a`: the writes are there.
+    let target = bench::url::Target::parse(&s.nbd_url("a")).unwrap();
+    let mut nbd = bench::nbd_client::NbdClient::connect(&target).unwrap();
+    let at = bench::probe::first_data(&mut nbd)
+        .unwrap()
+        .expect("the writes landed");
+    assert_eq!(nbd.read(at, 4096).unwrap(), vec![0xa5; 4096]);
+    drop(nbd);
+
+    // The guard rail reads through NVMe/TCP too, and now refuses writes.
     let again = bench(&[
         &url,
         "--runtime",

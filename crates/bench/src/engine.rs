@@ -1,6 +1,7 @@
 //! Which load engine drives a target: fio's nbd engine for NBD, fio's
 //! libiscsi engine for iSCSI when a fio with it is found, else the
-//! built-in iSCSI initiator of this crate.
+//! built-in iSCSI initiator of this crate; the built-in NVMe/TCP host
+//! (nvmf_load) for NVMe/TCP.
 
 use std::path::PathBuf;
 
@@ -10,7 +11,7 @@ use crate::iscsi_session::Session;
 use crate::probe::BlockReader;
 use crate::spec::{Measured, Point};
 use crate::url::Target;
-use crate::{fio, iscsi_load, nbd_client};
+use crate::{fio, iscsi_load, nbd_client, nvmf_load};
 
 #[derive(Clone, Debug)]
 pub enum Engine {
@@ -21,6 +22,8 @@ pub enum Engine {
     /// The initiator of this crate (iscsi_load), for iSCSI without fio's
     /// libiscsi engine.
     Builtin,
+    /// The NVMe/TCP load generator of this crate (nvmf_load).
+    Nvmf,
 }
 
 /// How one target is driven, with what it needs to know.
@@ -45,6 +48,7 @@ impl Driver {
                 },
                 None => Engine::Builtin,
             },
+            Target::Nvmf { .. } => Engine::Nvmf,
         };
         Ok(Driver {
             target: target.clone(),
@@ -59,6 +63,9 @@ impl Driver {
             Engine::Builtin => "built-in iSCSI initiator (no fio with the libiscsi engine found; \
                  bench/fio-libiscsi.sh builds one)"
                 .into(),
+            Engine::Nvmf => "built-in NVMe/TCP initiator (I/O queues: the jobs, or the cores \
+                 when more, sharing the depth)"
+                .into(),
         }
     }
 
@@ -68,6 +75,7 @@ impl Driver {
                 fio::run(fio, &fio::args(&self.target, engine, point, runtime, size))
             }
             Engine::Builtin => iscsi_load::run(&self.target, point, runtime, size),
+            Engine::Nvmf => nvmf_load::run(&self.target, point, runtime, size),
         }
     }
 
@@ -81,6 +89,7 @@ impl Driver {
                 &self.target,
                 0x7fff,
             )?))),
+            Target::Nvmf { .. } => Ok(Box::new(nvmf_load::Session::connect(&self.target, 1)?)),
         }
     }
 }

@@ -87,7 +87,8 @@ pub fn args(
     match target {
         Target::Nbd { .. } | Target::NbdUnix { .. } => args.push(format!("--uri={target}")),
         // fio splits --filename at ':'; the URL's own colons are escaped.
-        Target::Iscsi { .. } => args.push(format!(
+        // (NVMe/TCP URLs go to the built-in host, never to fio.)
+        Target::Iscsi { .. } | Target::Nvmf { .. } => args.push(format!(
             "--filename={}",
             target.to_string().replace(':', "\\:")
         )),

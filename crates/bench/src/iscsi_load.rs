@@ -77,6 +77,17 @@ pub fn run(target: &Target, point: Point, runtime: u64, size: Option<u64>) -> Re
     for r in results {
         latencies.extend(r?);
     }
+    measured(latencies, point, elapsed, cpu)
+}
+
+/// A point's figures from every command's latency, the wall time and
+/// the client's CPU seconds it took.
+pub(crate) fn measured(
+    mut latencies: Vec<u64>,
+    point: Point,
+    elapsed: f64,
+    cpu: f64,
+) -> Result<Measured> {
     if latencies.is_empty() {
         bail!("no command completed");
     }
@@ -261,7 +272,7 @@ fn send_data(job: &Job, r2t: &Pdu) -> Result<()> {
 }
 
 /// This process's user and system CPU seconds so far.
-fn cpu_time() -> f64 {
+pub(crate) fn cpu_time() -> f64 {
     // SAFETY: getrusage fills the struct it is given.
     let usage = unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();

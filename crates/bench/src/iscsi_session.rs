@@ -65,7 +65,17 @@ impl Session {
             block_size: 0,
             blocks: 0,
         };
-        let isid = [0x80, 0x00, 0x0b, 0xe0, (isid_n >> 8) as u8, isid_n as u8];
+        // The process id in it too: sessions of two bench processes at
+        // once must not reinstate (end) each other.
+        let pid = std::process::id() as u16;
+        let isid = [
+            0x80,
+            0x00,
+            (pid >> 8) as u8,
+            pid as u8,
+            (isid_n >> 8) as u8,
+            isid_n as u8,
+        ];
         let security = [
             ("InitiatorName", INITIATOR.to_string()),
             ("TargetName", iqn.clone()),

@@ -1,5 +1,5 @@
 //! `openarray bench`: a fio-style matrix (4K random and 1M sequential
-//! reads and writes over queue depths) against an iSCSI or NBD URL, or
+//! reads and writes over queue depths) against an iSCSI, NVMe/TCP or NBD URL, or
 //! two of them interleaved, written up as a report folder.
 
 pub mod engine;
@@ -10,6 +10,7 @@ pub mod iscsi_session;
 pub mod machine;
 pub mod matrix;
 pub mod nbd_client;
+pub mod nvmf_load;
 pub mod plots;
 pub mod probe;
 pub mod report;

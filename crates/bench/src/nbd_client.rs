@@ -48,7 +48,7 @@ impl NbdClient {
                 s.set_read_timeout(timeout)?;
                 (Box::new(s), export)
             }
-            Target::Iscsi { .. } => bail!("{target} is not an NBD URL"),
+            Target::Iscsi { .. } | Target::Nvmf { .. } => bail!("{target} is not an NBD URL"),
         };
         let mut client = NbdClient {
             stream,

@@ -1,5 +1,5 @@
 //! The targets a benchmark runs against, as the URLs libiscsi, libnbd and
-//! qemu spell them.
+//! qemu spell them, and nvme+tcp://HOST[:PORT]/SUBNQN/NSID for NVMe/TCP.
 
 use std::fmt;
 
@@ -23,6 +23,12 @@ pub enum Target {
         socket: String,
         export: String,
     },
+    Nvmf {
+        host: String,
+        port: u16,
+        subnqn: String,
+        nsid: u32,
+    },
 }
 
 impl Target {
@@ -43,6 +49,26 @@ impl Target {
                 port,
                 iqn: iqn.to_string(),
                 lun,
+            });
+        }
+        if let Some(rest) = url.strip_prefix("nvme+tcp://") {
+            let mut parts = rest.splitn(3, '/');
+            let (host, port) = host_port(parts.next().unwrap_or(""), 4420)?;
+            let subnqn = parts.next().filter(|s| !s.is_empty());
+            let nsid = parts.next().filter(|s| !s.is_empty());
+            let (Some(subnqn), Some(nsid)) = (subnqn, nsid) else {
+                bail!("`{url}`: an NVMe/TCP URL is nvme+tcp://HOST[:PORT]/SUBNQN/NSID");
+            };
+            let nsid = nsid
+                .parse()
+                .ok()
+                .filter(|n| *n != 0 && *n != u32::MAX)
+                .with_context(|| format!("`{url}`: NSID `{nsid}` is not a namespace number"))?;
+            return Ok(Target::Nvmf {
+                host,
+                port,
+                subnqn: subnqn.to_string(),
+                nsid,
             });
         }
         if let Some(rest) = url.strip_prefix("nbd+unix:///") {
@@ -67,7 +93,10 @@ impl Target {
                 export: export.to_string(),
             });
         }
-        bail!("`{url}`: expected iscsi://HOST[:PORT]/IQN/LUN, nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH")
+        bail!(
+            "`{url}`: expected iscsi://HOST[:PORT]/IQN/LUN, nvme+tcp://HOST[:PORT]/SUBNQN/NSID, \
+             nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH"
+        )
     }
 
     pub fn is_iscsi(&self) -> bool {
@@ -77,13 +106,13 @@ impl Target {
     /// HOST:PORT to connect to, with IPv6 hosts bracketed.
     pub fn addr(&self) -> Option<String> {
         match self {
-            Target::Iscsi { host, port, .. } | Target::Nbd { host, port, .. } => {
-                Some(if host.contains(':') {
-                    format!("[{host}]:{port}")
-                } else {
-                    format!("{host}:{port}")
-                })
-            }
+            Target::Iscsi { host, port, .. }
+            | Target::Nbd { host, port, .. }
+            | Target::Nvmf { host, port, .. } => Some(if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            }),
             Target::NbdUnix { .. } => None,
         }
     }
@@ -99,6 +128,13 @@ impl fmt::Display for Target {
                 write!(f, "nbd://{}/{export}", self.addr().unwrap_or_default())
             }
             Target::NbdUnix { socket, export } => write!(f, "nbd+unix:///{export}?socket={socket}"),
+            Target::Nvmf { subnqn, nsid, .. } => {
+                write!(
+                    f,
+                    "nvme+tcp://{}/{subnqn}/{nsid}",
+                    self.addr().unwrap_or_default()
+                )
+            }
         }
     }
 }
@@ -152,6 +188,38 @@ mod tests {
             }
         );
         assert!(Target::parse("iscsi://h/iqn").is_err());
+        assert!(Target::parse("http://h/").is_err());
+    }
+
+    #[test]
+    fn parses_nvme_tcp() {
+        let t = Target::parse("nvme+tcp://10.0.0.2/nqn.2026-11.org.openarray:vm/1").unwrap();
+        assert_eq!(
+            t,
+            Target::Nvmf {
+                host: "10.0.0.2".into(),
+                port: 4420,
+                subnqn: "nqn.2026-11.org.openarray:vm".into(),
+                nsid: 1
+            }
+        );
+        assert_eq!(t.addr().unwrap(), "10.0.0.2:4420");
+        let t = Target::parse("nvme+tcp://[::1]:4421/nqn.x:y/7").unwrap();
+        assert_eq!(t.addr().unwrap(), "[::1]:4421");
+        assert_eq!(t.to_string(), "nvme+tcp://[::1]:4421/nqn.x:y/7");
+        assert_eq!(Target::parse(&t.to_string()).unwrap(), t);
+        for bad in [
+            "nvme+tcp://h/nqn.x:y",
+            "nvme+tcp://h/nqn.x:y/",
+            "nvme+tcp://h//1",
+            "nvme+tcp:///nqn.x:y/1",
+            "nvme+tcp://h/nqn.x:y/0",
+            "nvme+tcp://h/nqn.x:y/4294967295",
+            "nvme+tcp://h/nqn.x:y/one",
+            "nvme+tcp://h:port/nqn.x:y/1",
+        ] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
+        }
         assert!(Target::parse("http://h/").is_err());
     }
 }

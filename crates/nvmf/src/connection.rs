@@ -25,6 +25,9 @@ pub(crate) const HOST_SENDS: &[u8] = &[
     kind::H2C_DATA,
 ];
 
+/// Bytes read from a host's socket at once.
+const READ_BUFFER: usize = 64 << 10;
+
 /// Why reading a PDU stopped.
 pub(crate) enum ReadError {
     /// The framing broke: the termination request's content, and the
@@ -70,17 +73,23 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     while let Some(first) = rx.recv().await {
         let mut taken = first.taken;
         let mut close = first.bytes.is_empty();
+        // A PDU alone (a large read's data) is written as it is; only
+        // several are copied together into one write.
+        let mut alone = Some(first.bytes);
         buf.clear();
-        buf.extend_from_slice(&first.bytes);
-        while buf.len() < BATCH && !close {
+        while alone.as_ref().map_or(buf.len(), Vec::len) < BATCH && !close {
             let Ok(next) = rx.try_recv() else { break };
+            if let Some(b) = alone.take() {
+                buf.extend_from_slice(&b);
+            }
             taken += next.taken;
             close = next.bytes.is_empty();
             buf.extend_from_slice(&next.bytes);
         }
-        let r = write_deadline(deadline, w.write_all(&buf)).await;
+        let bytes = alone.as_deref().unwrap_or(&buf);
+        let r = write_deadline(deadline, w.write_all(bytes)).await;
         budget.give_back(taken);
-        backlog.written(buf.len());
+        backlog.written(bytes.len());
         if let Err(e) = r {
             tracing::debug!("nvmf: writing to a host: {e}");
             budget.close();
@@ -188,7 +197,10 @@ pub(crate) async fn serve(
         local: stream.local_addr().ok(),
         discovery_only,
     };
-    let (mut rd, wr) = stream.into_split();
+    let (rd, wr) = stream.into_split();
+    // Buffered: a PDU header and its rest, and the PDUs a host sent
+    // together, come in one read instead of two per PDU.
+    let mut rd = tokio::io::BufReader::with_capacity(READ_BUFFER, rd);
     let budget = Arc::new(OutgoingBudget::new(limits.outgoing_bytes));
     let (tx, rx) = mpsc::unbounded_channel();
     let backlog = Arc::new(Backlog::default());

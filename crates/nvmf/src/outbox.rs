@@ -190,6 +190,11 @@ impl Completer {
             return;
         }
         let success_flag = self.flow_off.load(Ordering::Relaxed) && result == 0;
+        if success_flag {
+            // Out of flight before the data is sent: the host may reuse
+            // the id as soon as it has the last PDU.
+            self.inflight.lock().remove(&cid);
+        }
         let chunks = data.len().div_ceil(C2H_CHUNK);
         for (i, chunk) in data.chunks(C2H_CHUNK).enumerate() {
             let last = i + 1 == chunks;
@@ -204,9 +209,7 @@ impl Completer {
             let pdu = wire::encode_data(kind::C2H_DATA, &h, chunk, self.digests, self.align);
             self.send(pdu, if last { taken } else { 0 });
         }
-        if success_flag {
-            self.inflight.lock().remove(&cid);
-        } else {
+        if !success_flag {
             self.complete_now(cid, status, result);
         }
     }

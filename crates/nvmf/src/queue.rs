@@ -303,7 +303,12 @@ impl Queue {
                 "data outside what the R2T asked for",
             ));
         }
-        t.buf.extend_from_slice(&data);
+        if t.buf.is_empty() {
+            // Data in one PDU (most writes): kept as it came, not copied.
+            t.buf = data;
+        } else {
+            t.buf.extend_from_slice(&data);
+        }
         t.digest_ok &= ok;
         if t.buf.len() < t.want {
             if h.last {
@@ -538,30 +543,42 @@ impl Queue {
         let Some(ns) = ctrl.subsystem().namespaces.get(&sqe.nsid()).cloned() else {
             return self.fail(&sqe, Status::INVALID_NAMESPACE);
         };
+        let may_block = ns.backing.device().capabilities().may_block;
         let out = if sqe.opcode() == io::OP_READ {
             sqe.sgl().len as usize
         } else {
             0
         };
         let taken = self.take_budget(out).await?;
-        let permit = self.device_slot().await?;
         let completer = self.completer.clone();
         let qid = self.conn.as_ref().map_or(0, |c| c.qid);
-        tokio::spawn(async move {
-            let run = {
-                let ctrl = ctrl.clone();
-                tokio::task::spawn_blocking(move || io::run(&ns, &sqe, &data, &ctrl.counters))
-            };
-            let done = run.await.unwrap_or_else(|_| io::Done {
+        let run = move || {
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                io::run(&ns, &sqe, &data, &ctrl.counters)
+            }));
+            let done = run.unwrap_or_else(|_| io::Done {
                 status: Status::INTERNAL_ERROR,
                 data: Vec::new(),
                 lba: 0,
             });
-            drop(permit);
             if !done.status.is_success() {
                 ctrl.log_error(qid, cid, done.status, sqe.nsid(), done.lba);
             }
             completer.complete_with_data(cid, done.status, 0, &done.data, taken);
+        };
+        if !may_block {
+            // A device that never waits on I/O (RAM) answers here, as the
+            // iSCSI transport runs such commands: a hand-off to another
+            // thread would cost more than the command.
+            run();
+            return Ok(());
+        }
+        let permit = self.device_slot().await?;
+        // The blocking thread completes the command itself: handing the
+        // result back through a task of its own cost a second wake-up.
+        tokio::task::spawn_blocking(move || {
+            run();
+            drop(permit);
         });
         Ok(())
     }
