@@ -63,6 +63,22 @@ fn extent(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
     Ok((slba * bs, blocks * bs))
 }
 
+/// Whether `sqe` can run now without waiting: a plain read, write or
+/// write zeroes whose bytes no one holds (nor a flush). A command that
+/// would wait for another transport's exclusive holder must not wait in
+/// the connection's task, whose runtime the holder may need.
+pub fn runs_without_waiting(ns: &Namespace, sqe: &Sqe) -> bool {
+    if sqe.fuse() != crate::capsule::Fuse::Normal {
+        return false;
+    }
+    match sqe.opcode() {
+        OP_FLUSH => true,
+        OP_READ | OP_WRITE | OP_WRITE_ZEROES => extent(ns, sqe)
+            .is_ok_and(|(offset, len)| ns.backing.locks.try_lock(offset, len, false).is_some()),
+        _ => false,
+    }
+}
+
 fn writable(ns: &Namespace) -> Result<(), Status> {
     if ns.backing.device().capabilities().read_only {
         return Err(Status::WRITE_PROTECTED);

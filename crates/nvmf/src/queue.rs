@@ -543,7 +543,9 @@ impl Queue {
         let Some(ns) = ctrl.subsystem().namespaces.get(&sqe.nsid()).cloned() else {
             return self.fail(&sqe, Status::INVALID_NAMESPACE);
         };
-        let may_block = ns.backing.device().capabilities().may_block;
+        // (Asked before `ns` moves into the command.)
+        let inline =
+            !ns.backing.device().capabilities().may_block && io::runs_without_waiting(&ns, &sqe);
         let out = if sqe.opcode() == io::OP_READ {
             sqe.sgl().len as usize
         } else {
@@ -566,7 +568,7 @@ impl Queue {
             }
             completer.complete_with_data(cid, done.status, 0, &done.data, taken);
         };
-        if !may_block {
+        if inline {
             // A device that never waits on I/O (RAM) answers here, as the
             // iSCSI transport runs such commands: a hand-off to another
             // thread would cost more than the command.
